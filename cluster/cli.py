@@ -1,0 +1,163 @@
+"""The `shardlimit` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from cluster.auth import ADMIN_TOKEN_ENV, CLUSTER_TOKEN_ENV, token_from
+
+DEFAULT_ROUTER = "http://127.0.0.1:8080"
+
+
+def _add_router_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--router",
+        default=os.environ.get("SHARDLIMIT_ROUTER", DEFAULT_ROUTER),
+        help="router URL (env SHARDLIMIT_ROUTER)",
+    )
+    parser.add_argument(
+        "--token",
+        default=os.environ.get(ADMIN_TOKEN_ENV),
+        help=f"admin token (env {ADMIN_TOKEN_ENV})",
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="shardlimit", description="sharded rate limiter")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    up = sub.add_parser("up", help="start a local cluster: router, nodes, Redis")
+    up.add_argument("--nodes", type=int, default=3)
+    up.add_argument("--partitioner", choices=("ring", "slots"), default="ring")
+    up.add_argument("--host", default="127.0.0.1")
+    up.add_argument("--port", type=int, default=8080)
+    up.add_argument("--base-port", type=int, default=7001)
+    up.add_argument("--data-dir", type=Path, default=Path("data"))
+    up.add_argument("--config", type=Path, help="cluster.yaml for router settings and rules file")
+    up.add_argument("--appendfsync", choices=("always", "everysec"), default="everysec")
+    up.add_argument("--test-clock", action="store_true", help=argparse.SUPPRESS)
+    up.add_argument("--json", action="store_true")
+
+    router = sub.add_parser("router", help="run one router")
+    router.add_argument("--config", type=Path, required=True)
+    router.add_argument("--host")
+    router.add_argument("--port", type=int)
+    router.add_argument("--cluster-token-file")
+    router.add_argument("--admin-token-file")
+
+    node = sub.add_parser("node", help="run one counter node")
+    node.add_argument("--id", required=True)
+    node.add_argument("--host", default="127.0.0.1")
+    node.add_argument("--port", type=int, required=True)
+    node.add_argument("--redis", required=True, help="redis://host:port/db")
+    node.add_argument("--cluster-token-file")
+    node.add_argument("--test-clock", action="store_true", help=argparse.SUPPRESS)
+
+    status = sub.add_parser("status", help="topology and node state")
+    _add_router_args(status)
+    return parser
+
+
+def _http_json(url: str, token: str | None = None) -> Any:
+    request = urllib.request.Request(url)  # noqa: S310 - user-given router URL
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+        return json.loads(response.read())
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    try:
+        info = _http_json(args.router.rstrip("/") + "/v1/cluster", args.token)
+    except (urllib.error.URLError, OSError) as exc:
+        print(f"cannot reach the router at {args.router}: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"epoch {info['epoch']} - {info['partitioner']} partitioner")
+    for column in ("node", "url", "weight", "state", "keys", "share", "load"):
+        table.add_column(column)
+    for node in info["nodes"]:
+        table.add_row(
+            node["id"], node["url"], str(node["weight"]), node["state"], str(node["keys"]),
+            f"{node['share']:.1%}", f"{node['load_share']:.1%}",
+        )  # fmt: skip
+    Console().print(table)
+    if info.get("migration"):
+        print(f"migration: {json.dumps(info['migration'])}")
+    return 0
+
+
+def cmd_router(args: argparse.Namespace) -> int:
+    from cluster.config import load_config
+    from cluster.serve import run_app
+    from router.app import ROUTER, create_app
+
+    config = load_config(args.config)
+    if args.host:
+        config.host = args.host
+    if args.port is not None:
+        config.port = args.port
+    admin = token_from(ADMIN_TOKEN_ENV, args.admin_token_file)
+    cluster_token = token_from(CLUSTER_TOKEN_ENV, args.cluster_token_file)
+    if admin is None:
+        logging.warning("no admin token set (%s): rule writes are open", ADMIN_TOKEN_ENV)
+    app = create_app(config, admin, cluster_token)
+    run_app(app, config.host, config.port, on_hup=app[ROUTER].reload_rules)
+    return 0
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    from cluster.serve import run_app
+    from node.app import create_app
+
+    cluster_token = token_from(CLUSTER_TOKEN_ENV, args.cluster_token_file)
+    if cluster_token is None:
+        logging.warning("no cluster token set (%s): node endpoints are open", CLUSTER_TOKEN_ENV)
+    app = create_app(args.id, args.redis, cluster_token, test_mode=args.test_clock)
+    run_app(app, args.host, args.port)
+    return 0
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from cluster.local import UpOptions, run_up
+
+    options = UpOptions(
+        nodes=args.nodes,
+        partitioner=args.partitioner,
+        port=args.port,
+        base_port=args.base_port,
+        host=args.host,
+        data_dir=args.data_dir,
+        config=args.config,
+        appendfsync=args.appendfsync,
+        test_clock=args.test_clock,
+    )
+    return run_up(options, args.json)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(
+        level=os.environ.get("SHARDLIMIT_LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    args = build_parser().parse_args(argv)
+    handlers = {"up": cmd_up, "router": cmd_router, "node": cmd_node, "status": cmd_status}
+    return handlers[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

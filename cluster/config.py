@@ -1,0 +1,103 @@
+"""Router / cluster configuration (YAML), validated with field paths."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cluster.errors import Problems
+from cluster.limits import parse_duration
+from cluster.model import NodeSpec
+from cluster.partition import DEFAULT_VNODES
+
+DEFAULT_PORT = 8080
+
+
+@dataclass
+class RouterConfig:
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    data_dir: Path = Path("data/router")
+    rules_file: Path | None = None
+    node_timeout_ms: int = 50
+    coalesce_wait_us: int = 0
+    coalesce_max: int = 1000
+    idempotency_ttl_ms: int = 86_400_000
+    rules_poll_ms: int = 1000
+    partitioner: str = "ring"
+    vnodes: int = DEFAULT_VNODES
+    nodes: list[NodeSpec] = field(default_factory=list)
+
+
+def _resolve(base: Path, value: Any) -> Path:
+    path = Path(str(value)).expanduser()
+    return path if path.is_absolute() else (base / path)
+
+
+def parse_config(doc: Any, base: Path) -> RouterConfig:
+    """A cluster.yaml document -> RouterConfig; relative paths resolve against `base`."""
+    problems = Problems()
+    if not isinstance(doc, dict):
+        problems.add("config", "must be a mapping with 'router' and 'cluster'")
+        problems.raise_if_any()
+    router = doc.get("router") or {}
+    cluster = doc.get("cluster") or {}
+    cfg = RouterConfig()
+    if not isinstance(router, dict) or not isinstance(cluster, dict):
+        problems.add("config", "'router' and 'cluster' must be mappings")
+        problems.raise_if_any()
+    cfg.host = str(router.get("host", cfg.host))
+    port = router.get("port", cfg.port)
+    if not isinstance(port, int) or not 0 <= port <= 65535:
+        problems.add("router.port", "must be a TCP port number")
+    else:
+        cfg.port = port
+    cfg.data_dir = _resolve(base, router.get("data_dir", "data/router"))
+    if router.get("rules_file"):
+        cfg.rules_file = _resolve(base, router["rules_file"])
+    if "node_timeout" in router:
+        cfg.node_timeout_ms = parse_duration(
+            router["node_timeout"], "router.node_timeout", problems
+        )
+    if "idempotency_ttl" in router:
+        cfg.idempotency_ttl_ms = parse_duration(
+            router["idempotency_ttl"], "router.idempotency_ttl", problems
+        )
+    wait = router.get("coalesce_wait_us", cfg.coalesce_wait_us)
+    if not isinstance(wait, int) or not 0 <= wait <= 100_000:
+        problems.add("router.coalesce_wait_us", "must be 0..100000 microseconds")
+    else:
+        cfg.coalesce_wait_us = wait
+    batch = router.get("coalesce_max", cfg.coalesce_max)
+    if not isinstance(batch, int) or not 1 <= batch <= 10_000:
+        problems.add("router.coalesce_max", "must be 1..10000")
+    else:
+        cfg.coalesce_max = batch
+    kind = cluster.get("partitioner", "ring")
+    if kind not in ("ring", "slots"):
+        problems.add("cluster.partitioner", "must be 'ring' or 'slots'")
+    else:
+        cfg.partitioner = kind
+    vnodes = cluster.get("vnodes", DEFAULT_VNODES)
+    if not isinstance(vnodes, int) or not 1 <= vnodes <= 10_000:
+        problems.add("cluster.vnodes", "must be 1..10000")
+    else:
+        cfg.vnodes = vnodes
+    nodes = cluster.get("nodes") or []
+    if not isinstance(nodes, list):
+        problems.add("cluster.nodes", "must be a list")
+        nodes = []
+    for index, raw in enumerate(nodes):
+        try:
+            cfg.nodes.append(NodeSpec.from_dict(raw))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            problems.add(f"cluster.nodes[{index}]", f"bad node: {exc}")
+    problems.raise_if_any()
+    return cfg
+
+
+def load_config(path: Path) -> RouterConfig:
+    return parse_config(yaml.safe_load(path.read_text()), path.parent)

@@ -1,0 +1,38 @@
+"""Validation errors carrying field paths, shared by router and node."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class FieldError:
+    path: str
+    message: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"field": self.path, "message": self.message}
+
+
+class ValidationError(ValueError):
+    """One or more problems with an input document."""
+
+    def __init__(self, errors: list[FieldError]) -> None:
+        self.errors = errors
+        super().__init__("; ".join(f"{e.path}: {e.message}" for e in errors))
+
+
+class Problems:
+    """Collects field errors during a one-pass parse."""
+
+    __slots__ = ("errors",)
+
+    def __init__(self) -> None:
+        self.errors: list[FieldError] = []
+
+    def add(self, path: str, message: str) -> None:
+        self.errors.append(FieldError(path, message))
+
+    def raise_if_any(self) -> None:
+        if self.errors:
+            raise ValidationError(self.errors)

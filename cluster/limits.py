@@ -1,0 +1,313 @@
+"""The limit model: algorithms, their parameters, parsing and validation.
+
+A limit is pure data. Counting happens on the node (node/lua); this module only
+describes what to count and how to name the counter (its *shape*: the parameters
+that, when changed, make the old counter meaningless).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from cluster.calendar import PERIODS, load_timezone
+from cluster.errors import Problems
+
+ALGORITHMS = (
+    "fixed_window",
+    "sliding_log",
+    "sliding_window",
+    "token_bucket",
+    "leaky_bucket",
+    "calendar",
+)
+ALGORITHM_CODES = {name: code for code, name in enumerate(ALGORITHMS, start=1)}
+
+MAX_COUNT = 10**12
+MAX_SLIDING_LOG = 10_000
+MAX_DURATION_MS = 10 * 366 * 86_400_000
+MAX_AMOUNT_MINOR = 10**15  # exact in a Lua double (< 2**53)
+MAX_AMOUNT_SCALE = 6
+# token/leaky buckets keep state in units of token*period_ms; both must stay below 2**53.
+MAX_BUCKET_PRODUCT = 2**53
+MAX_LIMITS_PER_RULE = 16
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+@dataclass(frozen=True, slots=True)
+class LimitSpec:
+    """One limit of a rule. Fields unused by an algorithm stay at their defaults."""
+
+    algorithm: str
+    limit: int | None = (
+        None  # fixed/sliding: limit; token: burst; leaky: capacity; calendar: max_count
+    )
+    window_ms: int = 0  # fixed/sliding: window; token/leaky: period
+    rate: int = 0  # token/leaky
+    period: str = ""  # calendar
+    timezone: str = ""  # calendar
+    max_amount: int | None = None  # calendar, minor units
+    amount_scale: int = 2  # calendar
+
+    @property
+    def shape(self) -> str:
+        """Counter identity: a change here starts a fresh counter."""
+        a = self.algorithm
+        if a == "fixed_window":
+            return f"fw:{self.window_ms}"
+        if a == "sliding_log":
+            return f"log:{self.window_ms}"
+        if a == "sliding_window":
+            return f"sw:{self.window_ms}"
+        if a == "token_bucket":
+            return f"tb:{self.window_ms}"
+        if a == "leaky_bucket":
+            return f"lb:{self.window_ms}"
+        return f"cal:{self.period}:{self.timezone}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The public (API / YAML) form."""
+        a = self.algorithm
+        out: dict[str, Any] = {"algorithm": a}
+        if a in ("fixed_window", "sliding_log", "sliding_window"):
+            out.update(limit=self.limit, window=format_duration(self.window_ms))
+        elif a == "token_bucket":
+            out.update(rate=self.rate, period=format_duration(self.window_ms), burst=self.limit)
+        elif a == "leaky_bucket":
+            out.update(rate=self.rate, period=format_duration(self.window_ms), capacity=self.limit)
+        else:
+            out.update(period=self.period, timezone=self.timezone)
+            if self.limit is not None:
+                out["max_count"] = self.limit
+            if self.max_amount is not None:
+                out["max_amount"] = format_amount(self.max_amount, self.amount_scale)
+            out["amount_scale"] = self.amount_scale
+        return out
+
+    def to_wire(self) -> list[Any]:
+        """Compact form sent router -> node."""
+        return [
+            self.algorithm,
+            self.limit,
+            self.window_ms,
+            self.rate,
+            self.period,
+            self.timezone,
+            self.max_amount,
+            self.amount_scale,
+        ]
+
+    @classmethod
+    def from_wire(cls, data: Any) -> LimitSpec:
+        if not isinstance(data, list) or len(data) != 8:
+            raise ValueError("limit must be an 8-element list")
+        alg, limit, window_ms, rate, period, tz, max_amount, scale = data
+        spec = cls(alg, limit, window_ms, rate, period, tz, max_amount, scale)
+        problems = Problems()
+        parse_limit(spec.to_dict(), "limit", problems)
+        problems.raise_if_any()
+        return spec
+
+
+def format_duration(ms: int) -> str:
+    for unit in ("d", "h", "m", "s"):
+        size = _UNIT_MS[unit]
+        if ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
+
+def format_amount(minor: int, scale: int) -> str:
+    """Minor units -> exact decimal string ("5000000", 2 -> "50000.00")."""
+    sign = "-" if minor < 0 else ""
+    minor = abs(minor)
+    if scale == 0:
+        return f"{sign}{minor}"
+    whole, frac = divmod(minor, 10**scale)
+    return f"{sign}{whole}.{frac:0{scale}d}"
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def parse_duration(value: Any, path: str, problems: Problems) -> int:
+    """`"500ms"`, `"1s"`, `"1m"`, `"1h"`, `"1d"` or an integer number of ms; > 0."""
+    ms: int | None = None
+    if _is_int(value):
+        ms = value
+    elif isinstance(value, str):
+        match = _DURATION.match(value)
+        if match:
+            ms = int(match.group(1)) * _UNIT_MS[match.group(2)]
+    if ms is None:
+        problems.add(path, "must be a duration like '500ms', '1s', '1m', '1h', '1d' or ms")
+        return 0
+    if ms <= 0:
+        problems.add(path, "must be greater than zero")
+        return 0
+    if ms > MAX_DURATION_MS:
+        problems.add(path, "must be at most 3660d")
+        return 0
+    return ms
+
+
+def parse_positive_int(value: Any, path: str, problems: Problems, maximum: int = MAX_COUNT) -> int:
+    if not _is_int(value):
+        problems.add(path, "must be an integer")
+        return 0
+    if value < 1:
+        problems.add(path, "must be at least 1")
+        return 0
+    if value > maximum:
+        problems.add(path, f"must be at most {maximum}")
+        return 0
+    return int(value)
+
+
+def parse_decimal(value: Any, path: str, problems: Problems) -> Decimal | None:
+    """An exact decimal from a JSON number or a string; None after reporting a problem."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        problems.add(path, "must be a decimal number or a string holding one")
+        return None
+    try:
+        # repr() of a float is the shortest string that round-trips: 0.1 -> "0.1".
+        number = Decimal(value if isinstance(value, str) else repr(value))
+    except InvalidOperation:
+        problems.add(path, "is not a decimal number")
+        return None
+    if not number.is_finite():
+        problems.add(path, "must be finite")
+        return None
+    return number
+
+
+def to_minor_units(number: Decimal, scale: int, path: str, problems: Problems) -> int | None:
+    """Exact conversion to integer minor units; refuses extra decimal places."""
+    scaled = number.scaleb(scale)
+    if scaled != scaled.to_integral_value():
+        problems.add(path, f"has more than {scale} decimal places")
+        return None
+    minor = int(scaled)
+    if minor < 0:
+        problems.add(path, "must not be negative")
+        return None
+    if minor > MAX_AMOUNT_MINOR:
+        problems.add(path, f"must be at most {format_amount(MAX_AMOUNT_MINOR, scale)}")
+        return None
+    return minor
+
+
+_KNOWN_FIELDS = {
+    "fixed_window": {"algorithm", "limit", "window"},
+    "sliding_log": {"algorithm", "limit", "window"},
+    "sliding_window": {"algorithm", "limit", "window"},
+    "token_bucket": {"algorithm", "rate", "period", "burst"},
+    "leaky_bucket": {"algorithm", "rate", "period", "capacity"},
+    "calendar": {"algorithm", "period", "timezone", "max_count", "max_amount", "amount_scale"},
+}
+
+
+def parse_limit(data: Any, path: str, problems: Problems) -> LimitSpec | None:
+    """Validate one limit document; report every problem, return None if any."""
+    if not isinstance(data, dict):
+        problems.add(path, "must be an object")
+        return None
+    before = len(problems.errors)
+    algorithm = data.get("algorithm")
+    if algorithm not in ALGORITHM_CODES:
+        problems.add(f"{path}.algorithm", f"must be one of: {', '.join(ALGORITHMS)}")
+        return None
+    for name in sorted(set(data) - _KNOWN_FIELDS[algorithm]):
+        problems.add(f"{path}.{name}", f"is not a parameter of {algorithm}")
+    spec: LimitSpec
+    if algorithm in ("fixed_window", "sliding_log", "sliding_window"):
+        maximum = MAX_SLIDING_LOG if algorithm == "sliding_log" else MAX_COUNT
+        limit = parse_positive_int(data.get("limit"), f"{path}.limit", problems, maximum)
+        window = parse_duration(data.get("window"), f"{path}.window", problems)
+        spec = LimitSpec(algorithm, limit=limit, window_ms=window)
+    elif algorithm in ("token_bucket", "leaky_bucket"):
+        size_name = "burst" if algorithm == "token_bucket" else "capacity"
+        rate = parse_positive_int(data.get("rate"), f"{path}.rate", problems)
+        period = parse_duration(data.get("period"), f"{path}.period", problems)
+        size_raw = data.get(size_name, rate if rate else None)
+        size = parse_positive_int(size_raw, f"{path}.{size_name}", problems)
+        if period and (rate * period >= MAX_BUCKET_PRODUCT or size * period >= MAX_BUCKET_PRODUCT):
+            problems.add(path, f"rate x period and {size_name} x period must stay below 2**53")
+        spec = LimitSpec(algorithm, limit=size, window_ms=period, rate=rate)
+    else:
+        spec_or_none = _parse_calendar(data, path, problems)
+        if spec_or_none is None:
+            return None
+        spec = spec_or_none
+    return spec if len(problems.errors) == before else None
+
+
+def _parse_calendar(data: dict[str, Any], path: str, problems: Problems) -> LimitSpec | None:
+    period = data.get("period")
+    if period not in PERIODS:
+        problems.add(f"{path}.period", f"must be one of: {', '.join(PERIODS)}")
+        period = ""
+    tz_name = data.get("timezone", "UTC")
+    if not isinstance(tz_name, str):
+        problems.add(f"{path}.timezone", "must be an IANA timezone name")
+        tz_name = ""
+    else:
+        try:
+            load_timezone(tz_name)
+        except ValueError as exc:
+            problems.add(f"{path}.timezone", str(exc))
+    scale = data.get("amount_scale", 2)
+    if not _is_int(scale) or not 0 <= scale <= MAX_AMOUNT_SCALE:
+        problems.add(f"{path}.amount_scale", f"must be an integer from 0 to {MAX_AMOUNT_SCALE}")
+        scale = 2
+    max_count = None
+    if data.get("max_count") is not None:
+        max_count = parse_positive_int(data["max_count"], f"{path}.max_count", problems)
+    max_amount = None
+    if data.get("max_amount") is not None:
+        number = parse_decimal(data["max_amount"], f"{path}.max_amount", problems)
+        if number is not None:
+            max_amount = to_minor_units(number, scale, f"{path}.max_amount", problems)
+            if max_amount == 0:
+                problems.add(f"{path}.max_amount", "must be greater than zero")
+    if data.get("max_count") is None and data.get("max_amount") is None:
+        problems.add(path, "calendar needs max_count, max_amount or both")
+    return LimitSpec(
+        "calendar",
+        limit=max_count,
+        period=str(period),
+        timezone=tz_name,
+        max_amount=max_amount,
+        amount_scale=scale,
+    )
+
+
+def parse_limits(data: Any, path: str, problems: Problems) -> tuple[LimitSpec, ...]:
+    """A non-empty list of limits with distinct shapes (each shape is one counter)."""
+    if not isinstance(data, list) or not data:
+        problems.add(path, "must be a non-empty list of limits")
+        return ()
+    if len(data) > MAX_LIMITS_PER_RULE:
+        problems.add(path, f"must hold at most {MAX_LIMITS_PER_RULE} limits")
+        return ()
+    specs: list[LimitSpec] = []
+    seen: dict[str, int] = {}
+    for index, item in enumerate(data):
+        spec = parse_limit(item, f"{path}[{index}]", problems)
+        if spec is None:
+            continue
+        if spec.shape in seen:
+            problems.add(
+                f"{path}[{index}]",
+                f"counts the same counter as {path}[{seen[spec.shape]}] "
+                "(same algorithm and window/period); merge them",
+            )
+            continue
+        seen[spec.shape] = index
+        specs.append(spec)
+    return tuple(specs)

@@ -1,0 +1,47 @@
+"""Run one router or one node in this process (uvloop when available)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Callable
+
+from aiohttp import web
+
+log = logging.getLogger("shardlimit")
+
+
+def install_fast_loop() -> None:
+    with contextlib.suppress(ImportError):
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+async def _serve(
+    app: web.Application, host: str, port: int, on_hup: Callable[[], None] | None
+) -> None:
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True)
+    await site.start()
+    log.info("listening on http://%s:%d", host, port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    if on_hup is not None:
+        loop.add_signal_handler(signal.SIGHUP, on_hup)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def run_app(
+    app: web.Application, host: str, port: int, on_hup: Callable[[], None] | None = None
+) -> None:
+    install_fast_loop()
+    asyncio.run(_serve(app, host, port, on_hup))

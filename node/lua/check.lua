@@ -1,0 +1,64 @@
+-- check: evaluate every limit of one check and consume all of them or none.
+-- KEYS: counter key per limit, then the idempotency record key when ARGV[5] > 0.
+-- ARGV: offset_us, n, cost, dry_run (0/1), record_ttl_ms, then per limit 8
+--       values: algorithm code, amount (minor units), p1..p6.
+-- Returns {allowed, replayed, n, then per limit: ok, limit, remaining,
+--          reset_after_ms, retry_after_ms, delay_ms, max_amount, amount_remaining}
+-- with -1 standing for "none".
+local offset = tonumber(ARGV[1])
+local n = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
+local dry_run = ARGV[4] == '1'
+local record_ttl = tonumber(ARGV[5])
+local record_key = record_ttl > 0 and KEYS[n + 1] or nil
+
+if record_key then
+  local stored = redis.call('GET', record_key)
+  if stored then
+    local record = cmsgpack.unpack(stored)
+    local out = record.result
+    out[2] = 1
+    return out
+  end
+end
+
+local t = clock(offset)
+local evaluated = {}
+local codes = {}
+local allowed = true
+for i = 1, n do
+  local base = 6 + (i - 1) * 8
+  local code = tonumber(ARGV[base])
+  local r = ALG[code].eval(KEYS[i], params(base + 2), t, cost, tonumber(ARGV[base + 1]))
+  if r == nil then return redis.error_reply('CLOCK_SKEW calendar period not in the given bounds') end
+  evaluated[i] = r
+  codes[i] = code
+  if not r.ok then allowed = false end
+end
+
+local out = { allowed and 1 or 0, 0, n }
+local undo = {}
+for i = 1, n do
+  local r = evaluated[i]
+  if allowed and not dry_run and r.consumes then
+    local u = r.commit()
+    table.insert(u, 1, codes[i])
+    table.insert(u, 1, KEYS[i])
+    undo[#undo + 1] = u
+  end
+  local rem, reset, arem = r.rem_now, r.reset_now, r.arem_now
+  if allowed then rem, reset, arem = r.rem_after, r.reset_after, r.arem_after end
+  local retry = -1
+  if not r.ok then retry = r.retry end
+  local delay = -1
+  if allowed then delay = r.delay end
+  for _, v in ipairs({ r.ok and 1 or 0, r.limit or -1, rem, reset, retry, delay, r.alimit, arem }) do
+    out[#out + 1] = v
+  end
+end
+
+if record_key and not dry_run then
+  redis.call('SET', record_key, cmsgpack.pack({ result = out, undo = undo, refunded = 0 }),
+    'PX', record_ttl)
+end
+return out

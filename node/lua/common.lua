@@ -1,0 +1,36 @@
+-- Shared helpers. Every script is assembled as: common.lua, the algorithm files,
+-- then its entry file (check.lua or refund.lua). All integers stay below 2^53 so
+-- Lua doubles hold them exactly; they are formatted with %d, never tostring().
+local ALG = {}
+
+local function fmt(n)
+  return string.format('%d', n)
+end
+
+local function split(value)
+  local out = {}
+  for part in string.gmatch(value, '[^:]+') do
+    out[#out + 1] = tonumber(part)
+  end
+  return out
+end
+
+-- Time always comes from this Redis. offset_us is non-zero only when the node
+-- runs in test mode with a controllable clock.
+local function clock(offset_us)
+  local t = redis.call('TIME')
+  local us = tonumber(t[1]) * 1000000 + tonumber(t[2]) + offset_us
+  return { us = us, ms = math.floor(us / 1000) }
+end
+
+local function ceil_div(a, b)
+  return math.ceil(a / b)
+end
+
+local function params(base)
+  local p = {}
+  for j = 0, 5 do
+    p[j + 1] = tonumber(ARGV[base + j])
+  end
+  return p
+end

@@ -1,0 +1,36 @@
+-- refund: give back exactly what one recorded decision consumed, once.
+-- KEYS: the idempotency record key, then the counter key of each current limit.
+-- ARGV: offset_us, n, void (1 = a rollback: replays of the request then answer
+--       "denied"), then per limit 8 values as in check.lua.
+-- Returns {status, n, then per limit: count given back, amount given back};
+-- status 1 refunded, 0 no such decision, 2 already refunded, 3 consumed nothing.
+local offset = tonumber(ARGV[1])
+local n = tonumber(ARGV[2])
+local void = ARGV[3] == '1'
+
+local stored = redis.call('GET', KEYS[1])
+if not stored then return { 0, n } end
+local record = cmsgpack.unpack(stored)
+if record.refunded == 1 then return { 2, n } end
+if #record.undo == 0 then return { 3, n } end
+
+local t = clock(offset)
+local out = { 1, n }
+for i = 1, n do
+  local key = KEYS[i + 1]
+  local base = 4 + (i - 1) * 8
+  local count, amount = 0, 0
+  for _, u in ipairs(record.undo) do
+    -- A limit whose shape changed since the decision has a new counter key and
+    -- nothing to give back; the old counter expires on its own.
+    if u[1] == key then
+      count, amount = ALG[u[2]].refund(key, params(base + 2), t, u)
+    end
+  end
+  out[#out + 1] = count
+  out[#out + 1] = amount
+end
+record.refunded = 1
+if void then record.result[1] = 0 end
+redis.call('SET', KEYS[1], cmsgpack.pack(record), 'KEEPTTL')
+return out

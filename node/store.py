@@ -1,0 +1,109 @@
+"""Counter storage: turns operations into EVALSHA calls on this node's Redis."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
+
+from cluster.calendar import boundaries, load_timezone
+from cluster.keys import counter_key, record_key
+from cluster.limits import ALGORITHM_CODES, LimitSpec
+from node.ops import Op
+from node.scripts import script_source
+
+NONE = -1
+
+
+class CounterStore:
+    """Runs a batch of operations as ONE Redis pipeline of script calls."""
+
+    def __init__(self, client: aioredis.Redis, *, default_record_ttl_ms: int = 86_400_000) -> None:
+        self.client = client
+        self.check_script = client.register_script(script_source("check.lua"))
+        self.refund_script = client.register_script(script_source("refund.lua"))
+        self.default_record_ttl_ms = default_record_ttl_ms
+        # Test-mode clock offset, passed to every script; 0 in production.
+        self.offset_ms = 0
+        # Redis clock minus local clock, for computing calendar bounds close to Redis time.
+        self.skew_ms = 0
+
+    async def measure_skew(self) -> None:
+        before = time.time()
+        seconds, micros = await self.client.time()
+        after = time.time()
+        redis_ms = seconds * 1000 + micros // 1000
+        self.skew_ms = redis_ms - int((before + after) * 500)
+
+    def _estimated_now_ms(self) -> int:
+        return int(time.time() * 1000) + self.skew_ms + self.offset_ms
+
+    def _limit_args(self, spec: LimitSpec, amount: int, now_ms: int) -> list[int]:
+        code = ALGORITHM_CODES[spec.algorithm]
+        if spec.algorithm in ("fixed_window", "sliding_log", "sliding_window"):
+            p = [spec.limit or 0, spec.window_ms, 0, 0, 0, 0]
+        elif spec.algorithm in ("token_bucket", "leaky_bucket"):
+            p = [spec.rate, spec.window_ms, spec.limit or 0, 0, 0, 0]
+        else:
+            tz = load_timezone(spec.timezone)
+            b = boundaries(spec.period, tz, now_ms)
+            p = [
+                NONE if spec.limit is None else spec.limit,
+                NONE if spec.max_amount is None else spec.max_amount,
+                *b,
+            ]
+        return [code, amount, *p]
+
+    def _call(self, op: Op, now_ms: int) -> tuple[Any, list[str], list[int | str]]:
+        keys = [counter_key(op.scope, spec.shape, op.key) for spec in op.limits]
+        limit_args: list[int | str] = []
+        for spec, amount in zip(op.limits, op.amounts, strict=True):
+            limit_args.extend(self._limit_args(spec, amount, now_ms))
+        offset_us = self.offset_ms * 1000
+        n = len(op.limits)
+        if op.kind == "check":
+            ttl = 0
+            if op.request_id is not None:
+                keys.append(record_key(op.scope, op.request_id, op.key))
+                ttl = op.record_ttl_ms or self.default_record_ttl_ms
+            args: list[int | str] = [offset_us, n, op.cost, int(op.dry_run), ttl, *limit_args]
+            return self.check_script, keys, args
+        assert op.request_id is not None
+        keys.insert(0, record_key(op.scope, op.request_id, op.key))
+        return self.refund_script, keys, [offset_us, n, int(op.void), *limit_args]
+
+    async def run(self, ops: list[Op]) -> list[Any]:
+        """Results in order; a script error becomes an exception object in its slot."""
+        now_ms = self._estimated_now_ms()
+        pipe = self.client.pipeline(transaction=False)
+        for op in ops:
+            script, keys, args = self._call(op, now_ms)
+            await script(keys=keys, args=args, client=pipe)
+        results: list[Any] = await pipe.execute(raise_on_error=False)
+        skewed = [
+            i
+            for i, r in enumerate(results)
+            if isinstance(r, ResponseError) and "CLOCK_SKEW" in str(r)
+        ]
+        if skewed:
+            # Our estimate of Redis time was more than a period off: re-measure, retry those.
+            await self.measure_skew()
+            retry = await self.run([ops[i] for i in skewed])
+            for i, r in zip(skewed, retry, strict=True):
+                results[i] = r
+        return results
+
+
+def check_result(raw: list[int]) -> dict[str, Any]:
+    """Script reply -> node wire result."""
+    n = raw[2]
+    limits = [raw[3 + 8 * i : 11 + 8 * i] for i in range(n)]
+    return {"s": "ok", "allowed": raw[0] == 1, "replayed": raw[1] == 1, "limits": limits}
+
+
+def refund_result(raw: list[int]) -> dict[str, Any]:
+    n = raw[1]
+    given = [raw[2 + 2 * i : 4 + 2 * i] for i in range(n)] if raw[0] == 1 else []
+    return {"s": "ok", "status": raw[0], "given": given}

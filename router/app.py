@@ -1,0 +1,475 @@
+"""The router: the public HTTP API of shardlimit."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import uuid
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from cluster.auth import bearer_matches
+from cluster.config import RouterConfig
+from cluster.errors import FieldError, Problems, ValidationError
+from cluster.keys import RULE_NAME
+from cluster.limits import format_amount
+from cluster.problem import problem, problem_middleware, read_json
+from router.cluster_view import ClusterView
+from router.decisions import decision, degraded_decision, ratelimit_headers
+from router.dispatch import NodeUnavailable
+from router.metrics import Metrics
+from router.openapi import openapi_document
+from router.requests import (
+    CheckRequest,
+    RefundRequest,
+    parse_batch,
+    parse_check,
+    parse_key,
+    parse_refund,
+)
+from router.rules import RuleBook, parse_rule
+
+log = logging.getLogger("shardlimit.router")
+MAX_BODY = 1024 * 1024
+
+ROUTER: web.AppKey[Router] = web.AppKey("router")
+
+
+def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(
+        body=orjson.dumps(data), status=status, content_type="application/json", headers=headers
+    )
+
+
+def _invalid(errors: list[FieldError]) -> web.Response:
+    detail = "; ".join(f"{e.path}: {e.message}" for e in errors[:5])
+    return problem(400, "validation", detail, errors)
+
+
+class Router:
+    """State and behaviour behind the handlers; handlers only translate HTTP."""
+
+    def __init__(
+        self, config: RouterConfig, admin_token: str | None, cluster_token: str | None
+    ) -> None:
+        self.config = config
+        self.admin_token = admin_token
+        self.view = ClusterView(config, cluster_token)
+        self.rules = RuleBook(config.rules_file)
+        self.metrics = Metrics()
+        self._reloader: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self.rules.load()
+        await self.view.start()
+        self._reloader = asyncio.get_running_loop().create_task(self._watch_rules())
+
+    async def stop(self) -> None:
+        if self._reloader is not None:
+            self._reloader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reloader
+        await self.view.close()
+
+    async def _watch_rules(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.rules_poll_ms / 1000)  # polling cadence
+            try:
+                if self.rules.reload_if_changed():
+                    log.info("rules reloaded: %d rules", len(self.rules.rules))
+            except OSError as exc:
+                log.error("rules file unreadable: %s", exc)
+
+    def reload_rules(self) -> None:
+        """SIGHUP: reload now, keep the old rules if the file is bad."""
+        try:
+            self.rules.load()
+        except (ValueError, OSError) as exc:
+            log.error("rules reload failed: %s", exc)
+
+    async def check(self, request: CheckRequest) -> dict[str, Any]:
+        op = request.to_op(self.config.idempotency_ttl_ms)
+        try:
+            node, result = await self.view.execute(request.key, op)
+        except NodeUnavailable as exc:
+            body = degraded_decision(request, self.view.owner(request.key), str(exc))
+        else:
+            if result.get("s") != "ok":
+                body = degraded_decision(request, node, str(result.get("detail", result)))
+            else:
+                body = decision(request, node, result)
+        outcome = "allowed" if body["allowed"] else "denied"
+        self.metrics.decisions["degraded_" + outcome if body["degraded"] else outcome] += 1
+        return body
+
+    async def refund(self, request: RefundRequest, *, void: bool = False) -> dict[str, Any]:
+        """Raises NodeUnavailable; returns the node's refund result."""
+        _node, result = await self.view.execute(request.key, request.to_op(void=void))
+        if result.get("s") != "ok":
+            raise NodeUnavailable(str(result.get("detail", result)))
+        return result
+
+    async def batch(self, requests: list[CheckRequest], all_or_nothing: bool) -> dict[str, Any]:
+        if all_or_nothing:
+            # Every consuming check needs a request id so a denial can roll it back exactly.
+            tag = uuid.uuid4().hex
+            requests = [
+                r
+                if r.request_id is not None
+                else dataclasses.replace(r, request_id=f"~aon:{tag}:{i}")
+                for i, r in enumerate(requests)
+            ]
+        results = list(await asyncio.gather(*(self.check(r) for r in requests)))
+        all_allowed = all(r["allowed"] for r in results)
+        if all_or_nothing and not all_allowed:
+            await self._roll_back(requests, results)
+        return {"allowed": all_allowed, "results": results}
+
+    async def _roll_back(self, requests: list[CheckRequest], results: list[dict[str, Any]]) -> None:
+        async def undo(request: CheckRequest, body: dict[str, Any]) -> None:
+            consumed = not (body["replayed"] or body["degraded"] or request.dry_run)
+            if body["allowed"] and consumed and request.request_id is not None:
+                refund = RefundRequest(request.key, request.rule, request.request_id)
+                try:
+                    await self.refund(refund, void=True)
+                except NodeUnavailable as exc:
+                    log.error("rollback of %s failed: %s", request.key, exc)
+                    body["rollback_failed"] = True
+            if body["allowed"]:
+                body["allowed"] = False
+                body["rolled_back"] = True
+
+        await asyncio.gather(*(undo(r, b) for r, b in zip(requests, results, strict=True)))
+
+
+def _router(request: web.Request) -> Router:
+    return request.app[ROUTER]
+
+
+def _is_admin(request: web.Request) -> bool:
+    return bearer_matches(request.headers.get("Authorization"), _router(request).admin_token)
+
+
+def _need_admin() -> web.Response:
+    return problem(
+        401,
+        "unauthorized",
+        "this endpoint needs the admin token: Authorization: Bearer <token>",
+        headers={"WWW-Authenticate": 'Bearer realm="shardlimit-admin"'},
+    )
+
+
+async def post_check(request: web.Request) -> web.Response:
+    router = _router(request)
+    router.metrics.requests["check"] += 1
+    body, error = await read_json(request)
+    if error is not None:
+        return error
+    problems = Problems()
+    parsed = parse_check(body, router.rules, problems)
+    if parsed is None:
+        return _invalid(problems.errors)
+    result = await router.check(parsed)
+    status = 200 if result["allowed"] else 429
+    return _json(result, status, ratelimit_headers(parsed, result))
+
+
+async def post_batch(request: web.Request) -> web.Response:
+    router = _router(request)
+    router.metrics.requests["batch"] += 1
+    body, error = await read_json(request)
+    if error is not None:
+        return error
+    problems = Problems()
+    checks, all_or_nothing = parse_batch(body, router.rules, problems)
+    if problems.errors:
+        return _invalid(problems.errors)
+    return _json(await router.batch(checks, all_or_nothing))
+
+
+async def post_refund(request: web.Request) -> web.Response:
+    router = _router(request)
+    router.metrics.requests["refund"] += 1
+    body, error = await read_json(request)
+    if error is not None:
+        return error
+    problems = Problems()
+    parsed = parse_refund(body, router.rules, problems)
+    if parsed is None:
+        return _invalid(problems.errors)
+    try:
+        result = await router.refund(parsed)
+    except NodeUnavailable as exc:
+        return problem(503, "node-unavailable", f"the key's node is unavailable: {exc}")
+    status = result["status"]
+    if status == 0:
+        return problem(
+            404,
+            "unknown-decision",
+            "no decision with this key, rule and request_id "
+            "(never made, or its idempotency record expired)",
+        )
+    if status == 2:
+        return problem(409, "already-refunded", "this decision was already refunded")
+    given = []
+    if status == 1:
+        for spec, (count, amount) in zip(parsed.rule.limits, result["given"], strict=True):
+            item: dict[str, Any] = {"algorithm": spec.algorithm, "count": count}
+            if spec.algorithm == "calendar":
+                item["amount"] = format_amount(amount, spec.amount_scale)
+            given.append(item)
+    return _json(
+        {
+            "refunded": status == 1,
+            "key": parsed.key,
+            "rule": parsed.rule.public_name,
+            "request_id": parsed.request_id,
+            "given_back": given,
+            "detail": None if status == 1 else "the decision consumed nothing",
+        }
+    )
+
+
+async def get_usage(request: web.Request) -> web.Response:
+    router = _router(request)
+    router.metrics.requests["usage"] += 1
+    problems = Problems()
+    body = {
+        "key": request.query.get("key"),
+        "rule": request.query.get("rule"),
+        "cost": 0,
+        "dry_run": True,
+    }
+    parsed = parse_check(body, router.rules, problems)
+    if parsed is None:
+        return _invalid(problems.errors)
+    return _json(await router.check(parsed))
+
+
+async def list_rules(request: web.Request) -> web.Response:
+    rules = _router(request).rules.rules
+    return _json({"rules": [rule.to_dict() for _, rule in sorted(rules.items())]})
+
+
+def _rule_name(request: web.Request) -> str | web.Response:
+    name = request.match_info["name"]
+    if not RULE_NAME.match(name):
+        return problem(
+            400,
+            "validation",
+            "rule names are 1-64 characters of A-Z a-z 0-9 _ . : -",
+            [FieldError("name", "invalid rule name")],
+        )
+    return name
+
+
+async def get_rule(request: web.Request) -> web.Response:
+    name = _rule_name(request)
+    if isinstance(name, web.Response):
+        return name
+    rule = _router(request).rules.get(name)
+    if rule is None:
+        return problem(404, "unknown-rule", f"no rule named '{name}'")
+    return _json(rule.to_dict())
+
+
+async def put_rule(request: web.Request) -> web.Response:
+    if not _is_admin(request):
+        return _need_admin()
+    name = _rule_name(request)
+    if isinstance(name, web.Response):
+        return name
+    body, error = await read_json(request)
+    if error is not None:
+        return error
+    problems = Problems()
+    rule = parse_rule(name, body, "body", problems)
+    if rule is None:
+        return _invalid(problems.errors)
+    if isinstance(body, dict) and body.get("name") not in (None, name):
+        return _invalid([FieldError("body.name", "must match the name in the path")])
+    try:
+        created = _router(request).rules.put(rule)
+    except OSError as exc:
+        return problem(503, "rules-not-saved", f"could not write the rules file: {exc}")
+    return _json(rule.to_dict(), status=201 if created else 200)
+
+
+async def delete_rule(request: web.Request) -> web.Response:
+    if not _is_admin(request):
+        return _need_admin()
+    name = _rule_name(request)
+    if isinstance(name, web.Response):
+        return name
+    try:
+        deleted = _router(request).rules.delete(name)
+    except OSError as exc:
+        return problem(503, "rules-not-saved", f"could not write the rules file: {exc}")
+    if not deleted:
+        return problem(404, "unknown-rule", f"no rule named '{name}'")
+    return web.Response(status=204)
+
+
+async def get_cluster(request: web.Request) -> web.Response:
+    view = _router(request).view
+    stats = await view.node_stats()
+    shares = view.topology.partitioner.shares()
+    nodes: list[dict[str, Any]] = []
+    for spec in view.topology.nodes:
+        channel = view.channels[spec.id]
+        node_stats = stats.get(spec.id, {})
+        nodes.append(
+            {
+                "id": spec.id,
+                "url": spec.url,
+                "weight": spec.weight,
+                "state": "down" if "error" in node_stats else channel.state,
+                "keys": node_stats.get("keys"),
+                "memory_bytes": node_stats.get("memory"),
+                "node_epoch": node_stats.get("epoch"),
+                "share": round(shares.get(spec.id, 0.0), 6),
+                "ops_routed": channel.ops,
+                "node_requests": channel.requests,
+                "last_error": channel.last_error,
+            }
+        )
+    total_ops = sum(view.channels[spec.id].ops for spec in view.topology.nodes) or 1
+    for node in nodes:
+        node["load_share"] = round(view.channels[node["id"]].ops / total_ops, 6)
+    return _json(
+        {
+            "epoch": view.topology.epoch,
+            "partitioner": view.topology.partitioner.kind,
+            "nodes": nodes,
+            "migration": view.topology.migration,
+        }
+    )
+
+
+async def not_yet(request: web.Request) -> web.Response:
+    return problem(
+        501,
+        "not-implemented",
+        "scaling the cluster through the API is not available in this version; see the README",
+    )
+
+
+async def get_locate(request: web.Request) -> web.Response:
+    problems = Problems()
+    key = parse_key(request.query.get("key"), "key", problems)
+    if problems.errors:
+        return _invalid(problems.errors)
+    located = _router(request).view.topology.partitioner.locate(key)
+    return _json({"key": key, **located})
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return _json({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    view = _router(request).view
+
+    async def probe(node_id: str) -> tuple[str, bool]:
+        try:
+            await view.channels[node_id].get("/readyz", timeout_s=0.5)
+        except NodeUnavailable:
+            return node_id, False
+        return node_id, True
+
+    states = dict(await asyncio.gather(*(probe(n) for n in view.channels)))
+    down = sorted(n for n, ok in states.items() if not ok)
+    body = {
+        "status": "degraded" if down else "ready",
+        "epoch": view.topology.epoch,
+        "nodes": {n: ("up" if ok else "down") for n, ok in sorted(states.items())},
+    }
+    return _json(body, status=503 if down else 200)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    router = _router(request)
+    node_lines = [
+        "# HELP shardlimit_node_up 1 if the router's circuit to the node is closed.",
+        "# TYPE shardlimit_node_up gauge",
+    ]
+    for node_id, channel in sorted(router.view.channels.items()):
+        node_lines.append(f'shardlimit_node_up{{node="{node_id}"}} {int(channel.state == "up")}')
+    node_lines += ["# TYPE shardlimit_node_requests_total counter"]
+    for node_id, channel in sorted(router.view.channels.items()):
+        node_lines.append(f'shardlimit_node_requests_total{{node="{node_id}"}} {channel.requests}')
+    node_lines += ["# TYPE shardlimit_node_ops_total counter"]
+    for node_id, channel in sorted(router.view.channels.items()):
+        node_lines.append(f'shardlimit_node_ops_total{{node="{node_id}"}} {channel.ops}')
+    node_lines += ["# TYPE shardlimit_node_failures_total counter"]
+    for node_id, channel in sorted(router.view.channels.items()):
+        node_lines.append(f'shardlimit_node_failures_total{{node="{node_id}"}} {channel.failures}')
+    router.metrics.moved_retries = router.view.moved_retries
+    extra = [
+        "# TYPE shardlimit_topology_epoch gauge",
+        f"shardlimit_topology_epoch {router.view.topology.epoch}",
+        "# TYPE shardlimit_rules gauge",
+        f"shardlimit_rules {len(router.rules.rules)}",
+        "# TYPE shardlimit_rules_reload_errors_total counter",
+        f"shardlimit_rules_reload_errors_total {router.rules.reload_errors}",
+    ]
+    return web.Response(
+        text=router.metrics.render(node_lines, extra),
+        content_type="text/plain",
+        headers={"X-Content-Type-Options": "nosniff"},
+    )
+
+
+async def get_openapi(request: web.Request) -> web.Response:
+    return _json(openapi_document())
+
+
+@web.middleware
+async def count_problems(request: web.Request, handler: Any) -> web.StreamResponse:
+    response: web.StreamResponse = await handler(request)
+    if response.status >= 400 and response.status != 429:
+        request.app[ROUTER].metrics.errors[response.status] += 1
+    return response
+
+
+def create_app(
+    config: RouterConfig, admin_token: str | None, cluster_token: str | None
+) -> web.Application:
+    app = web.Application(
+        client_max_size=MAX_BODY, middlewares=[count_problems, problem_middleware]
+    )
+    router = Router(config, admin_token, cluster_token)
+    app[ROUTER] = router
+    app.router.add_post("/v1/check", post_check)
+    app.router.add_post("/v1/check/batch", post_batch)
+    app.router.add_post("/v1/refund", post_refund)
+    app.router.add_get("/v1/usage", get_usage)
+    app.router.add_get("/v1/rules", list_rules)
+    app.router.add_get("/v1/rules/{name}", get_rule)
+    app.router.add_put("/v1/rules/{name}", put_rule)
+    app.router.add_delete("/v1/rules/{name}", delete_rule)
+    app.router.add_get("/v1/cluster", get_cluster)
+    app.router.add_post("/v1/cluster/nodes", not_yet)
+    app.router.add_delete("/v1/cluster/nodes/{id}", not_yet)
+    app.router.add_get("/v1/locate", get_locate)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/openapi.json", get_openapi)
+
+    async def on_startup(app: web.Application) -> None:
+        try:
+            await app[ROUTER].start()
+        except ValidationError as exc:
+            raise SystemExit(f"rules file rejected: {exc}") from exc
+
+    async def on_cleanup(app: web.Application) -> None:
+        await app[ROUTER].stop()
+
+    app.on_startup.append(on_startup)
+    app.on_cleanup.append(on_cleanup)
+    return app

@@ -1,0 +1,202 @@
+"""The router's one transport boundary to counter nodes.
+
+Concurrent operations bound for the same node are coalesced into one HTTP
+request per tick (or per `coalesce_max` ops). Every transport failure is
+translated here into NodeUnavailable; a circuit breaker stops waiting on a dead
+node and a background probe lets traffic back as soon as it answers again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import orjson
+
+from cluster.model import NodeSpec
+
+log = logging.getLogger("shardlimit.dispatch")
+
+
+class NodeUnavailable(Exception):
+    """The node did not answer usefully within the node timeout."""
+
+
+class Breaker:
+    """Opens after `threshold` consecutive failures; closed again by a successful probe."""
+
+    def __init__(self, threshold: int = 3) -> None:
+        self.threshold = threshold
+        self.failures = 0
+        self.open_since: float | None = None
+
+    @property
+    def is_open(self) -> bool:
+        return self.open_since is not None
+
+    def success(self) -> None:
+        self.failures = 0
+        self.open_since = None
+
+    def failure(self) -> bool:
+        """Record a failure; True if this one opened the breaker."""
+        self.failures += 1
+        if self.open_since is None and self.failures >= self.threshold:
+            self.open_since = time.monotonic()
+            return True
+        return False
+
+
+class NodeChannel:
+    def __init__(
+        self,
+        spec: NodeSpec,
+        session: aiohttp.ClientSession,
+        token: str | None,
+        *,
+        timeout_s: float,
+        coalesce_max: int,
+        coalesce_wait_s: float,
+        probe_interval_s: float = 0.1,
+        on_epoch: Callable[[str, int], None] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.session = session
+        self.headers = {"Content-Type": "application/json"}
+        if token:
+            self.headers["Authorization"] = f"Bearer {token}"
+        self.timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self.coalesce_max = coalesce_max
+        self.coalesce_wait_s = coalesce_wait_s
+        self.probe_interval_s = probe_interval_s
+        self.on_epoch = on_epoch
+        self.breaker = Breaker()
+        self._pending: list[tuple[dict[str, Any], asyncio.Future[dict[str, Any]]]] = []
+        self._flush_handle: asyncio.Handle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._probe: asyncio.Task[None] | None = None
+        self.requests = 0
+        self.ops = 0
+        self.failures = 0
+        self.last_error: str | None = None
+
+    @property
+    def state(self) -> str:
+        return "down" if self.breaker.is_open else "up"
+
+    def submit(self, op: dict[str, Any]) -> asyncio.Future[dict[str, Any]]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[dict[str, Any]] = loop.create_future()
+        if self.breaker.is_open:
+            future.set_exception(NodeUnavailable(f"node {self.spec.id} is down (circuit open)"))
+            return future
+        self._pending.append((op, future))
+        if len(self._pending) >= self.coalesce_max:
+            self._flush()
+        elif self._flush_handle is None:
+            if self.coalesce_wait_s > 0:
+                self._flush_handle = loop.call_later(self.coalesce_wait_s, self._flush)
+            else:
+                self._flush_handle = loop.call_soon(self._flush)
+        return future
+
+    def _flush(self) -> None:
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        while self._pending:
+            batch = self._pending[: self.coalesce_max]
+            del self._pending[: self.coalesce_max]
+            task = asyncio.get_running_loop().create_task(self._send(batch))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _send(
+        self, batch: list[tuple[dict[str, Any], asyncio.Future[dict[str, Any]]]]
+    ) -> None:
+        ops = [op for op, _ in batch]
+        self.requests += 1
+        self.ops += len(ops)
+        try:
+            body = await self.post("/node/v1/batch", {"ops": ops})
+            results = body["results"]
+            if len(results) != len(batch):
+                raise NodeUnavailable("node answered with a different number of results")
+        except NodeUnavailable as exc:
+            self._failed(str(exc))
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(NodeUnavailable(str(exc)))
+            return
+        self.breaker.success()
+        if self.on_epoch is not None:
+            self.on_epoch(self.spec.id, int(body.get("epoch", 0)))
+        for (_, future), result in zip(batch, results, strict=True):
+            if not future.done():
+                future.set_result(result)
+
+    async def post(self, path: str, payload: Any, method: str = "POST") -> Any:
+        """One request to the node; every failure becomes NodeUnavailable."""
+        try:
+            async with self.session.request(
+                method,
+                self.spec.url + path,
+                data=orjson.dumps(payload),
+                headers=self.headers,
+                timeout=self.timeout,
+            ) as response:
+                raw = await response.read()
+                if response.status != 200:
+                    raise NodeUnavailable(f"node {self.spec.id} answered {response.status}")
+                return orjson.loads(raw)
+        except (TimeoutError, aiohttp.ClientError, orjson.JSONDecodeError, OSError) as exc:
+            raise NodeUnavailable(f"node {self.spec.id}: {type(exc).__name__} {exc}") from exc
+
+    async def get(self, path: str, timeout_s: float | None = None) -> Any:
+        timeout = aiohttp.ClientTimeout(total=timeout_s) if timeout_s else self.timeout
+        try:
+            async with self.session.get(
+                self.spec.url + path, headers=self.headers, timeout=timeout
+            ) as response:
+                raw = await response.read()
+                if response.status != 200:
+                    raise NodeUnavailable(f"node {self.spec.id} answered {response.status}")
+                return orjson.loads(raw)
+        except (TimeoutError, aiohttp.ClientError, orjson.JSONDecodeError, OSError) as exc:
+            raise NodeUnavailable(f"node {self.spec.id}: {type(exc).__name__} {exc}") from exc
+
+    def _failed(self, reason: str) -> None:
+        self.failures += 1
+        self.last_error = reason
+        if self.breaker.failure():
+            log.warning("node %s marked down: %s", self.spec.id, reason)
+            self._probe = asyncio.get_running_loop().create_task(self._probe_until_up())
+
+    async def _probe_until_up(self) -> None:
+        while self.breaker.is_open:
+            await asyncio.sleep(self.probe_interval_s)  # probe cadence, not a wait for a condition
+            try:
+                await self.get("/readyz", timeout_s=max(0.25, self.timeout.total or 0.25))
+            except NodeUnavailable:
+                continue
+            log.warning("node %s is back", self.spec.id)
+            self.breaker.success()
+
+    async def close(self) -> None:
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+        if self._probe is not None:
+            self._probe.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._probe
+        for task in list(self._tasks):
+            task.cancel()
+        for _, future in self._pending:
+            if not future.done():
+                future.set_exception(NodeUnavailable("router shutting down"))
+        self._pending.clear()

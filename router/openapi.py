@@ -1,0 +1,337 @@
+"""The router's OpenAPI 3.1 document (served at /openapi.json)."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from cluster.limits import ALGORITHMS, MAX_COUNT
+from router.requests import MAX_BATCH
+
+_DURATION = {
+    "oneOf": [
+        {"type": "string", "pattern": r"^\s*\d+\s*(ms|s|m|h|d)\s*$"},
+        {"type": "integer", "minimum": 1},
+    ],
+    "description": "'500ms', '1s', '1m', '1h', '1d' or milliseconds",
+}
+_DECIMAL = {
+    "oneOf": [{"type": "number", "minimum": 0}, {"type": "string"}],
+    "description": 'exact decimal, e.g. 12.30 or "12.30"',
+}
+
+
+def _problem_ref() -> dict[str, Any]:
+    return {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
+
+
+def _responses(ok: dict[str, Any], *statuses: int) -> dict[str, Any]:
+    out = dict(ok)
+    for status in statuses:
+        out[str(status)] = {"description": "problem", "content": _problem_ref()}
+    return out
+
+
+def _json_body(ref: str) -> dict[str, Any]:
+    return {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{ref}"}}},
+    }
+
+
+def _json_ok(ref: str, description: str = "ok", status: str = "200") -> dict[str, Any]:
+    return {
+        status: {
+            "description": description,
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{ref}"}}},
+        }
+    }
+
+
+@cache
+def openapi_document() -> dict[str, Any]:
+    limit = {
+        "type": "object",
+        "required": ["algorithm"],
+        "properties": {
+            "algorithm": {"type": "string", "enum": list(ALGORITHMS)},
+            "limit": {"type": "integer", "minimum": 1},
+            "window": _DURATION,
+            "rate": {"type": "integer", "minimum": 1},
+            "period": {"oneOf": [_DURATION, {"type": "string"}]},
+            "burst": {"type": "integer", "minimum": 1},
+            "capacity": {"type": "integer", "minimum": 1},
+            "timezone": {"type": "string"},
+            "max_count": {"type": "integer", "minimum": 1},
+            "max_amount": _DECIMAL,
+            "amount_scale": {"type": "integer", "minimum": 0, "maximum": 6},
+        },
+    }
+    check = {
+        "type": "object",
+        "required": ["key"],
+        "properties": {
+            "key": {"type": "string", "minLength": 1, "description": "at most 512 bytes"},
+            "rule": {"type": "string"},
+            "limits": {"type": "array", "items": {"$ref": "#/components/schemas/Limit"}},
+            "cost": {"type": "integer", "minimum": 0, "maximum": MAX_COUNT, "default": 1},
+            "amount": _DECIMAL,
+            "request_id": {"type": "string", "pattern": r"^[A-Za-z0-9_.:@~+=/-]{1,128}$"},
+            "dry_run": {"type": "boolean", "default": False},
+            "on_failure": {"type": "string", "enum": ["allow", "deny"]},
+        },
+    }
+    limit_state = {
+        "type": "object",
+        "required": ["algorithm", "limit", "remaining", "reset_after_ms"],
+        "properties": {
+            "algorithm": {"type": "string"},
+            "limit": {"type": ["integer", "null"]},
+            "remaining": {"type": ["integer", "null"]},
+            "reset_after_ms": {"type": ["integer", "null"]},
+            "delay_ms": {"type": ["integer", "null"]},
+            "max_amount": {"type": ["string", "null"]},
+            "amount_remaining": {"type": ["string", "null"]},
+            "period": {"type": "string"},
+            "timezone": {"type": "string"},
+        },
+    }
+    decision = {
+        "type": "object",
+        "required": ["allowed", "key", "rule", "node", "retry_after_ms", "limits", "denied_by"],
+        "properties": {
+            "allowed": {"type": "boolean"},
+            "key": {"type": "string"},
+            "rule": {"type": ["string", "null"]},
+            "node": {"type": "string"},
+            "retry_after_ms": {"type": ["integer", "null"]},
+            "limits": {"type": "array", "items": {"$ref": "#/components/schemas/LimitState"}},
+            "denied_by": {"type": "array", "items": {"type": "integer"}},
+            "replayed": {"type": "boolean"},
+            "dry_run": {"type": "boolean"},
+            "degraded": {"type": "boolean"},
+            "rolled_back": {"type": "boolean"},
+        },
+    }
+    problem = {
+        "type": "object",
+        "required": ["type", "title", "status", "detail"],
+        "properties": {
+            "type": {"type": "string"},
+            "title": {"type": "string"},
+            "status": {"type": "integer"},
+            "detail": {"type": "string"},
+            "errors": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["field", "message"],
+                    "properties": {"field": {"type": "string"}, "message": {"type": "string"}},
+                },
+            },
+        },
+    }
+    rule = {
+        "type": "object",
+        "required": ["limits"],
+        "properties": {
+            "name": {"type": "string"},
+            "limits": {"type": "array", "items": {"$ref": "#/components/schemas/Limit"}},
+            "on_failure": {"type": "string", "enum": ["allow", "deny"]},
+        },
+    }
+    name_param = {
+        "name": "name",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,64}$"},
+    }
+    key_query = {"name": "key", "in": "query", "required": True, "schema": {"type": "string"}}
+    admin: list[dict[str, list[str]]] = [{"admin": []}]
+    paths: dict[str, Any] = {
+        "/v1/check": {
+            "post": {
+                "summary": "One decision: 200 if allowed, 429 if denied (same body)",
+                "requestBody": _json_body("Check"),
+                "responses": _responses(
+                    {**_json_ok("Decision", "allowed"), **_json_ok("Decision", "denied", "429")},
+                    400,
+                    413,
+                ),
+            }
+        },
+        "/v1/check/batch": {
+            "post": {
+                "summary": f"Up to {MAX_BATCH} checks, results in order",
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "type": "object",
+                                "required": ["checks"],
+                                "properties": {
+                                    "checks": {
+                                        "type": "array",
+                                        "minItems": 1,
+                                        "maxItems": MAX_BATCH,
+                                        "items": {"$ref": "#/components/schemas/Check"},
+                                    },
+                                    "all_or_nothing": {"type": "boolean"},
+                                },
+                            }
+                        }
+                    },
+                },
+                "responses": _responses(_json_ok("BatchResult"), 400, 413),
+            }
+        },
+        "/v1/refund": {
+            "post": {
+                "summary": "Give back what a decision consumed, once",
+                "requestBody": _json_body("Refund"),
+                "responses": _responses(_json_ok("RefundResult"), 400, 404, 409, 413, 503),
+            }
+        },
+        "/v1/usage": {
+            "get": {
+                "summary": "Current state of a key under a rule; consumes nothing",
+                "parameters": [
+                    key_query,
+                    {"name": "rule", "in": "query", "required": True, "schema": {"type": "string"}},
+                ],
+                "responses": _responses(_json_ok("Decision"), 400),
+            }
+        },
+        "/v1/rules": {
+            "get": {"summary": "All rules", "responses": _json_ok("RuleList")},
+        },
+        "/v1/rules/{name}": {
+            "parameters": [name_param],
+            "get": {"summary": "One rule", "responses": _responses(_json_ok("Rule"), 400, 404)},
+            "put": {
+                "summary": "Create or replace a rule (admin)",
+                "security": admin,
+                "requestBody": _json_body("Rule"),
+                "responses": _responses(
+                    {**_json_ok("Rule", "replaced"), **_json_ok("Rule", "created", "201")},
+                    400,
+                    401,
+                    413,
+                ),
+            },
+            "delete": {
+                "summary": "Delete a rule (admin)",
+                "security": admin,
+                "responses": _responses({"204": {"description": "deleted"}}, 400, 401, 404),
+            },
+        },
+        "/v1/cluster": {
+            "get": {"summary": "Topology and node state", "responses": _json_ok("Cluster")}
+        },
+        "/v1/locate": {
+            "get": {
+                "summary": "Which node (and slot or ring point) owns a key",
+                "parameters": [key_query],
+                "responses": _responses(_json_ok("Location"), 400),
+            }
+        },
+        "/healthz": {
+            "get": {"summary": "Process is alive", "responses": {"200": {"description": "ok"}}}
+        },
+        "/readyz": {
+            "get": {
+                "summary": "All nodes reachable",
+                "responses": {"200": {"description": "ready"}, "503": {"description": "degraded"}},
+            }
+        },
+        "/metrics": {
+            "get": {
+                "summary": "Prometheus metrics",
+                "responses": {"200": {"description": "text exposition"}},
+            }
+        },
+        "/openapi.json": {
+            "get": {
+                "summary": "This document",
+                "responses": {"200": {"description": "OpenAPI 3.1"}},
+            }
+        },
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "shardlimit router", "version": "1"},
+        "paths": paths,
+        "components": {
+            "securitySchemes": {"admin": {"type": "http", "scheme": "bearer"}},
+            "schemas": {
+                "Limit": limit,
+                "Check": check,
+                "LimitState": limit_state,
+                "Decision": decision,
+                "Problem": problem,
+                "Rule": rule,
+                "RuleList": {
+                    "type": "object",
+                    "required": ["rules"],
+                    "properties": {"rules": {"type": "array", "items": rule}},
+                },
+                "BatchResult": {
+                    "type": "object",
+                    "required": ["allowed", "results"],
+                    "properties": {
+                        "allowed": {"type": "boolean"},
+                        "results": {
+                            "type": "array",
+                            "items": {"$ref": "#/components/schemas/Decision"},
+                        },
+                    },
+                },
+                "Refund": {
+                    "type": "object",
+                    "required": ["key", "request_id"],
+                    "properties": {
+                        "key": {"type": "string"},
+                        "rule": {"type": "string"},
+                        "limits": {
+                            "type": "array",
+                            "items": {"$ref": "#/components/schemas/Limit"},
+                        },
+                        "request_id": {"type": "string"},
+                    },
+                },
+                "RefundResult": {
+                    "type": "object",
+                    "required": ["refunded", "key", "given_back"],
+                    "properties": {
+                        "refunded": {"type": "boolean"},
+                        "key": {"type": "string"},
+                        "rule": {"type": ["string", "null"]},
+                        "request_id": {"type": "string"},
+                        "given_back": {"type": "array", "items": {"type": "object"}},
+                        "detail": {"type": ["string", "null"]},
+                    },
+                },
+                "Cluster": {
+                    "type": "object",
+                    "required": ["epoch", "partitioner", "nodes", "migration"],
+                    "properties": {
+                        "epoch": {"type": "integer"},
+                        "partitioner": {"type": "string", "enum": ["ring", "slots"]},
+                        "nodes": {"type": "array", "items": {"type": "object"}},
+                        "migration": {"type": ["object", "null"]},
+                    },
+                },
+                "Location": {
+                    "type": "object",
+                    "required": ["key", "node"],
+                    "properties": {
+                        "key": {"type": "string"},
+                        "node": {"type": "string"},
+                        "slot": {"type": "integer"},
+                        "point": {"type": "integer"},
+                    },
+                },
+            },
+        },
+    }

@@ -1,0 +1,187 @@
+"""Client request bodies: parsed and validated in one pass, every problem reported."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from cluster.errors import Problems
+from cluster.keys import INLINE_SCOPE, MAX_KEY_BYTES, REQUEST_ID
+from cluster.limits import MAX_COUNT, parse_decimal, parse_limits, to_minor_units
+from router.rules import Rule, RuleBook, make_rule
+
+MAX_BATCH = 1000
+_CHECK_FIELDS = {"key", "rule", "limits", "cost", "amount", "request_id", "dry_run", "on_failure"}
+_REFUND_FIELDS = {"key", "rule", "limits", "request_id"}
+
+
+@dataclass(frozen=True, slots=True)
+class CheckRequest:
+    key: str
+    rule: Rule
+    cost: int
+    amounts: tuple[int, ...]
+    request_id: str | None
+    dry_run: bool
+
+    def to_op(self, record_ttl_ms: int) -> dict[str, Any]:
+        return {
+            "op": "check",
+            "key": self.key,
+            "scope": self.rule.name,
+            "limits": self.rule.wire,
+            "amounts": self.amounts,
+            "cost": self.cost,
+            "request_id": self.request_id,
+            "dry_run": self.dry_run,
+            "record_ttl_ms": record_ttl_ms,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RefundRequest:
+    key: str
+    rule: Rule
+    request_id: str
+
+    def to_op(self, *, void: bool = False) -> dict[str, Any]:
+        return {
+            "op": "refund",
+            "key": self.key,
+            "scope": self.rule.name,
+            "limits": self.rule.wire,
+            "amounts": [0] * len(self.rule.limits),
+            "request_id": self.request_id,
+            "void": void,
+        }
+
+
+def parse_key(value: Any, path: str, problems: Problems) -> str:
+    if not isinstance(value, str) or not value:
+        problems.add(path, "is required: a non-empty string")
+        return ""
+    if len(value.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
+        problems.add(path, f"must be at most {MAX_KEY_BYTES} bytes")
+        return ""
+    return value
+
+
+def _resolve_rule(
+    body: dict[str, Any], path: str, rules: RuleBook, problems: Problems
+) -> Rule | None:
+    name, inline = body.get("rule"), body.get("limits")
+    if name is not None and inline is not None:
+        problems.add(path, "give either 'rule' or 'limits', not both")
+        return None
+    if name is None and inline is None:
+        problems.add(f"{path}rule", "is required (or inline 'limits')")
+        return None
+    if name is not None:
+        if not isinstance(name, str):
+            problems.add(f"{path}rule", "must be a rule name")
+            return None
+        rule = rules.get(name)
+        if rule is None:
+            problems.add(f"{path}rule", f"unknown rule '{name}'")
+        return rule
+    limits = parse_limits(inline, f"{path}limits", problems)
+    if not limits:
+        return None
+    on_failure = body.get("on_failure")
+    if on_failure is not None and on_failure not in ("allow", "deny"):
+        problems.add(f"{path}on_failure", "must be 'allow' or 'deny'")
+        return None
+    return make_rule(INLINE_SCOPE, limits, on_failure)
+
+
+def _unknown_fields(body: dict[str, Any], allowed: set[str], path: str, problems: Problems) -> None:
+    for name in sorted(set(body) - allowed):
+        problems.add(f"{path}{name}", "unknown field")
+
+
+def parse_check(
+    body: Any, rules: RuleBook, problems: Problems, path: str = ""
+) -> CheckRequest | None:
+    """One check; `path` prefixes field paths inside a batch (e.g. "checks[3].")."""
+    if not isinstance(body, dict):
+        problems.add(path.rstrip(".") or "body", "must be a JSON object")
+        return None
+    before = len(problems.errors)
+    _unknown_fields(body, _CHECK_FIELDS, path, problems)
+    key = parse_key(body.get("key"), f"{path}key", problems)
+    rule = _resolve_rule(body, path, rules, problems)
+    cost_raw = body.get("cost", 1)
+    cost = 0
+    if not isinstance(cost_raw, int) or isinstance(cost_raw, bool):
+        problems.add(f"{path}cost", "must be a non-negative integer")
+    elif not 0 <= cost_raw <= MAX_COUNT:
+        problems.add(f"{path}cost", f"must be between 0 and {MAX_COUNT}")
+    else:
+        cost = cost_raw
+    amount: Decimal | None = Decimal(0)
+    if "amount" in body:
+        amount = parse_decimal(body["amount"], f"{path}amount", problems)
+        if amount is not None and amount < 0:
+            problems.add(f"{path}amount", "must not be negative")
+            amount = None
+    request_id = body.get("request_id")
+    if request_id is not None and not (
+        isinstance(request_id, str) and REQUEST_ID.match(request_id)
+    ):
+        problems.add(
+            f"{path}request_id", "must be 1-128 characters of A-Z a-z 0-9 _ . : @ ~ + = / -"
+        )
+    dry_run = body.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        problems.add(f"{path}dry_run", "must be true or false")
+    amounts: list[int] = []
+    if rule is not None and amount is not None:
+        for spec in rule.limits:
+            minor = 0
+            if spec.algorithm == "calendar":
+                converted = to_minor_units(amount, spec.amount_scale, f"{path}amount", problems)
+                minor = converted or 0
+            amounts.append(minor)
+    if len(problems.errors) != before or rule is None:
+        return None
+    return CheckRequest(key, rule, cost, tuple(amounts), request_id, dry_run)
+
+
+def parse_batch(body: Any, rules: RuleBook, problems: Problems) -> tuple[list[CheckRequest], bool]:
+    if not isinstance(body, dict):
+        problems.add("body", "must be a JSON object with 'checks'")
+        return [], False
+    _unknown_fields(body, {"checks", "all_or_nothing"}, "", problems)
+    checks = body.get("checks")
+    all_or_nothing = body.get("all_or_nothing", False)
+    if not isinstance(all_or_nothing, bool):
+        problems.add("all_or_nothing", "must be true or false")
+    if not isinstance(checks, list) or not checks:
+        problems.add("checks", "must be a non-empty list")
+        return [], False
+    if len(checks) > MAX_BATCH:
+        problems.add("checks", f"must hold at most {MAX_BATCH} checks")
+        return [], False
+    parsed: list[CheckRequest] = []
+    for index, item in enumerate(checks):
+        request = parse_check(item, rules, problems, f"checks[{index}].")
+        if request is not None:
+            parsed.append(request)
+    return parsed, bool(all_or_nothing)
+
+
+def parse_refund(body: Any, rules: RuleBook, problems: Problems) -> RefundRequest | None:
+    if not isinstance(body, dict):
+        problems.add("body", "must be a JSON object")
+        return None
+    before = len(problems.errors)
+    _unknown_fields(body, _REFUND_FIELDS, "", problems)
+    key = parse_key(body.get("key"), "key", problems)
+    rule = _resolve_rule(body, "", rules, problems)
+    request_id = body.get("request_id")
+    if not (isinstance(request_id, str) and REQUEST_ID.match(request_id)):
+        problems.add("request_id", "is required: the request_id of the decision to refund")
+    if len(problems.errors) != before or rule is None or not isinstance(request_id, str):
+        return None
+    return RefundRequest(key, rule, request_id)

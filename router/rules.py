@@ -1,0 +1,172 @@
+"""Rules: named sets of limits, from a YAML file (hot-reloaded) and the admin API."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cluster.errors import Problems, ValidationError
+from cluster.keys import INLINE_SCOPE, RULE_NAME
+from cluster.limits import LimitSpec, parse_limits
+
+log = logging.getLogger("shardlimit.rules")
+ON_FAILURE = ("allow", "deny")
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str  # INLINE_SCOPE for limits given inline in a check
+    limits: tuple[LimitSpec, ...]
+    on_failure: str
+    wire: tuple[list[Any], ...]
+
+    @property
+    def public_name(self) -> str | None:
+        return None if self.name == INLINE_SCOPE else self.name
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "limits": [spec.to_dict() for spec in self.limits],
+            "on_failure": self.on_failure,
+        }
+
+
+def default_on_failure(limits: tuple[LimitSpec, ...]) -> str:
+    """Money and quotas fail closed; plain rate limits fail open."""
+    return "deny" if any(spec.algorithm == "calendar" for spec in limits) else "allow"
+
+
+def make_rule(name: str, limits: tuple[LimitSpec, ...], on_failure: str | None = None) -> Rule:
+    return Rule(
+        name=name,
+        limits=limits,
+        on_failure=on_failure or default_on_failure(limits),
+        wire=tuple(spec.to_wire() for spec in limits),
+    )
+
+
+def parse_rule(name: str, data: Any, path: str, problems: Problems) -> Rule | None:
+    before = len(problems.errors)
+    if not RULE_NAME.match(name):
+        problems.add(path, "rule names are 1-64 characters of A-Z a-z 0-9 _ . : -")
+    if not isinstance(data, dict):
+        problems.add(path, "must be an object with 'limits'")
+        return None
+    for extra in sorted(set(data) - {"limits", "on_failure", "name"}):
+        problems.add(f"{path}.{extra}", "unknown field")
+    limits = parse_limits(data.get("limits"), f"{path}.limits", problems)
+    on_failure = data.get("on_failure")
+    if on_failure is not None and on_failure not in ON_FAILURE:
+        problems.add(f"{path}.on_failure", "must be 'allow' or 'deny'")
+    if len(problems.errors) != before:
+        return None
+    return make_rule(name, limits, on_failure)
+
+
+def parse_rules_document(doc: Any) -> dict[str, Rule]:
+    problems = Problems()
+    rules: dict[str, Rule] = {}
+    if doc is None:
+        return rules
+    if not isinstance(doc, dict) or not isinstance(doc.get("rules", {}), dict):
+        raise ValidationError([])  # pragma: no cover - replaced below
+    for name, body in (doc.get("rules") or {}).items():
+        rule = parse_rule(str(name), body, f"rules.{name}", problems)
+        if rule is not None:
+            rules[rule.name] = rule
+    problems.raise_if_any()
+    return rules
+
+
+class RuleBook:
+    """The live rule set. File edits and SIGHUP reload it; API writes rewrite the file."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.rules: dict[str, Rule] = {}
+        self._mtime: float | None = None
+        self.reloads = 0
+        self.reload_errors = 0
+
+    def load(self) -> None:
+        if self.path is None:
+            return
+        if not self.path.exists():
+            self.rules = {}
+            self._mtime = None
+            return
+        stat = self.path.stat()
+        try:
+            doc = yaml.safe_load(self.path.read_text())
+            if doc is not None and not isinstance(doc, dict):
+                raise ValueError("rules file must be a mapping with a 'rules' key")
+            rules = parse_rules_document(doc)
+        except (yaml.YAMLError, ValueError) as exc:
+            self.reload_errors += 1
+            self._mtime = stat.st_mtime
+            log.error("rules file %s rejected, keeping the previous rules: %s", self.path, exc)
+            raise
+        self.rules = rules
+        self._mtime = stat.st_mtime
+        self.reloads += 1
+
+    def reload_if_changed(self) -> bool:
+        if self.path is None:
+            return False
+        mtime = self.path.stat().st_mtime if self.path.exists() else None
+        if mtime == self._mtime:
+            return False
+        with contextlib.suppress(yaml.YAMLError, ValueError):
+            self.load()
+        return True
+
+    def get(self, name: str) -> Rule | None:
+        return self.rules.get(name)
+
+    def put(self, rule: Rule) -> bool:
+        """Add or replace; True if it was new."""
+        created = rule.name not in self.rules
+        rules = dict(self.rules)
+        rules[rule.name] = rule
+        self._persist(rules)
+        return created
+
+    def delete(self, name: str) -> bool:
+        if name not in self.rules:
+            return False
+        rules = dict(self.rules)
+        del rules[name]
+        self._persist(rules)
+        return True
+
+    def _persist(self, rules: dict[str, Rule]) -> None:
+        if self.path is not None:
+            doc = {
+                "rules": {
+                    name: {
+                        "limits": [s.to_dict() for s in r.limits],
+                        "on_failure": r.on_failure,
+                    }
+                    for name, r in sorted(rules.items())
+                }
+            }
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".rules.", dir=self.path.parent)
+            try:
+                with os.fdopen(fd, "w") as handle:
+                    yaml.safe_dump(doc, handle, sort_keys=False)
+                os.replace(tmp, self.path)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+                raise
+            self._mtime = self.path.stat().st_mtime
+        self.rules = rules
