@@ -1,0 +1,203 @@
+"""Fixtures: real redis-server processes on free ports, real node and router HTTP servers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import redis
+import redis.asyncio as aioredis
+from aiohttp import web
+
+from cluster.config import RouterConfig
+from cluster.model import NodeSpec
+from cluster.redis_proc import RedisProcess, free_port
+from node.app import create_app as create_node_app
+from router.app import ROUTER, Router
+from router.app import create_app as create_router_app
+
+ADMIN = "test-admin-token"
+CLUSTER = "test-cluster-token"
+
+
+@pytest.fixture(scope="session")
+def redis_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[RedisProcess]]:
+    """Three Redis servers shared by the session; each test flushes them."""
+    servers = []
+    for i in range(3):
+        server = RedisProcess(
+            port=free_port(), data_dir=tmp_path_factory.mktemp(f"redis{i}"), aof=False
+        )
+        server.start()
+        servers.append(server)
+    yield servers
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture
+def redis_servers(redis_pool: list[RedisProcess]) -> list[RedisProcess]:
+    for server in redis_pool:
+        if server.proc is None or server.proc.poll() is not None:
+            server.start()
+        client = redis.Redis(port=server.port)
+        client.flushall()
+        client.close()
+    return redis_pool
+
+
+async def _start(app: web.Application) -> tuple[web.AppRunner, int]:
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    port = free_port()
+    site = web.TCPSite(runner, "127.0.0.1", port)
+    await site.start()
+    return runner, port
+
+
+@dataclass
+class Cluster:
+    """A router and its nodes, all real HTTP servers in this process."""
+
+    router_url: str
+    router: Router
+    http: aiohttp.ClientSession
+    redis: list[RedisProcess]
+    node_urls: dict[str, str]
+    runners: list[web.AppRunner] = field(default_factory=list)
+    rules_file: Path | None = None
+
+    async def post(self, path: str, body: Any, token: str | None = None) -> tuple[int, Any]:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        async with self.http.post(self.router_url + path, json=body, headers=headers) as resp:
+            return resp.status, await resp.json(content_type=None)
+
+    async def check(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        status, data = await self.post("/v1/check", body)
+        assert isinstance(data, dict)
+        return status, data
+
+    async def get(self, path: str, token: str | None = None) -> tuple[int, Any]:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        async with self.http.get(self.router_url + path, headers=headers) as resp:
+            return resp.status, await resp.json(content_type=None)
+
+    async def usage(self, key: str, rule: str) -> dict[str, Any]:
+        async with self.http.get(
+            self.router_url + "/v1/usage", params={"key": key, "rule": rule}
+        ) as resp:
+            assert resp.status == 200, await resp.text()
+            data: dict[str, Any] = await resp.json()
+            return data
+
+    async def redis_now_ms(self) -> int:
+        client = aioredis.Redis(port=self.redis[0].port)
+        seconds, micros = await client.time()
+        await client.aclose()
+        return int(seconds * 1000 + micros // 1000)
+
+    async def set_time(self, instant_ms: int) -> None:
+        """Make every node's scripts see `instant_ms` now (test-mode clock offset)."""
+        offset = instant_ms - await self.redis_now_ms()
+        for url in self.node_urls.values():
+            async with self.http.post(
+                url + "/node/v1/test/clock",
+                json={"offset_ms": offset},
+                headers={"Authorization": f"Bearer {CLUSTER}"},
+            ) as resp:
+                assert resp.status == 200, await resp.text()
+
+
+async def start_cluster(
+    redis_servers: list[RedisProcess],
+    tmp_path: Path,
+    *,
+    partitioner: str = "ring",
+    node_timeout_ms: int = 2000,
+    rules_yaml: str | None = None,
+    nodes: int = 3,
+) -> Cluster:
+    runners: list[web.AppRunner] = []
+    specs: list[NodeSpec] = []
+    for i in range(nodes):
+        app = create_node_app(f"n{i + 1}", redis_servers[i].url, CLUSTER, test_mode=True)
+        runner, port = await _start(app)
+        runners.append(runner)
+        specs.append(NodeSpec(f"n{i + 1}", f"http://127.0.0.1:{port}"))
+    tmp_path = tmp_path / partitioner
+    tmp_path.mkdir(exist_ok=True)
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(rules_yaml or "rules: {}\n")
+    config = RouterConfig(
+        data_dir=tmp_path / "router",
+        rules_file=rules_file,
+        node_timeout_ms=node_timeout_ms,
+        partitioner=partitioner,
+        nodes=specs,
+        rules_poll_ms=50,
+    )
+    router_app = create_router_app(config, ADMIN, CLUSTER)
+    runner, port = await _start(router_app)
+    runners.append(runner)
+    http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+    return Cluster(
+        router_url=f"http://127.0.0.1:{port}",
+        router=router_app[ROUTER],
+        http=http,
+        redis=redis_servers,
+        node_urls={s.id: s.url for s in specs},
+        runners=runners,
+        rules_file=rules_file,
+    )
+
+
+async def stop_cluster(cluster: Cluster) -> None:
+    await cluster.http.close()
+    for runner in reversed(cluster.runners):
+        await runner.cleanup()
+
+
+RULES = """
+rules:
+  basic:
+    limits:
+      - {algorithm: fixed_window, limit: 5, window: 1h}
+  pair:
+    limits:
+      - {algorithm: fixed_window, limit: 10, window: 1h}
+      - {algorithm: fixed_window, limit: 3, window: 1m}
+  payments:
+    limits:
+      - {algorithm: calendar, period: day, timezone: Europe/Paris, max_amount: "100.00"}
+      - {algorithm: calendar, period: month, timezone: Europe/Paris, max_amount: "1000.00"}
+  login:
+    limits:
+      - {algorithm: sliding_log, limit: 3, window: 1h}
+"""
+
+
+@pytest.fixture
+async def cluster(redis_servers: list[RedisProcess], tmp_path: Path) -> AsyncIterator[Cluster]:
+    started = await start_cluster(redis_servers, tmp_path, rules_yaml=RULES)
+    try:
+        yield started
+    finally:
+        await stop_cluster(started)
+
+
+@pytest.fixture
+async def slots_cluster(
+    redis_servers: list[RedisProcess], tmp_path: Path
+) -> AsyncIterator[Cluster]:
+    started = await start_cluster(redis_servers, tmp_path, partitioner="slots", rules_yaml=RULES)
+    try:
+        yield started
+    finally:
+        await stop_cluster(started)
+
+
