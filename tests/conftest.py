@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -201,3 +201,11 @@ async def slots_cluster(
         await stop_cluster(started)
 
 
+async def eventually(condition: Callable[[], Awaitable[bool]], within: float = 10.0) -> None:
+    """Await a condition that has no event to wait on, up to `within` seconds."""
+
+    async def poll() -> None:
+        while not await condition():  # noqa: ASYNC110 - polling state owned by another process
+            await asyncio.sleep(0.02)
+
+    await asyncio.wait_for(poll(), within)

@@ -138,7 +138,8 @@ async def test_leaky_bucket_shapes_with_delays_then_denies(cluster: Cluster) -> 
 
 
 def local_ms(tz: str, *parts: int, fold: int = 0) -> int:
-    return int(datetime(*parts, tzinfo=ZoneInfo(tz), fold=fold).timestamp() * 1000)  # type: ignore[misc]
+    naive = datetime(*parts)  # type: ignore[arg-type]
+    return int(naive.replace(tzinfo=ZoneInfo(tz), fold=fold).timestamp() * 1000)
 
 
 CALENDAR_BOUNDARIES = [

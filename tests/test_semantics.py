@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 from typing import Any
 
 from cluster.partition import routing_part
-from tests.conftest import ADMIN, Cluster
+from tests.conftest import ADMIN, Cluster, eventually
 
 
 async def remaining(cluster: Cluster, key: str, rule: str) -> list[int | None]:
@@ -87,9 +86,13 @@ async def test_sliding_log_refund_removes_its_entries(cluster: Cluster) -> None:
 
 
 async def test_dry_run_and_cost_zero_consume_nothing(cluster: Cluster) -> None:
-    status, body = await cluster.check({"key": "dry:1", "rule": "basic", "cost": 5, "dry_run": True})
+    status, body = await cluster.check(
+        {"key": "dry:1", "rule": "basic", "cost": 5, "dry_run": True}
+    )
     assert status == 200 and body["limits"][0]["remaining"] == 0 and body["dry_run"] is True
-    status, body = await cluster.check({"key": "dry:1", "rule": "basic", "cost": 6, "dry_run": True})
+    status, body = await cluster.check(
+        {"key": "dry:1", "rule": "basic", "cost": 6, "dry_run": True}
+    )
     assert status == 429
     status, body = await cluster.check({"key": "dry:1", "rule": "basic", "cost": 0})
     assert status == 200 and body["limits"][0]["remaining"] == 5
@@ -117,9 +120,7 @@ async def test_headers_follow_the_ratelimit_draft(cluster: Cluster) -> None:
     ) as resp:
         assert resp.status == 200
         assert resp.headers["RateLimit-Policy"] == '"pair.0";q=10;w=3600, "pair.1";q=3;w=60'
-        assert re.fullmatch(
-            r'"pair\.0";r=9;t=\d+, "pair\.1";r=2;t=\d+', resp.headers["RateLimit"]
-        )
+        assert re.fullmatch(r'"pair\.0";r=9;t=\d+, "pair\.1";r=2;t=\d+', resp.headers["RateLimit"])
         assert "Retry-After" not in resp.headers
     for _ in range(2):
         await cluster.check({"key": "hdr:1", "rule": "pair"})
@@ -144,7 +145,7 @@ async def test_batch_all_or_nothing_rolls_back_across_nodes(cluster: Cluster) ->
     a, b, c = keys_on_distinct_nodes(cluster, 3)
     # Exhaust c so the batch must fail on it.
     await cluster.check({"key": c, "rule": "basic", "cost": 5})
-    batch = {
+    batch: dict[str, Any] = {
         "all_or_nothing": True,
         "checks": [
             {"key": a, "rule": "basic", "cost": 2},
@@ -171,7 +172,10 @@ async def test_batch_all_or_nothing_rolls_back_across_nodes(cluster: Cluster) ->
     assert await remaining(cluster, a, "basic") == [3]
     assert await remaining(cluster, b, "basic") == [4]
     # And an all_or_nothing batch that fits consumes everywhere.
-    ok = {"all_or_nothing": True, "checks": [{"key": a, "rule": "basic"}, {"key": b, "rule": "basic"}]}
+    ok = {
+        "all_or_nothing": True,
+        "checks": [{"key": a, "rule": "basic"}, {"key": b, "rule": "basic"}],
+    }
     status, body = await cluster.post("/v1/check/batch", ok)
     assert body["allowed"] is True
     assert await remaining(cluster, a, "basic") == [2]
@@ -183,21 +187,33 @@ async def test_rules_crud_needs_the_admin_token(cluster: Cluster) -> None:
         assert resp.status == 401
         assert resp.content_type == "application/problem+json"
     wrong = {"Authorization": "Bearer nope"}
-    async with cluster.http.put(cluster.router_url + "/v1/rules/new", json=rule, headers=wrong) as resp:
+    async with cluster.http.put(
+        cluster.router_url + "/v1/rules/new", json=rule, headers=wrong
+    ) as resp:
         assert resp.status == 401
     admin = {"Authorization": f"Bearer {ADMIN}"}
-    async with cluster.http.put(cluster.router_url + "/v1/rules/new", json=rule, headers=admin) as resp:
+    async with cluster.http.put(
+        cluster.router_url + "/v1/rules/new", json=rule, headers=admin
+    ) as resp:
         assert resp.status == 201
         created: dict[str, Any] = await resp.json()
         assert created["on_failure"] == "allow"
-    assert [(await cluster.check({"key": "k", "rule": "new"}))[0] for _ in range(3)] == [200, 200, 429]
+    assert [(await cluster.check({"key": "k", "rule": "new"}))[0] for _ in range(3)] == [
+        200,
+        200,
+        429,
+    ]
     # Raising the limit keeps the counter (same shape); changing the window resets it.
     rule["limits"][0]["limit"] = 3
-    async with cluster.http.put(cluster.router_url + "/v1/rules/new", json=rule, headers=admin) as resp:
+    async with cluster.http.put(
+        cluster.router_url + "/v1/rules/new", json=rule, headers=admin
+    ) as resp:
         assert resp.status == 200
     assert [(await cluster.check({"key": "k", "rule": "new"}))[0] for _ in range(2)] == [200, 429]
     rule["limits"][0]["window"] = "2h"
-    async with cluster.http.put(cluster.router_url + "/v1/rules/new", json=rule, headers=admin) as resp:
+    async with cluster.http.put(
+        cluster.router_url + "/v1/rules/new", json=rule, headers=admin
+    ) as resp:
         assert resp.status == 200
     assert (await cluster.check({"key": "k", "rule": "new"}))[1]["limits"][0]["remaining"] == 2
     status, listing = await cluster.get("/v1/rules")
@@ -220,20 +236,18 @@ async def test_rules_file_is_hot_reloaded(cluster: Cluster) -> None:
         original + "  hot:\n    limits:\n      - {algorithm: fixed_window, limit: 1, window: 1h}\n"
     )
 
-    async def visible() -> None:
-        while (await cluster.get("/v1/rules/hot"))[0] != 200:
-            await asyncio.sleep(0.02)
+    async def visible() -> bool:
+        return (await cluster.get("/v1/rules/hot"))[0] == 200
 
-    await asyncio.wait_for(visible(), timeout=10)
+    await eventually(visible)
     assert [(await cluster.check({"key": "h", "rule": "hot"}))[0] for _ in range(2)] == [200, 429]
     # A broken file is refused and the previous rules stay in force.
     cluster.rules_file.write_text("rules: [this is not a mapping")
     reloads = cluster.router.rules.reload_errors
 
-    async def rejected() -> None:
-        while cluster.router.rules.reload_errors == reloads:
-            await asyncio.sleep(0.02)
+    async def rejected() -> bool:
+        return cluster.router.rules.reload_errors > reloads
 
-    await asyncio.wait_for(rejected(), timeout=10)
+    await eventually(rejected)
     assert (await cluster.get("/v1/rules/hot"))[0] == 200
     assert cluster.router.rules.reload_errors == reloads + 1

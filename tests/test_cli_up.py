@@ -1,0 +1,102 @@
+"""`shardlimit up` end to end: real processes, a real check, clean shutdown, no orphans."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from cluster.redis_proc import free_port
+
+
+def consecutive_free_ports(count: int) -> int:
+    for _ in range(50):
+        base = free_port()
+        if base + count >= 65535:
+            continue
+        try:
+            socks = []
+            for port in range(base, base + count):
+                sock = socket.socket()
+                sock.bind(("127.0.0.1", port))
+                socks.append(sock)
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+        return base
+    raise RuntimeError("no run of free ports")
+
+
+def processes_mentioning(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.timeout(90)
+def test_up_serves_then_stops_every_child(tmp_path: Path) -> None:
+    data_dir = tmp_path / "cluster-data"
+    port = free_port()
+    base = consecutive_free_ports(2)
+    env = dict(os.environ, SHARDLIMIT_ADMIN_TOKEN="admin-from-env")
+    env.pop("SHARDLIMIT_CLUSTER_TOKEN", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cluster.cli", "up", "--json", "--nodes", "2", "--port", str(port),
+         "--base-port", str(base), "--data-dir", str(data_dir), "--partitioner", "slots"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read().decode() if proc.stderr else ""
+        info = json.loads(line)
+        assert info["admin_token"] == "admin-from-env"
+        assert [n["id"] for n in info["nodes"]] == ["n1", "n2"]
+        router = info["router"]
+        request = urllib.request.Request(
+            router + "/v1/check",
+            data=json.dumps(
+                {
+                    "key": "u:1",
+                    "limits": [{"algorithm": "fixed_window", "limit": 1, "window": "1h"}],
+                }
+            ).encode(),
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=5) as response:
+            body = json.loads(response.read())
+        assert body["allowed"] is True and body["node"] in ("n1", "n2")
+        with urllib.request.urlopen(router + "/v1/cluster", timeout=5) as response:
+            cluster = json.loads(response.read())
+        assert cluster["partitioner"] == "slots" and len(cluster["nodes"]) == 2
+        # Redis runs with AOF under the data dir.
+        assert (data_dir / "redis-n1").is_dir()
+        assert len(processes_mentioning(str(data_dir))) >= 2
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+    assert proc.returncode == 0
+    assert processes_mentioning(str(data_dir)) == []
+    for node_port in (base, base + 1, port):
+        with socket.socket() as sock:
+            assert sock.connect_ex(("127.0.0.1", node_port)) != 0, f"port {node_port} still open"
+    assert any((data_dir / "redis-n1").rglob("*.aof"))

@@ -1,0 +1,187 @@
+"""Bad input gets a 4xx problem+json naming the field; never a 5xx, nothing consumed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.conftest import Cluster
+
+FW = {"algorithm": "fixed_window", "limit": 5, "window": "1m"}
+
+BAD_CHECKS: list[tuple[str, Any, int, str | None]] = [
+    ("non-object body", [1, 2], 400, "body"),
+    ("string body", "check", 400, "body"),
+    ("missing key", {"rule": "basic"}, 400, "key"),
+    ("empty key", {"key": "", "rule": "basic"}, 400, "key"),
+    ("numeric key", {"key": 7, "rule": "basic"}, 400, "key"),
+    ("negative cost", {"key": "k", "rule": "basic", "cost": -1}, 400, "cost"),
+    ("string cost", {"key": "k", "rule": "basic", "cost": "1"}, 400, "cost"),
+    ("float cost", {"key": "k", "rule": "basic", "cost": 1.5}, 400, "cost"),
+    ("bool cost", {"key": "k", "rule": "basic", "cost": True}, 400, "cost"),
+    ("huge cost", {"key": "k", "rule": "basic", "cost": 10**30}, 400, "cost"),
+    ("unknown rule", {"key": "k", "rule": "nope"}, 400, "rule"),
+    ("no rule", {"key": "k"}, 400, "rule"),
+    ("rule and limits", {"key": "k", "rule": "basic", "limits": [FW]}, 400, ""),
+    (
+        "unknown algorithm",
+        {"key": "k", "limits": [{"algorithm": "magic"}]},
+        400,
+        "limits[0].algorithm",
+    ),
+    ("empty limits", {"key": "k", "limits": []}, 400, "limits"),
+    ("limits not a list", {"key": "k", "limits": FW}, 400, "limits"),
+    ("zero window", {"key": "k", "limits": [{**FW, "window": 0}]}, 400, "limits[0].window"),
+    ("zero window str", {"key": "k", "limits": [{**FW, "window": "0s"}]}, 400, "limits[0].window"),
+    ("bad window", {"key": "k", "limits": [{**FW, "window": "soon"}]}, 400, "limits[0].window"),
+    ("zero limit", {"key": "k", "limits": [{**FW, "limit": 0}]}, 400, "limits[0].limit"),
+    ("extra limit field", {"key": "k", "limits": [{**FW, "burst": 3}]}, 400, "limits[0].burst"),
+    (
+        "sliding_log over 10000",
+        {"key": "k", "limits": [{"algorithm": "sliding_log", "limit": 10001, "window": "1m"}]},
+        400,
+        "limits[0].limit",
+    ),
+    (
+        "bad period",
+        {"key": "k", "limits": [{"algorithm": "calendar", "period": "fortnight", "max_count": 1}]},
+        400,
+        "limits[0].period",
+    ),
+    (
+        "bad timezone",
+        {
+            "key": "k",
+            "limits": [
+                {"algorithm": "calendar", "period": "day", "timezone": "Mars/Base", "max_count": 1}
+            ],
+        },
+        400,
+        "limits[0].timezone",
+    ),
+    (
+        "path timezone",
+        {
+            "key": "k",
+            "limits": [
+                {
+                    "algorithm": "calendar",
+                    "period": "day",
+                    "timezone": "../../etc/passwd",
+                    "max_count": 1,
+                }
+            ],
+        },
+        400,
+        "limits[0].timezone",
+    ),
+    (
+        "calendar without maximum",
+        {"key": "k", "limits": [{"algorithm": "calendar", "period": "day"}]},
+        400,
+        "limits[0]",
+    ),
+    ("absurd amount", {"key": "k", "rule": "payments", "amount": "1e30"}, 400, "amount"),
+    ("negative amount", {"key": "k", "rule": "payments", "amount": -5}, 400, "amount"),
+    ("amount too precise", {"key": "k", "rule": "payments", "amount": "0.001"}, 400, "amount"),
+    ("nan amount", {"key": "k", "rule": "payments", "amount": "NaN"}, 400, "amount"),
+    ("text amount", {"key": "k", "rule": "payments", "amount": "ten"}, 400, "amount"),
+    ("key over 512 bytes", {"key": "é" * 257, "rule": "basic"}, 400, "key"),
+    ("bad request_id", {"key": "k", "rule": "basic", "request_id": "a|b"}, 400, "request_id"),
+    ("non-bool dry_run", {"key": "k", "rule": "basic", "dry_run": "yes"}, 400, "dry_run"),
+    ("unknown field", {"key": "k", "rule": "basic", "costs": 2}, 400, "costs"),
+    (
+        "duplicate shapes",
+        {"key": "k", "limits": [FW, {**FW, "limit": 9}]},
+        400,
+        "limits[1]",
+    ),
+    (
+        "bucket overflow",
+        {"key": "k", "limits": [{"algorithm": "token_bucket", "rate": 10**12, "period": "3660d"}]},
+        400,
+        "limits[0]",
+    ),
+]
+
+
+def assert_problem(status: int, body: Any, expected_status: int, field: str | None) -> None:
+    assert status == expected_status, body
+    assert isinstance(body, dict)
+    assert body["status"] == expected_status
+    assert {"type", "title", "status", "detail"} <= set(body)
+    if field is not None:
+        assert field in [e["field"] for e in body.get("errors", [])], body
+
+
+@pytest.mark.parametrize(
+    ("name", "payload", "status", "field"), BAD_CHECKS, ids=[c[0] for c in BAD_CHECKS]
+)
+async def test_bad_check_is_a_problem(
+    cluster: Cluster, name: str, payload: Any, status: int, field: str | None
+) -> None:
+    got_status, body = await cluster.post("/v1/check", payload)
+    assert_problem(got_status, body, status, field)
+
+
+async def test_bad_input_consumes_nothing(cluster: Cluster) -> None:
+    await cluster.post("/v1/check", {"key": "keep", "rule": "basic", "cost": 2, "dry_run": "x"})
+    usage = await cluster.usage("keep", "basic")
+    assert usage["limits"][0]["remaining"] == 5
+
+
+async def raw_post(cluster: Cluster, path: str, data: bytes) -> tuple[int, str, Any]:
+    async with cluster.http.post(cluster.router_url + path, data=data) as resp:
+        return resp.status, resp.content_type, await resp.json(content_type=None)
+
+
+async def test_malformed_json(cluster: Cluster) -> None:
+    for path in ("/v1/check", "/v1/check/batch", "/v1/refund"):
+        for data in (b"{", b"", b"\xff\xfe", b'{"key": "k",}', b"nul"):
+            status, ctype, body = await raw_post(cluster, path, data)
+            assert status == 400 and ctype == "application/problem+json"
+            assert body["type"].endswith("malformed-json")
+
+
+async def test_body_over_1_mib_is_refused(cluster: Cluster) -> None:
+    data = b'{"key": "' + b"a" * (1024 * 1024 + 10) + b'"}'
+    status, ctype, body = await raw_post(cluster, "/v1/check", data)
+    assert status == 413 and ctype == "application/problem+json" and body["status"] == 413
+
+
+async def test_batch_limits(cluster: Cluster) -> None:
+    check = {"key": "b", "rule": "basic", "cost": 0}
+    status, body = await cluster.post("/v1/check/batch", {"checks": [check] * 1001})
+    assert_problem(status, body, 400, "checks")
+    status, body = await cluster.post("/v1/check/batch", {"checks": [check] * 1000})
+    assert status == 200 and len(body["results"]) == 1000
+    status, body = await cluster.post("/v1/check/batch", {"checks": []})
+    assert_problem(status, body, 400, "checks")
+    status, body = await cluster.post(
+        "/v1/check/batch", {"checks": [check, {"key": "b", "cost": -1, "rule": "basic"}]}
+    )
+    assert_problem(status, body, 400, "checks[1].cost")
+    status, body = await cluster.post("/v1/check/batch", {"checks": [check], "all_or_nothing": 1})
+    assert_problem(status, body, 400, "all_or_nothing")
+
+
+async def test_other_endpoints_reject_bad_input(cluster: Cluster) -> None:
+    status, body = await cluster.post("/v1/refund", {"key": "k", "rule": "basic"})
+    assert_problem(status, body, 400, "request_id")
+    status, body = await cluster.get("/v1/usage?key=k")
+    assert_problem(status, body, 400, "rule")
+    status, body = await cluster.get("/v1/locate")
+    assert_problem(status, body, 400, "key")
+    status, body = await cluster.get("/v1/rules/" + "x" * 65)
+    assert_problem(status, body, 400, None)
+    status, body = await cluster.get("/v1/nothing-here")
+    assert_problem(status, body, 404, None)
+    async with cluster.http.get(cluster.router_url + "/v1/check") as resp:
+        assert resp.status == 405 and resp.content_type == "application/problem+json"
+    headers = {"Authorization": "Bearer test-admin-token"}
+    async with cluster.http.put(
+        cluster.router_url + "/v1/rules/r1", json={"limits": [{"algorithm": "x"}]}, headers=headers
+    ) as resp:
+        body = await resp.json(content_type=None)
+        assert_problem(resp.status, body, 400, "body.limits[0].algorithm")
