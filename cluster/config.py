@@ -66,6 +66,8 @@ def parse_config(doc: Any, base: Path) -> RouterConfig:
         cfg.idempotency_ttl_ms = parse_duration(
             router["idempotency_ttl"], "router.idempotency_ttl", problems
         )
+    if "rules_poll" in router:
+        cfg.rules_poll_ms = parse_duration(router["rules_poll"], "router.rules_poll", problems)
     wait = router.get("coalesce_wait_us", cfg.coalesce_wait_us)
     if not isinstance(wait, int) or not 0 <= wait <= 100_000:
         problems.add("router.coalesce_wait_us", "must be 0..100000 microseconds")
