@@ -26,13 +26,25 @@ log = logging.getLogger("shardlimit.dispatch")
 class NodeUnavailable(Exception):
     """The node did not answer usefully within the node timeout."""
 
+    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
+
 
 class Breaker:
-    """Opens after `threshold` consecutive failures; closed again by a successful probe."""
+    """Opens after consecutive failures; closed again by a successful probe.
 
-    def __init__(self, threshold: int = 3) -> None:
+    A refused connection or a 503 (node up, its Redis down) is proof the node
+    cannot answer: `threshold` of them in a row open the breaker. A timeout may
+    only mean this machine is saturated, so it takes `timeout_threshold` in a row;
+    a hung node still trips it within a few timeouts' worth of time.
+    """
+
+    def __init__(self, threshold: int = 3, timeout_threshold: int = 10) -> None:
         self.threshold = threshold
+        self.timeout_threshold = timeout_threshold
         self.failures = 0
+        self.timeouts = 0
         self.open_since: float | None = None
 
     @property
@@ -41,12 +53,17 @@ class Breaker:
 
     def success(self) -> None:
         self.failures = 0
+        self.timeouts = 0
         self.open_since = None
 
-    def failure(self) -> bool:
+    def failure(self, *, timed_out: bool = False) -> bool:
         """Record a failure; True if this one opened the breaker."""
-        self.failures += 1
-        if self.open_since is None and self.failures >= self.threshold:
+        if timed_out:
+            self.timeouts += 1
+        else:
+            self.failures += 1
+        tripped = self.failures >= self.threshold or self.timeouts >= self.timeout_threshold
+        if self.open_since is None and tripped:
             self.open_since = time.monotonic()
             return True
         return False
@@ -128,7 +145,7 @@ class NodeChannel:
             if len(results) != len(batch):
                 raise NodeUnavailable("node answered with a different number of results")
         except NodeUnavailable as exc:
-            self._failed(str(exc))
+            self._failed(str(exc), timed_out=exc.timed_out)
             for _, future in batch:
                 if not future.done():
                     future.set_exception(NodeUnavailable(str(exc)))
@@ -154,7 +171,9 @@ class NodeChannel:
                 if response.status != 200:
                     raise NodeUnavailable(f"node {self.spec.id} answered {response.status}")
                 return orjson.loads(raw)
-        except (TimeoutError, aiohttp.ClientError, orjson.JSONDecodeError, OSError) as exc:
+        except TimeoutError as exc:
+            raise NodeUnavailable(f"node {self.spec.id}: timed out", timed_out=True) from exc
+        except (aiohttp.ClientError, orjson.JSONDecodeError, OSError) as exc:
             raise NodeUnavailable(f"node {self.spec.id}: {type(exc).__name__} {exc}") from exc
 
     async def get(self, path: str, timeout_s: float | None = None) -> Any:
@@ -167,13 +186,15 @@ class NodeChannel:
                 if response.status != 200:
                     raise NodeUnavailable(f"node {self.spec.id} answered {response.status}")
                 return orjson.loads(raw)
-        except (TimeoutError, aiohttp.ClientError, orjson.JSONDecodeError, OSError) as exc:
+        except TimeoutError as exc:
+            raise NodeUnavailable(f"node {self.spec.id}: timed out", timed_out=True) from exc
+        except (aiohttp.ClientError, orjson.JSONDecodeError, OSError) as exc:
             raise NodeUnavailable(f"node {self.spec.id}: {type(exc).__name__} {exc}") from exc
 
-    def _failed(self, reason: str) -> None:
+    def _failed(self, reason: str, *, timed_out: bool) -> None:
         self.failures += 1
         self.last_error = reason
-        if self.breaker.failure():
+        if self.breaker.failure(timed_out=timed_out):
             log.warning("node %s marked down: %s", self.spec.id, reason)
             self._probe = asyncio.get_running_loop().create_task(self._probe_until_up())
 
