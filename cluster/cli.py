@@ -12,6 +12,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from cluster import compare
 from cluster.auth import ADMIN_TOKEN_ENV, CLUSTER_TOKEN_ENV, token_from
 
 DEFAULT_ROUTER = "http://127.0.0.1:8080"
@@ -61,6 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("--redis", required=True, help="redis://host:port/db")
     node.add_argument("--cluster-token-file")
     node.add_argument("--test-clock", action="store_true", help=argparse.SUPPRESS)
+
+    compare.add_arguments(
+        sub.add_parser("compare", help="ring vs slots: keys moved and balance on a resize")
+    )
 
     status = sub.add_parser("status", help="topology and node state")
     _add_router_args(status)
@@ -155,7 +160,13 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     args = build_parser().parse_args(argv)
-    handlers = {"up": cmd_up, "router": cmd_router, "node": cmd_node, "status": cmd_status}
+    handlers = {
+        "up": cmd_up,
+        "router": cmd_router,
+        "node": cmd_node,
+        "status": cmd_status,
+        "compare": compare.run,
+    }
     return handlers[args.command](args)
 
 

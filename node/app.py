@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections import Counter, defaultdict
 from typing import Any
 
+import aiohttp
 import orjson
 import redis.asyncio as aioredis
 from aiohttp import web
 from redis.exceptions import RedisError
 
 from cluster.auth import bearer_matches
+from cluster.keys import limit_key_of
 from cluster.problem import problem, problem_middleware, read_json
 from cluster.topology import Topology
+from node.migration import Migrator, PeerError, decode_entries, encode_entries
 from node.ops import BadOp, Op, parse_op
+from node.ownership import Ownership, Role
+from node.scripts import read_lua
 from node.store import CounterStore, check_result, refund_result
 
 log = logging.getLogger("shardlimit.node")
@@ -39,14 +46,37 @@ class NodeState:
             redis_url, socket_connect_timeout=0.25, socket_timeout=1.0, max_connections=64
         )
         self.store = CounterStore(self.redis)
-        self.topology: Topology | None = None
+        self.ownership: Ownership | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self.migrator = Migrator(self.redis, self.session, cluster_token)
+        self.lease_script = self.redis.register_script(read_lua("lease.lua"))
+        # Batches in flight per topology epoch: a new epoch is acknowledged only
+        # once every batch validated against an older one has reached Redis.
+        self.inflight: Counter[int] = Counter()
+        self.drained = asyncio.Condition()
+
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        return self._session
+
+    @property
+    def topology(self) -> Topology | None:
+        return self.ownership.topology if self.ownership else None
+
+    @topology.setter
+    def topology(self, value: Topology | None) -> None:
+        self.ownership = Ownership.build(self.node_id, value) if value is not None else None
 
     @property
     def epoch(self) -> int:
-        return self.topology.epoch if self.topology else 0
+        return self.ownership.epoch if self.ownership else 0
 
-    def owns(self, key: str) -> bool:
-        return self.topology is not None and self.topology.partitioner.owner(key) == self.node_id
+    async def wait_drained(self, below_epoch: int) -> None:
+        async with self.drained:
+            await self.drained.wait_for(
+                lambda: not any(n for e, n in self.inflight.items() if e < below_epoch)
+            )
 
 
 def _authorized(request: web.Request) -> bool:
@@ -74,22 +104,37 @@ async def batch(request: web.Request) -> web.Response:
     results: list[Any] = [None] * len(raw_ops)
     runnable: list[Op] = []
     slots: list[int] = []
+    ownership = state.ownership
+    epoch = state.epoch
+    imports: dict[str, list[str]] = defaultdict(list)
     for index, raw in enumerate(raw_ops):
         try:
             op = parse_op(raw)
         except BadOp as exc:
             results[index] = {"s": "error", "detail": str(exc)}
             continue
-        if not state.owns(op.key):
-            results[index] = {"s": "moved"}
+        role, source = ownership.role(op.key) if ownership else (Role.MOVED, None)
+        if role is Role.MOVED:
+            results[index] = {"s": "moved", "epoch": epoch}
             continue
+        if role is Role.IMPORT and source is not None:
+            imports[source].extend(state.store.redis_keys(op))
         runnable.append(op)
         slots.append(index)
     if runnable:
+        state.inflight[epoch] += 1
         try:
+            if imports and ownership is not None:
+                await _pull(state, ownership, imports)
             outputs = await state.store.run(runnable)
         except (RedisError, OSError) as exc:
             return problem(503, "redis-unavailable", f"node redis unavailable: {exc}")
+        except PeerError as exc:
+            return problem(503, "import-failed", f"could not import moving keys: {exc}")
+        finally:
+            state.inflight[epoch] -= 1
+            async with state.drained:
+                state.drained.notify_all()
         for index, op, out in zip(slots, runnable, outputs, strict=True):
             if isinstance(out, Exception):
                 results[index] = {"s": "error", "detail": str(out)}
@@ -100,6 +145,33 @@ async def batch(request: web.Request) -> web.Response:
     return _json({"epoch": state.epoch, "node": state.node_id, "results": results})
 
 
+async def _pull(state: NodeState, ownership: Ownership, imports: dict[str, list[str]]) -> None:
+    """First touch of moving keys: import them from their previous owner before serving."""
+    assert ownership.migration_id is not None
+    for source, keys in imports.items():
+        spec = ownership.node_spec(source)
+        if spec is None:
+            raise PeerError(f"previous owner {source} unknown")
+        await state.migrator.pull(ownership, spec.url, sorted(set(keys)))
+
+
+async def install_topology(state: NodeState, topology: Topology) -> str | None:
+    """Adopt a topology unless it is older; returns why not, else None."""
+    if state.topology is not None and topology.epoch < state.topology.epoch:
+        return f"have epoch {state.topology.epoch}"
+    if state.topology is None or topology.epoch > state.topology.epoch:
+        state.topology = topology
+    await state.wait_drained(topology.epoch)
+    return None
+
+
+def _parse_topology(data: Any) -> Topology | str:
+    try:
+        return Topology.from_dict(data if isinstance(data, dict) else {})
+    except (ValueError, TypeError, KeyError) as exc:
+        return str(exc)
+
+
 async def put_topology(request: web.Request) -> web.Response:
     state = request.app[STATE]
     if not _authorized(request):
@@ -107,16 +179,101 @@ async def put_topology(request: web.Request) -> web.Response:
     body, error = await read_json(request)
     if error is not None:
         return error
-    try:
-        topology = Topology.from_dict(body if isinstance(body, dict) else {})
-    except (ValueError, TypeError, KeyError) as exc:
-        return problem(400, "bad-topology", str(exc))
-    if topology.node(state.node_id) is None:
-        return problem(409, "not-a-member", f"topology does not contain node {state.node_id}")
-    if state.topology is not None and topology.epoch < state.topology.epoch:
-        return problem(409, "stale-epoch", f"have epoch {state.topology.epoch}")
-    state.topology = topology
+    topology = _parse_topology(body)
+    if isinstance(topology, str):
+        return problem(400, "bad-topology", topology)
+    refused = await install_topology(state, topology)
+    if refused is not None:
+        return problem(409, "stale-epoch", refused)
     return _json({"epoch": state.epoch})
+
+
+async def get_topology(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    if not _authorized(request):
+        return problem(401, "unauthorized", "cluster token required")
+    if state.topology is None:
+        return problem(404, "no-topology", "this node has no topology yet")
+    return _json(state.topology.to_dict())
+
+
+async def export_keys(request: web.Request) -> web.Response:
+    """DUMP of Redis keys for a node importing them (first touch during a migration)."""
+    state = request.app[STATE]
+    if not _authorized(request):
+        return problem(401, "unauthorized", "cluster token required")
+    body, error = await read_json(request)
+    if error is not None:
+        return error
+    keys = body.get("keys") if isinstance(body, dict) else None
+    if (
+        not isinstance(keys, list)
+        or not all(isinstance(k, str) for k in keys)
+        or len(keys) > 10_000
+    ):
+        return problem(400, "bad-keys", "keys must be a list of at most 10000 strings")
+    ownership = state.ownership
+    if ownership is None or any(
+        ownership.moving_away(lk) is None for lk in map(limit_key_of_or_empty, keys)
+    ):
+        return problem(409, "not-moving", "only keys moving away from this node can be exported")
+    try:
+        entries = await state.migrator.export(keys)
+    except (RedisError, OSError) as exc:
+        return problem(503, "redis-unavailable", f"node redis unavailable: {exc}")
+    return _json({"entries": encode_entries(entries)})
+
+
+def limit_key_of_or_empty(redis_key: str) -> str:
+    return limit_key_of(redis_key) or ""
+
+
+async def import_keys(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    if not _authorized(request):
+        return problem(401, "unauthorized", "cluster token required")
+    body, error = await read_json(request)
+    if error is not None:
+        return error
+    migration = body.get("migration") if isinstance(body, dict) else None
+    if not isinstance(migration, str) or state.ownership is None:
+        return problem(400, "bad-import", "migration id required")
+    if state.ownership.migration_id != migration:
+        return problem(409, "wrong-migration", "this node is not in that migration")
+    try:
+        entries = decode_entries(body.get("entries"))
+    except (ValueError, TypeError) as exc:
+        return problem(400, "bad-import", str(exc))
+    try:
+        restored = await state.migrator.import_entries(migration, entries)
+    except (RedisError, OSError) as exc:
+        return problem(503, "redis-unavailable", f"node redis unavailable: {exc}")
+    return _json({"restored": restored, "received": len(entries)})
+
+
+async def migrate_step(request: web.Request) -> web.Response:
+    """One background-copy step on a source node (driven by the orchestrator)."""
+    state = request.app[STATE]
+    if not _authorized(request):
+        return problem(401, "unauthorized", "cluster token required")
+    body, error = await read_json(request)
+    if error is not None:
+        return error
+    cursor = body.get("cursor", 0) if isinstance(body, dict) else None
+    count = body.get("count", 1000) if isinstance(body, dict) else None
+    migration = body.get("migration") if isinstance(body, dict) else None
+    if not isinstance(cursor, int) or not isinstance(count, int) or not 1 <= count <= 100_000:
+        return problem(400, "bad-step", "cursor and count (1..100000) must be integers")
+    ownership = state.ownership
+    if ownership is None or ownership.migration_id != migration:
+        return problem(409, "wrong-migration", "this node is not in that migration")
+    try:
+        step = await state.migrator.copy_batch(ownership, cursor, count)
+    except (RedisError, OSError) as exc:
+        return problem(503, "redis-unavailable", f"node redis unavailable: {exc}")
+    except PeerError as exc:
+        return problem(503, "peer-unavailable", str(exc))
+    return _json(step)
 
 
 async def stats(request: web.Request) -> web.Response:
@@ -148,6 +305,31 @@ async def set_clock(request: web.Request) -> web.Response:
     return _json({"offset_ms": offset})
 
 
+LEASE_KEY = "sl|lease|topology"
+
+
+async def lease(request: web.Request) -> web.Response:
+    """The topology-change lease (held in this node's Redis when it is the lock node)."""
+    state = request.app[STATE]
+    if not _authorized(request):
+        return problem(401, "unauthorized", "cluster token required")
+    body, error = await read_json(request)
+    if error is not None:
+        return error
+    if not isinstance(body, dict):
+        return problem(400, "bad-lease", "body must be an object")
+    action, token, ttl = body.get("action"), body.get("token"), body.get("ttl_ms", 10_000)
+    if action not in ("acquire", "renew", "release") or not isinstance(token, str) or not token:
+        return problem(400, "bad-lease", "action acquire|renew|release and a token are required")
+    if not isinstance(ttl, int) or not 100 <= ttl <= 600_000:
+        return problem(400, "bad-lease", "ttl_ms must be 100..600000")
+    try:
+        held = await state.lease_script(keys=[LEASE_KEY], args=[action, token, ttl])
+    except (RedisError, OSError) as exc:
+        return problem(503, "redis-unavailable", f"node redis unavailable: {exc}")
+    return _json({"held": held == 1})
+
+
 async def healthz(request: web.Request) -> web.Response:
     return _json({"status": "ok", "node": request.app[STATE].node_id})
 
@@ -170,7 +352,10 @@ async def _on_startup(app: web.Application) -> None:
 
 
 async def _on_cleanup(app: web.Application) -> None:
-    await app[STATE].redis.aclose()
+    state = app[STATE]
+    if state._session is not None:
+        await state._session.close()
+    await state.redis.aclose()
 
 
 def create_app(
@@ -180,6 +365,11 @@ def create_app(
     app[STATE] = NodeState(node_id, redis_url, cluster_token, test_mode=test_mode)
     app.router.add_post("/node/v1/batch", batch)
     app.router.add_put("/node/v1/topology", put_topology)
+    app.router.add_get("/node/v1/topology", get_topology)
+    app.router.add_post("/node/v1/export", export_keys)
+    app.router.add_post("/node/v1/import", import_keys)
+    app.router.add_post("/node/v1/migrate", migrate_step)
+    app.router.add_post("/node/v1/lease", lease)
     app.router.add_get("/node/v1/stats", stats)
     app.router.add_post("/node/v1/test/clock", set_clock)
     app.router.add_get("/healthz", healthz)

@@ -15,12 +15,12 @@ ALGORITHM_FILES = (
 )
 
 
-def _read(name: str) -> str:
+def read_lua(name: str) -> str:
     return resources.files("node").joinpath("lua", name).read_text(encoding="utf-8")
 
 
 @cache
 def script_source(entry: str) -> str:
     """common.lua + every algorithm + the entry file (check.lua or refund.lua)."""
-    parts = [_read("common.lua"), *(_read(f) for f in ALGORITHM_FILES), _read(entry)]
+    parts = [read_lua("common.lua"), *(read_lua(f) for f in ALGORITHM_FILES), read_lua(entry)]
     return "\n".join(parts)

@@ -56,6 +56,14 @@ class CounterStore:
             ]
         return [code, amount, *p]
 
+    @staticmethod
+    def redis_keys(op: Op) -> list[str]:
+        """Every Redis key the operation may read or write."""
+        keys = [counter_key(op.scope, spec.shape, op.key) for spec in op.limits]
+        if op.request_id is not None:
+            keys.append(record_key(op.scope, op.request_id, op.key))
+        return keys
+
     def _call(self, op: Op, now_ms: int) -> tuple[Any, list[str], list[int | str]]:
         keys = [counter_key(op.scope, spec.shape, op.key) for spec in op.limits]
         limit_args: list[int | str] = []

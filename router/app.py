@@ -17,6 +17,7 @@ from cluster.config import RouterConfig
 from cluster.errors import FieldError, Problems, ValidationError
 from cluster.keys import RULE_NAME
 from cluster.limits import format_amount
+from cluster.model import NodeSpec
 from cluster.problem import problem, problem_middleware, read_json
 from router.cluster_view import ClusterView
 from router.decisions import decision, degraded_decision, ratelimit_headers
@@ -31,6 +32,7 @@ from router.requests import (
     parse_key,
     parse_refund,
 )
+from router.resharding import Resharder, ReshardError
 from router.rules import RuleBook, parse_rule
 
 log = logging.getLogger("shardlimit.router")
@@ -59,6 +61,7 @@ class Router:
         self.config = config
         self.admin_token = admin_token
         self.view = ClusterView(config, cluster_token)
+        self.resharder = Resharder(self.view)
         self.rules = RuleBook(config.rules_file)
         self.metrics = Metrics()
         self._reloader: asyncio.Task[None] | None = None
@@ -319,7 +322,8 @@ async def get_cluster(request: web.Request) -> web.Response:
     stats = await view.node_stats()
     shares = view.topology.partitioner.shares()
     nodes: list[dict[str, Any]] = []
-    for spec in view.topology.nodes:
+    specs = {n.id: n for n in (*view.previous_nodes(), *view.topology.nodes)}
+    for spec in specs.values():
         channel = view.channels[spec.id]
         node_stats = stats.get(spec.id, {})
         nodes.append(
@@ -337,7 +341,7 @@ async def get_cluster(request: web.Request) -> web.Response:
                 "last_error": channel.last_error,
             }
         )
-    total_ops = sum(view.channels[spec.id].ops for spec in view.topology.nodes) or 1
+    total_ops = sum(view.channels[spec_id].ops for spec_id in specs) or 1
     for node in nodes:
         node["load_share"] = round(view.channels[node["id"]].ops / total_ops, 6)
     return _json(
@@ -345,17 +349,86 @@ async def get_cluster(request: web.Request) -> web.Response:
             "epoch": view.topology.epoch,
             "partitioner": view.topology.partitioner.kind,
             "nodes": nodes,
-            "migration": view.topology.migration,
+            "migration": _router(request).resharder.status(),
         }
     )
 
 
-async def not_yet(request: web.Request) -> web.Response:
-    return problem(
-        501,
-        "not-implemented",
-        "scaling the cluster through the API is not available in this version; see the README",
-    )
+def _new_node(body: Any, existing: set[str]) -> NodeSpec | list[FieldError]:
+    if not isinstance(body, dict):
+        return [FieldError("body", "must be an object with 'url'")]
+    errors: list[FieldError] = []
+    url = body.get("url")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        errors.append(FieldError("url", "must be an http(s) URL of a running node"))
+    node_id = body.get("id")
+    if node_id is None:
+        number = len(existing) + 1
+        while f"n{number}" in existing:
+            number += 1
+        node_id = f"n{number}"
+    if not isinstance(node_id, str) or not RULE_NAME.match(node_id):
+        errors.append(FieldError("id", "must be 1-64 characters of A-Z a-z 0-9 _ . : -"))
+    elif node_id in existing:
+        errors.append(FieldError("id", f"node {node_id} already exists"))
+    weight = body.get("weight", 1)
+    if not isinstance(weight, int) or isinstance(weight, bool) or not 1 <= weight <= 1000:
+        errors.append(FieldError("weight", "must be an integer from 1 to 1000"))
+    if errors:
+        return errors
+    return NodeSpec(str(node_id), str(url).rstrip("/"), int(weight))
+
+
+async def add_node(request: web.Request) -> web.Response:
+    if not _is_admin(request):
+        return _need_admin()
+    router = _router(request)
+    body, error = await read_json(request)
+    if error is not None:
+        return error
+    nodes = list(router.view.topology.nodes)
+    spec = _new_node(body, {n.id for n in nodes})
+    if isinstance(spec, list):
+        return _invalid(spec)
+    return await _reshard(router, [*nodes, spec], bool(body.get("dry_run", False)))
+
+
+async def remove_node(request: web.Request) -> web.Response:
+    if not _is_admin(request):
+        return _need_admin()
+    router = _router(request)
+    node_id = request.match_info["id"]
+    nodes = list(router.view.topology.nodes)
+    if node_id not in {n.id for n in nodes}:
+        return problem(404, "unknown-node", f"no node {node_id} in the topology")
+    if len(nodes) == 1:
+        return problem(409, "last-node", "cannot remove the last node")
+    dry_run = request.query.get("dry_run") in ("1", "true")
+    return await _reshard(router, [n for n in nodes if n.id != node_id], dry_run)
+
+
+async def _reshard(router: Router, nodes: list[NodeSpec], dry_run: bool) -> web.Response:
+    try:
+        new, moves = router.resharder.plan(nodes)
+    except ValueError as exc:
+        return problem(400, "bad-layout", str(exc))
+    if dry_run:
+        body = {"dry_run": True, "moves": moves, "shares": new.shares(), "partitioner": new.kind}
+        return _json(body)
+    try:
+        started = await router.resharder.start(nodes)
+    except ReshardError as exc:
+        return problem(409, "reshard-refused", str(exc))
+    return _json(started, status=202)
+
+
+async def resume_migration(request: web.Request) -> web.Response:
+    if not _is_admin(request):
+        return _need_admin()
+    try:
+        return _json(_router(request).resharder.resume(), status=202)
+    except ReshardError as exc:
+        return problem(409, "nothing-to-resume", str(exc))
 
 
 async def get_locate(request: web.Request) -> web.Response:
@@ -453,8 +526,9 @@ def create_app(
     app.router.add_put("/v1/rules/{name}", put_rule)
     app.router.add_delete("/v1/rules/{name}", delete_rule)
     app.router.add_get("/v1/cluster", get_cluster)
-    app.router.add_post("/v1/cluster/nodes", not_yet)
-    app.router.add_delete("/v1/cluster/nodes/{id}", not_yet)
+    app.router.add_post("/v1/cluster/nodes", add_node)
+    app.router.add_delete("/v1/cluster/nodes/{id}", remove_node)
+    app.router.add_post("/v1/cluster/migration/resume", resume_migration)
     app.router.add_get("/v1/locate", get_locate)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -11,12 +12,14 @@ import aiohttp
 
 from cluster import topology as topo
 from cluster.config import RouterConfig
-from cluster.partition import new_partitioner
+from cluster.model import NodeSpec
+from cluster.partition import new_partitioner, partitioner_from_dict
 from cluster.topology import Topology
 from router.dispatch import NodeChannel, NodeUnavailable
 
 log = logging.getLogger("shardlimit.router")
-MAX_MOVED_RETRIES = 3
+MAX_MOVED_RETRIES = 5
+EPOCH_POLL_S = 0.5
 
 
 class ClusterView:
@@ -27,7 +30,9 @@ class ClusterView:
         self.topology = self._initial_topology()
         self.session: aiohttp.ClientSession | None = None
         self.channels: dict[str, NodeChannel] = {}
-        self._pushes: dict[str, asyncio.Task[None]] = {}
+        self._pushes: dict[str, asyncio.Task[bool]] = {}
+        self._refresh: asyncio.Task[None] | None = None
+        self._poller: asyncio.Task[None] | None = None
         self.moved_retries = 0
 
     def _initial_topology(self) -> Topology:
@@ -47,11 +52,28 @@ class ClusterView:
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=64, keepalive_timeout=30)
         self.session = aiohttp.ClientSession(connector=connector)
         self._build_channels()
-        await asyncio.gather(*(self.push_topology(n) for n in self.channels))
+        # Another router may have moved the cluster on while we were down.
+        await self.refresh_from_nodes()
+        await asyncio.gather(*(self.push_topology(n) for n in self.member_ids()))
+        self._poller = asyncio.get_running_loop().create_task(self._poll_epochs())
+
+    def member_ids(self) -> list[str]:
+        """Nodes of the topology, plus those a running migration moves keys away from."""
+        ids = [n.id for n in self.topology.nodes]
+        for spec in self.previous_nodes():
+            if spec.id not in ids:
+                ids.append(spec.id)
+        return ids
+
+    def previous_nodes(self) -> tuple[NodeSpec, ...]:
+        migration = self.topology.migration
+        if not migration or not isinstance(migration.get("from"), dict):
+            return ()
+        return partitioner_from_dict(migration["from"]).nodes
 
     def _build_channels(self) -> None:
         assert self.session is not None
-        for spec in self.topology.nodes:
+        for spec in (*self.topology.nodes, *self.previous_nodes()):
             if spec.id in self.channels and self.channels[spec.id].spec == spec:
                 continue
             self.channels[spec.id] = NodeChannel(
@@ -64,20 +86,73 @@ class ClusterView:
                 on_epoch=self._saw_epoch,
             )
 
+    def adopt(self, topology: Topology) -> bool:
+        """Take a newer topology: persist it, open channels to new nodes."""
+        if topology.epoch <= self.topology.epoch:
+            return False
+        topo.save_atomic(self.path, topology)
+        self.topology = topology
+        self._build_channels()
+        log.info("topology epoch %d adopted", topology.epoch)
+        return True
+
     def _saw_epoch(self, node_id: str, epoch: int) -> None:
-        if epoch < self.topology.epoch and node_id not in self._pushes:
+        if epoch > self.topology.epoch:
+            self._schedule_refresh(node_id)
+        elif epoch < self.topology.epoch and node_id not in self._pushes:
             task = asyncio.get_running_loop().create_task(self.push_topology(node_id))
             self._pushes[node_id] = task
             task.add_done_callback(lambda _t: self._pushes.pop(node_id, None))
 
-    async def push_topology(self, node_id: str) -> None:
+    def _schedule_refresh(self, node_id: str) -> None:
+        if self._refresh is None or self._refresh.done():
+            self._refresh = asyncio.get_running_loop().create_task(self.refresh_from(node_id))
+
+    async def refresh_from(self, node_id: str) -> None:
+        try:
+            data = await self.channels[node_id].get("/node/v1/topology", timeout_s=1.0)
+            self.adopt(Topology.from_dict(data))
+        except (NodeUnavailable, ValueError, KeyError, TypeError) as exc:
+            log.warning("could not fetch the topology from %s: %s", node_id, exc)
+
+    async def refresh_from_nodes(self) -> None:
+        async def epoch_of(node_id: str) -> tuple[int, str]:
+            try:
+                stats = await self.channels[node_id].get("/node/v1/stats", timeout_s=1.0)
+                return int(stats.get("epoch", 0)), node_id
+            except NodeUnavailable:
+                return 0, node_id
+
+        found = await asyncio.gather(*(epoch_of(n) for n in list(self.channels)))
+        epoch, node_id = max(found, default=(0, ""))
+        if epoch > self.topology.epoch:
+            await self.refresh_from(node_id)
+
+    async def _poll_epochs(self) -> None:
+        """A second router learns of a change within a second even if idle."""
+        turn = 0
+        while True:
+            await asyncio.sleep(EPOCH_POLL_S)  # polling cadence
+            ids = self.member_ids()
+            node_id = ids[turn % len(ids)]
+            turn += 1
+            with contextlib.suppress(NodeUnavailable, ValueError, TypeError):
+                stats = await self.channels[node_id].get("/node/v1/stats", timeout_s=1.0)
+                if int(stats.get("epoch", 0)) > self.topology.epoch:
+                    await self.refresh_from(node_id)
+
+    async def push_topology(self, node_id: str) -> bool:
         channel = self.channels[node_id]
         try:
-            await channel.post("/node/v1/topology", self.topology.to_dict(), method="PUT")
+            await channel.post(
+                "/node/v1/topology", self.topology.to_dict(), method="PUT", timeout_s=10.0
+            )
         except NodeUnavailable as exc:
             log.warning(
                 "could not push topology epoch %s to %s: %s", self.topology.epoch, node_id, exc
             )
+            return False
+        return True
 
     def owner(self, key: str) -> str:
         return self.topology.partitioner.owner(key)
@@ -86,12 +161,16 @@ class ClusterView:
         """Send one op to the key's owner; follow `moved` answers. Raises NodeUnavailable."""
         for _attempt in range(MAX_MOVED_RETRIES + 1):
             node_id = self.owner(key)
+            epoch = self.topology.epoch
             result: dict[str, Any] = await self.channels[node_id].submit(op)
             if result.get("s") != "moved":
                 return node_id, result
             self.moved_retries += 1
-            # The node's topology is behind ours (e.g. it restarted): bring it up to date.
-            await self.push_topology(node_id)
+            node_epoch = int(result.get("epoch", 0))
+            if node_epoch > epoch:
+                await self.refresh_from(node_id)  # we are behind: learn the new layout
+            elif self.topology.epoch == epoch:
+                await self.push_topology(node_id)  # the node is behind (e.g. it restarted)
         raise NodeUnavailable(f"key kept moving after {MAX_MOVED_RETRIES} retries")
 
     async def node_stats(self) -> dict[str, dict[str, Any]]:
@@ -102,12 +181,15 @@ class ClusterView:
             except NodeUnavailable as exc:
                 return node_id, {"error": str(exc)}
 
-        return dict(await asyncio.gather(*(one(n) for n in self.channels)))
+        return dict(await asyncio.gather(*(one(n) for n in self.member_ids())))
 
     async def close(self) -> None:
+        for task in (self._poller, self._refresh, *self._pushes.values()):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for channel in self.channels.values():
             await channel.close()
-        for task in list(self._pushes.values()):
-            task.cancel()
         if self.session is not None:
             await self.session.close()

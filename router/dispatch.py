@@ -157,15 +157,18 @@ class NodeChannel:
             if not future.done():
                 future.set_result(result)
 
-    async def post(self, path: str, payload: Any, method: str = "POST") -> Any:
+    async def post(
+        self, path: str, payload: Any, method: str = "POST", timeout_s: float | None = None
+    ) -> Any:
         """One request to the node; every failure becomes NodeUnavailable."""
+        timeout = aiohttp.ClientTimeout(total=timeout_s) if timeout_s else self.timeout
         try:
             async with self.session.request(
                 method,
                 self.spec.url + path,
                 data=orjson.dumps(payload),
                 headers=self.headers,
-                timeout=self.timeout,
+                timeout=timeout,
             ) as response:
                 raw = await response.read()
                 if response.status != 200:

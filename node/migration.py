@@ -1,0 +1,161 @@
+"""Moving Redis keys between nodes: export (DUMP), import (RESTORE once), background copy.
+
+See docs/resharding.md for the protocol and why each step is safe to repeat.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import aiohttp
+import orjson
+import redis.asyncio as aioredis
+
+from cluster.keys import limit_key_of
+from node.ownership import Ownership
+from node.scripts import read_lua
+
+MARKER_TTL_MS = 2 * 86_400_000
+ExportEntry = tuple[str, bytes | None, int]  # (redis key, dump or None, absolute expiry ms or -1)
+
+
+class PeerError(Exception):
+    pass
+
+
+def marker_key(migration_id: str, redis_key: str) -> str:
+    return f"sl|i|{migration_id}|{redis_key}"
+
+
+def encode_entries(entries: Sequence[ExportEntry]) -> list[list[Any]]:
+    return [
+        [key, base64.b64encode(dump).decode() if dump is not None else None, expiry]
+        for key, dump, expiry in entries
+    ]
+
+
+def decode_entries(raw: Any) -> list[ExportEntry]:
+    if not isinstance(raw, list):
+        raise ValueError("entries must be a list")
+    out: list[ExportEntry] = []
+    for item in raw:
+        if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str)):
+            raise ValueError("each entry is [key, dump or null, expiry]")
+        key, dump, expiry = item
+        if not isinstance(expiry, int) or isinstance(expiry, bool):
+            raise ValueError("expiry must be an integer")
+        if limit_key_of(key) is None:
+            raise ValueError(f"not a shardlimit key: {key[:80]!r}")
+        out.append((key, base64.b64decode(dump) if isinstance(dump, str) else None, expiry))
+    return out
+
+
+class Migrator:
+    def __init__(
+        self, client: aioredis.Redis, session_factory: Any, cluster_token: str | None
+    ) -> None:
+        self.client = client
+        self.import_script = client.register_script(read_lua("import.lua"))
+        self._session_factory = session_factory
+        self.headers = {"Content-Type": "application/json"}
+        if cluster_token:
+            self.headers["Authorization"] = f"Bearer {cluster_token}"
+
+    async def export(self, keys: Sequence[str]) -> list[ExportEntry]:
+        """DUMP + absolute expiry of each key (None when absent). Does not delete."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.time()
+        for key in keys:
+            pipe.dump(key)
+            pipe.pttl(key)
+        results = await pipe.execute()
+        seconds, micros = results[0]
+        now_ms = seconds * 1000 + micros // 1000
+        out: list[ExportEntry] = []
+        for i, key in enumerate(keys):
+            dump, pttl = results[1 + 2 * i], results[2 + 2 * i]
+            if dump is None or pttl == -2:
+                out.append((key, None, -1))
+            else:
+                out.append((key, dump, -1 if pttl < 0 else now_ms + pttl))
+        return out
+
+    async def import_entries(self, migration_id: str, entries: Sequence[ExportEntry]) -> int:
+        if not entries:
+            return 0
+        keys: list[str] = []
+        args: list[Any] = [MARKER_TTL_MS]
+        for key, dump, expiry in entries:
+            keys += [key, marker_key(migration_id, key)]
+            args += [dump if dump is not None else b"", expiry]
+        restored: int = await self.import_script(keys=keys, args=args)
+        return restored
+
+    async def missing_markers(self, migration_id: str, keys: Sequence[str]) -> list[str]:
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.exists(marker_key(migration_id, key))
+        found = await pipe.execute()
+        return [key for key, present in zip(keys, found, strict=True) if not present]
+
+    async def _post(self, url: str, payload: Any, timeout_s: float = 10.0) -> Any:
+        session: aiohttp.ClientSession = self._session_factory()
+        try:
+            async with session.post(
+                url,
+                data=orjson.dumps(payload),
+                headers=self.headers,
+                timeout=aiohttp.ClientTimeout(total=timeout_s),
+            ) as response:
+                body = await response.read()
+                if response.status != 200:
+                    raise PeerError(f"{url} answered {response.status}: {body[:200]!r}")
+                return orjson.loads(body)
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise PeerError(f"{url}: {type(exc).__name__} {exc}") from exc
+
+    async def pull(self, ownership: Ownership, source_url: str, keys: Sequence[str]) -> int:
+        """Import `keys` from their previous owner unless already imported."""
+        migration_id = ownership.migration_id
+        assert migration_id is not None
+        missing = await self.missing_markers(migration_id, keys)
+        if not missing:
+            return 0
+        payload = {"keys": missing, "topology": ownership.topology.to_dict()}
+        body = await self._post(source_url + "/node/v1/export", payload, timeout_s=5.0)
+        return await self.import_entries(migration_id, decode_entries(body["entries"]))
+
+    async def copy_batch(self, ownership: Ownership, cursor: int, count: int) -> dict[str, Any]:
+        """One SCAN step: send the keys that moved away to their new owners, then drop them."""
+        migration_id = ownership.migration_id
+        if migration_id is None:
+            return {"cursor": 0, "scanned": 0, "moved": 0, "restored": 0}
+        next_cursor, names = await self.client.scan(cursor=cursor, match="sl|[cr]|*", count=count)
+        by_target: dict[str, list[str]] = defaultdict(list)
+        for raw in names:
+            name = raw.decode() if isinstance(raw, bytes) else str(raw)
+            limit_key = limit_key_of(name)
+            if limit_key is None:
+                continue
+            target = ownership.moving_away(limit_key)
+            if target is not None:
+                by_target[target].append(name)
+        moved = restored = 0
+        for target, keys in by_target.items():
+            spec = ownership.node_spec(target)
+            if spec is None:
+                raise PeerError(f"target {target} is not in the topology")
+            entries = await self.export(keys)
+            answer = await self._post(
+                spec.url + "/node/v1/import",
+                {"migration": migration_id, "entries": encode_entries(entries)},
+            )
+            restored += int(answer.get("restored", 0))
+            # Only now, with the target's acknowledgement, drop our frozen copy.
+            await self.client.delete(*keys)
+            moved += len(keys)
+        return {"cursor": int(next_cursor), "scanned": len(names), "moved": moved,
+                "restored": restored}  # fmt: skip

@@ -1,0 +1,63 @@
+"""Which keys this node serves under its topology, during and outside a migration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from cluster.model import NodeSpec
+from cluster.partition import Partitioner, partitioner_from_dict
+from cluster.topology import Topology
+
+
+class Role(Enum):
+    OWN = "own"  # serve it
+    IMPORT = "import"  # serve it once its Redis keys are imported from the old owner
+    MOVED = "moved"  # another node serves it
+
+
+@dataclass(frozen=True)
+class Ownership:
+    node_id: str
+    topology: Topology
+    previous: Partitioner | None  # the partitioner being migrated away from
+    migration_id: str | None
+
+    @classmethod
+    def build(cls, node_id: str, topology: Topology) -> Ownership:
+        migration = topology.migration or {}
+        previous = migration.get("from")
+        return cls(
+            node_id,
+            topology,
+            partitioner_from_dict(previous) if isinstance(previous, dict) else None,
+            str(migration["id"]) if "id" in migration else None,
+        )
+
+    @property
+    def epoch(self) -> int:
+        return self.topology.epoch
+
+    def role(self, key: str) -> tuple[Role, str | None]:
+        """(role, node to import from)."""
+        if self.topology.partitioner.owner(key) != self.node_id:
+            return Role.MOVED, None
+        if self.previous is not None:
+            source = self.previous.owner(key)
+            if source != self.node_id:
+                return Role.IMPORT, source
+        return Role.OWN, None
+
+    def moving_away(self, key: str) -> str | None:
+        """The new owner if this node held `key` before the migration and no longer does."""
+        if self.previous is None or self.previous.owner(key) != self.node_id:
+            return None
+        target = self.topology.partitioner.owner(key)
+        return None if target == self.node_id else target
+
+    def node_spec(self, node_id: str) -> NodeSpec | None:
+        """A node of the current topology, or of the previous one (a node being removed)."""
+        spec = self.topology.node(node_id)
+        if spec is None and self.previous is not None:
+            spec = next((n for n in self.previous.nodes if n.id == node_id), None)
+        return spec

@@ -1,0 +1,184 @@
+"""The orchestrator of a live reshard (docs/resharding.md), run inside a router."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from cluster.model import NodeSpec
+from cluster.partition import Partitioner, partitioner_from_dict
+from cluster.topology import Topology
+from router.cluster_view import ClusterView
+from router.dispatch import NodeUnavailable
+
+log = logging.getLogger("shardlimit.reshard")
+LEASE_TTL_MS = 15_000
+STEP_KEYS = 2000
+
+
+class ReshardError(Exception):
+    pass
+
+
+class Resharder:
+    """Serialised by a lease; one migration at a time; resumable from the topology."""
+
+    def __init__(self, view: ClusterView) -> None:
+        self.view = view
+        self.task: asyncio.Task[None] | None = None
+        self.progress: dict[str, Any] = {}
+        self.token = secrets.token_hex(16)
+        self.last_error: str | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.task is not None and not self.task.done()
+
+    def plan(self, nodes: Sequence[NodeSpec]) -> tuple[Partitioner, list[dict[str, Any]]]:
+        current = self.view.topology.partitioner
+        new = current.resized(nodes)
+        return new, [m.to_dict() for m in current.plan(new)]
+
+    def status(self) -> dict[str, Any] | None:
+        migration = self.view.topology.migration
+        if migration is None and not self.progress:
+            return None
+        out = dict(self.progress)
+        if migration is not None:
+            out["id"] = migration.get("id")
+            out.setdefault("phase", "copying")
+        out["running"] = self.running
+        out["last_error"] = self.last_error
+        return out
+
+    async def start(self, nodes: Sequence[NodeSpec]) -> dict[str, Any]:
+        if self.running or self.view.topology.migration is not None:
+            raise ReshardError("a migration is already in progress; see GET /v1/cluster")
+        new, moves = self.plan(nodes)
+        if not moves and new.to_dict() == self.view.topology.partitioner.to_dict():
+            raise ReshardError("nothing to move: the layout would not change")
+        await self._lease("acquire")
+        current = self.view.topology
+        migration = {
+            "id": uuid.uuid4().hex[:12],
+            "from": current.partitioner.to_dict(),
+            "started": time.time(),
+        }
+        migrating = Topology(current.epoch + 1, new, migration)
+        self.view.adopt(migrating)
+        self._launch()
+        return {"epoch": migrating.epoch, "migration": migration["id"], "moves": moves}
+
+    def resume(self) -> dict[str, Any]:
+        migration = self.view.topology.migration
+        if migration is None:
+            raise ReshardError("no migration to resume")
+        if not self.running:
+            self._launch()
+        return {"epoch": self.view.topology.epoch, "migration": migration["id"]}
+
+    def _launch(self) -> None:
+        self.last_error = None
+        self.task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _lease(self, action: str) -> None:
+        lock_node = sorted(
+            {n.id for n in self.view.topology.nodes} | {n.id for n in self.view.previous_nodes()}
+        )[0]
+        payload = {"action": action, "token": self.token, "ttl_ms": LEASE_TTL_MS}
+        try:
+            answer = await self.view.channels[lock_node].post(
+                "/node/v1/lease", payload, timeout_s=5.0
+            )
+        except NodeUnavailable as exc:
+            raise ReshardError(f"lease {action} failed: {exc}") from exc
+        if not answer.get("held") and action != "release":
+            raise ReshardError("another topology change holds the lease")
+
+    async def _renew_forever(self) -> None:
+        while True:
+            await asyncio.sleep(LEASE_TTL_MS / 3000)  # renewal cadence
+            await self._lease("renew")
+
+    async def _run(self) -> None:
+        renew = asyncio.get_running_loop().create_task(self._renew_forever())
+        try:
+            await self._lease("acquire")
+            await self._migrate()
+        except (ReshardError, NodeUnavailable) as exc:
+            self.last_error = str(exc)
+            self.progress["phase"] = "paused"
+            log.error("migration paused (run `shardlimit reshard resume`): %s", exc)
+        finally:
+            renew.cancel()
+            with contextlib.suppress(asyncio.CancelledError, ReshardError):
+                await renew
+            with contextlib.suppress(ReshardError):
+                await self._lease("release")
+
+    async def _push_all(self) -> None:
+        ids = self.view.member_ids()
+        for _attempt in range(20):
+            results = await asyncio.gather(*(self.view.push_topology(n) for n in ids))
+            if all(results):
+                return
+            await asyncio.sleep(0.5)  # retry cadence while a node is unreachable
+        failed = [n for n, ok in zip(ids, results, strict=True) if not ok]
+        raise ReshardError(f"could not push epoch {self.view.topology.epoch} to {failed}")
+
+    async def _migrate(self) -> None:
+        topology = self.view.topology
+        migration = topology.migration
+        assert migration is not None
+        previous = partitioner_from_dict(migration["from"])
+        self.progress = {
+            "id": migration["id"],
+            "phase": "announcing",
+            "epoch": topology.epoch,
+            "sources": {n.id: {"scanned": 0, "moved": 0, "done": False} for n in previous.nodes},
+            "keys_moved": 0,
+            "keys_per_s": 0.0,
+        }
+        await self._push_all()
+        self.progress["phase"] = "copying"
+        started = time.monotonic()
+        await asyncio.gather(*(self._copy_from(n.id, migration["id"]) for n in previous.nodes))
+        elapsed = max(time.monotonic() - started, 1e-9)
+        self.progress["keys_per_s"] = round(self.progress["keys_moved"] / elapsed, 1)
+        self.progress["seconds"] = round(elapsed, 3)
+        self.progress["phase"] = "finalizing"
+        final = Topology(self.view.topology.epoch + 1, self.view.topology.partitioner, None)
+        # Push to every node of the migration (removed nodes learn they own nothing).
+        members = self.view.member_ids()
+        self.view.adopt(final)
+        for node_id in members:
+            await self.view.push_topology(node_id)
+        self.progress["phase"] = "done"
+        self.progress["epoch"] = final.epoch
+        log.info("migration %s done: %d keys moved", migration["id"], self.progress["keys_moved"])
+
+    async def _copy_from(self, source: str, migration_id: str) -> None:
+        cursor = 0
+        entry = self.progress["sources"][source]
+        started = time.monotonic()
+        while True:
+            answer = await self.view.channels[source].post(
+                "/node/v1/migrate",
+                {"migration": migration_id, "cursor": cursor, "count": STEP_KEYS},
+                timeout_s=30.0,
+            )
+            entry["scanned"] += answer["scanned"]
+            entry["moved"] += answer["moved"]
+            self.progress["keys_moved"] += answer["moved"]
+            elapsed = max(time.monotonic() - started, 1e-9)
+            self.progress["keys_per_s"] = round(self.progress["keys_moved"] / elapsed, 1)
+            cursor = int(answer["cursor"])
+            if cursor == 0:
+                entry["done"] = True
+                return

@@ -1,0 +1,181 @@
+"""Live resharding under concurrent load: nothing lost, nothing doubled, only owners change."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis as sync_redis
+
+from cluster.keys import limit_key_of
+from cluster.redis_proc import RedisProcess, free_port
+from node.app import create_app as create_node_app
+from tests.conftest import ADMIN, CLUSTER, Cluster, _start, eventually, start_cluster, stop_cluster
+
+FIXED = {"algorithm": "fixed_window", "limit": 1000, "window": "1h"}
+MONEY = {
+    "algorithm": "calendar",
+    "period": "day",
+    "timezone": "Europe/Paris",
+    "max_amount": "100000.00",
+}
+KEYS = [f"user:{i}" for i in range(3000)] + [f"{{team:{i % 300}}}:m{i}" for i in range(2000)]
+
+
+def limits_for(key: str) -> list[dict[str, Any]]:
+    return [MONEY] if key.startswith("{") else [FIXED]
+
+
+@pytest.fixture
+def fourth_redis(tmp_path: Path) -> Any:
+    server = RedisProcess(port=free_port(), data_dir=tmp_path / "redis4", aof=False)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["ring", "slots"])
+async def big_cluster(
+    request: pytest.FixtureRequest,
+    redis_servers: list[RedisProcess],
+    fourth_redis: RedisProcess,
+    tmp_path: Path,
+) -> AsyncIterator[tuple[Cluster, str]]:
+    cluster = await start_cluster(redis_servers, tmp_path, partitioner=request.param)
+    runner, port = await _start(create_node_app("n4", fourth_redis.url, CLUSTER, test_mode=True))
+    cluster.runners.insert(3, runner)
+    cluster.redis = [*redis_servers, fourth_redis]
+    try:
+        yield cluster, f"http://127.0.0.1:{port}"
+    finally:
+        await stop_cluster(cluster)
+
+
+async def preload(cluster: Cluster) -> dict[str, int]:
+    rng = random.Random(7)
+    used: dict[str, int] = {}
+    checks = []
+    for key in KEYS:
+        cost = rng.randint(1, 3)
+        used[key] = cost
+        body: dict[str, Any] = {"key": key, "limits": limits_for(key), "cost": cost}
+        if key.startswith("{"):
+            body["amount"] = f"{cost}.25"
+        checks.append(body)
+    for start in range(0, len(checks), 500):
+        status, body = await cluster.post(
+            "/v1/check/batch", {"checks": checks[start : start + 500]}
+        )
+        assert status == 200 and all(r["allowed"] for r in body["results"])
+    return used
+
+
+async def wait_migration_done(cluster: Cluster) -> dict[str, Any]:
+    final: dict[str, Any] = {}
+
+    async def done() -> bool:
+        _, info = await cluster.get("/v1/cluster")
+        migration = info["migration"]
+        if migration and migration.get("last_error"):
+            raise AssertionError(migration["last_error"])
+        if migration and migration.get("phase") == "done" and not migration["running"]:
+            final.update(migration)
+            final["epoch"] = info["epoch"]
+            return True
+        return False
+
+    await eventually(done, within=90)
+    return final
+
+
+def owners(cluster: Cluster) -> dict[str, str]:
+    return {key: cluster.router.view.owner(key) for key in KEYS}
+
+
+def redis_key_counts(cluster: Cluster) -> dict[str, int]:
+    counts = {}
+    for index, server in enumerate(cluster.redis):
+        client = sync_redis.Redis(port=server.port)
+        counts[f"n{index + 1}"] = sum(
+            1 for k in client.scan_iter(match="sl|c|*", count=1000) if limit_key_of(k.decode())
+        )
+        client.close()
+    return counts
+
+
+@pytest.mark.timeout(180)
+async def test_add_then_remove_under_load(big_cluster: tuple[Cluster, str]) -> None:
+    cluster, n4_url = big_cluster
+    used = await preload(cluster)
+    admitted: Counter[str] = Counter()
+    amounts: Counter[str] = Counter()
+    problems: list[Any] = []
+    stop = asyncio.Event()
+
+    async def client(seed: int) -> None:
+        rng = random.Random(seed)
+        while not stop.is_set():
+            key = rng.choice(KEYS)
+            body: dict[str, Any] = {"key": key, "limits": limits_for(key)}
+            if key.startswith("{"):
+                body["amount"] = "0.50"
+            status, data = await cluster.check(body)
+            if status not in (200, 429) or data.get("degraded"):
+                problems.append((status, data))
+            elif status == 200:
+                admitted[key] += 1
+                if key.startswith("{"):
+                    amounts[key] += 50
+
+    before = owners(cluster)
+    clients = [asyncio.create_task(client(i)) for i in range(50)]
+    admin = ADMIN
+    status, started = await cluster.post("/v1/cluster/nodes", {"url": n4_url, "id": "n4"}, admin)
+    assert status == 202, started
+    first = await wait_migration_done(cluster)
+    after_add = owners(cluster)
+    changed = [k for k in KEYS if before[k] != after_add[k]]
+    assert all(after_add[k] == "n4" for k in changed)  # only keys the new node takes move
+    assert first["keys_moved"] == len(changed)
+    share = Counter(after_add.values())["n4"] / len(KEYS)
+    assert 0.6 * 0.25 <= share <= 1.4 * 0.25
+
+    async with cluster.http.delete(
+        cluster.router_url + "/v1/cluster/nodes/n2", headers={"Authorization": f"Bearer {admin}"}
+    ) as resp:
+        assert resp.status == 202, await resp.text()
+    second = await wait_migration_done(cluster)
+    after_remove = owners(cluster)
+    changed = [k for k in KEYS if after_add[k] != after_remove[k]]
+    assert all(after_add[k] == "n2" for k in changed)  # only n2's keys move
+    assert second["keys_moved"] == len(changed) == Counter(after_add.values())["n2"]
+
+    stop.set()
+    await asyncio.gather(*clients)
+    assert problems == []
+    assert sum(admitted.values()) > 0
+    # Every key: what the node holds now == preloaded + admitted during the run.
+    for start in range(0, len(KEYS), 500):
+        chunk = KEYS[start : start + 500]
+        checks = [{"key": k, "limits": limits_for(k), "cost": 0} for k in chunk]
+        status, body = await cluster.post("/v1/check/batch", {"checks": checks})
+        for key, result in zip(chunk, body["results"], strict=True):
+            limit = result["limits"][0]
+            if key.startswith("{"):
+                spent = used[key] * 100 + 25 + amounts[key]
+                assert (
+                    limit["amount_remaining"]
+                    == f"{(10_000_000 - spent) // 100}.{(10_000_000 - spent) % 100:02d}"
+                ), key
+            else:
+                assert limit["remaining"] == 1000 - used[key] - admitted[key], key
+    counts = redis_key_counts(cluster)
+    assert counts["n2"] == 0  # the removed node was drained
+    assert sum(counts.values()) == len(KEYS)  # each counter lives on exactly one node
+    status, info = await cluster.get("/v1/cluster")
+    assert [n["id"] for n in info["nodes"]] == ["n1", "n3", "n4"]
