@@ -9,10 +9,12 @@ import os
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from cluster import compare
+from cluster import admin_cli, compare
 from cluster.auth import ADMIN_TOKEN_ENV, CLUSTER_TOKEN_ENV, token_from
 
 DEFAULT_ROUTER = "http://127.0.0.1:8080"
@@ -69,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = sub.add_parser("status", help="topology and node state")
     _add_router_args(status)
+    admin_cli.add_arguments(sub, _add_router_args)
     return parser
 
 
@@ -159,13 +162,20 @@ def main(argv: list[str] | None = None) -> int:
         level=os.environ.get("SHARDLIMIT_LOG_LEVEL", "INFO"),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # `shardlimit node add URL` / `node remove ID` next to `shardlimit node --id ...`
+    if argv[:2] in (["node", "add"], ["node", "remove"]):
+        argv = [f"node-{argv[1]}", *argv[2:]]
     args = build_parser().parse_args(argv)
-    handlers = {
+    handlers: dict[str, Callable[[argparse.Namespace], int]] = {
         "up": cmd_up,
         "router": cmd_router,
         "node": cmd_node,
         "status": cmd_status,
         "compare": compare.run,
+        "node-add": partial(admin_cli.run, admin_cli.cmd_node_add),
+        "node-remove": partial(admin_cli.run, admin_cli.cmd_node_remove),
+        "reshard": partial(admin_cli.run, admin_cli.cmd_reshard),
     }
     return handlers[args.command](args)
 

@@ -27,6 +27,8 @@ class RouterConfig:
     coalesce_max: int = 1000
     idempotency_ttl_ms: int = 86_400_000
     rules_poll_ms: int = 1000
+    reshard_step_keys: int = 5000
+    reshard_lease_ttl_ms: int = 15_000
     partitioner: str = "ring"
     vnodes: int = DEFAULT_VNODES
     nodes: list[NodeSpec] = field(default_factory=list)
@@ -68,6 +70,15 @@ def parse_config(doc: Any, base: Path) -> RouterConfig:
         )
     if "rules_poll" in router:
         cfg.rules_poll_ms = parse_duration(router["rules_poll"], "router.rules_poll", problems)
+    if "reshard_lease_ttl" in router:
+        cfg.reshard_lease_ttl_ms = parse_duration(
+            router["reshard_lease_ttl"], "router.reshard_lease_ttl", problems
+        )
+    step = router.get("reshard_step_keys", cfg.reshard_step_keys)
+    if not isinstance(step, int) or not 10 <= step <= 100_000:
+        problems.add("router.reshard_step_keys", "must be 10..100000")
+    else:
+        cfg.reshard_step_keys = step
     wait = router.get("coalesce_wait_us", cfg.coalesce_wait_us)
     if not isinstance(wait, int) or not 0 <= wait <= 100_000:
         problems.add("router.coalesce_wait_us", "must be 0..100000 microseconds")

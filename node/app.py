@@ -305,6 +305,25 @@ async def set_clock(request: web.Request) -> web.Response:
     return _json({"offset_ms": offset})
 
 
+async def drop_markers(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    if not _authorized(request):
+        return problem(401, "unauthorized", "cluster token required")
+    body, error = await read_json(request)
+    if error is not None:
+        return error
+    migration = body.get("migration") if isinstance(body, dict) else None
+    if not isinstance(migration, str) or not migration.isalnum():
+        return problem(400, "bad-migration", "migration id required")
+    if state.ownership is not None and state.ownership.migration_id == migration:
+        return problem(409, "migration-running", "that migration is still in progress here")
+    try:
+        dropped = await state.migrator.drop_markers(migration)
+    except (RedisError, OSError) as exc:
+        return problem(503, "redis-unavailable", f"node redis unavailable: {exc}")
+    return _json({"dropped": dropped})
+
+
 LEASE_KEY = "sl|lease|topology"
 
 
@@ -370,6 +389,7 @@ def create_app(
     app.router.add_post("/node/v1/import", import_keys)
     app.router.add_post("/node/v1/migrate", migrate_step)
     app.router.add_post("/node/v1/lease", lease)
+    app.router.add_post("/node/v1/migration/cleanup", drop_markers)
     app.router.add_get("/node/v1/stats", stats)
     app.router.add_post("/node/v1/test/clock", set_clock)
     app.router.add_get("/healthz", healthz)

@@ -159,3 +159,16 @@ class Migrator:
             moved += len(keys)
         return {"cursor": int(next_cursor), "scanned": len(names), "moved": moved,
                 "restored": restored}  # fmt: skip
+
+    async def drop_markers(self, migration_id: str) -> int:
+        """After a migration: its import markers are no longer consulted."""
+        dropped = 0
+        cursor = 0
+        while True:
+            cursor, names = await self.client.scan(
+                cursor=cursor, match=f"sl|i|{migration_id}|*", count=5000
+            )
+            if names:
+                dropped += await self.client.unlink(*names)
+            if cursor == 0:
+                return dropped

@@ -18,8 +18,6 @@ from router.cluster_view import ClusterView
 from router.dispatch import NodeUnavailable
 
 log = logging.getLogger("shardlimit.reshard")
-LEASE_TTL_MS = 15_000
-STEP_KEYS = 2000
 
 
 class ReshardError(Exception):
@@ -31,6 +29,9 @@ class Resharder:
 
     def __init__(self, view: ClusterView) -> None:
         self.view = view
+        # A crashed orchestrator blocks a new one at most one lease TTL.
+        self.lease_ttl_ms = view.config.reshard_lease_ttl_ms
+        self.step_keys = view.config.reshard_step_keys
         self.task: asyncio.Task[None] | None = None
         self.progress: dict[str, Any] = {}
         self.token = secrets.token_hex(16)
@@ -91,7 +92,7 @@ class Resharder:
         lock_node = sorted(
             {n.id for n in self.view.topology.nodes} | {n.id for n in self.view.previous_nodes()}
         )[0]
-        payload = {"action": action, "token": self.token, "ttl_ms": LEASE_TTL_MS}
+        payload = {"action": action, "token": self.token, "ttl_ms": self.lease_ttl_ms}
         try:
             answer = await self.view.channels[lock_node].post(
                 "/node/v1/lease", payload, timeout_s=5.0
@@ -101,15 +102,27 @@ class Resharder:
         if not answer.get("held") and action != "release":
             raise ReshardError("another topology change holds the lease")
 
+    async def _acquire_patiently(self) -> None:
+        """A crashed holder's lease runs out after its TTL; wait that long at most."""
+        deadline = time.monotonic() + 2 * self.lease_ttl_ms / 1000
+        while True:
+            try:
+                await self._lease("acquire")
+                return
+            except ReshardError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.2)  # retry cadence while the old lease runs out
+
     async def _renew_forever(self) -> None:
         while True:
-            await asyncio.sleep(LEASE_TTL_MS / 3000)  # renewal cadence
+            await asyncio.sleep(self.lease_ttl_ms / 3000)  # renewal cadence
             await self._lease("renew")
 
     async def _run(self) -> None:
         renew = asyncio.get_running_loop().create_task(self._renew_forever())
         try:
-            await self._lease("acquire")
+            await self._acquire_patiently()
             await self._migrate()
         except (ReshardError, NodeUnavailable) as exc:
             self.last_error = str(exc)
@@ -159,6 +172,11 @@ class Resharder:
         self.view.adopt(final)
         for node_id in members:
             await self.view.push_topology(node_id)
+        for node_id in members:
+            with contextlib.suppress(NodeUnavailable):  # markers also expire on their own
+                await self.view.channels[node_id].post(
+                    "/node/v1/migration/cleanup", {"migration": migration["id"]}, timeout_s=30.0
+                )
         self.progress["phase"] = "done"
         self.progress["epoch"] = final.epoch
         log.info("migration %s done: %d keys moved", migration["id"], self.progress["keys_moved"])
@@ -170,7 +188,7 @@ class Resharder:
         while True:
             answer = await self.view.channels[source].post(
                 "/node/v1/migrate",
-                {"migration": migration_id, "cursor": cursor, "count": STEP_KEYS},
+                {"migration": migration_id, "cursor": cursor, "count": self.step_keys},
                 timeout_s=30.0,
             )
             entry["scanned"] += answer["scanned"]

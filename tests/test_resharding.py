@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import random
+import signal
+import subprocess
+import sys
+import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import redis as sync_redis
+import yaml
 
 from cluster.keys import limit_key_of
 from cluster.redis_proc import RedisProcess, free_port
@@ -176,6 +183,149 @@ async def test_add_then_remove_under_load(big_cluster: tuple[Cluster, str]) -> N
                 assert limit["remaining"] == 1000 - used[key] - admitted[key], key
     counts = redis_key_counts(cluster)
     assert counts["n2"] == 0  # the removed node was drained
+    for server in cluster.redis:
+        client = sync_redis.Redis(port=server.port)
+        assert list(client.scan_iter(match="sl|i|*")) == []  # import markers cleaned up
+        client.close()
     assert sum(counts.values()) == len(KEYS)  # each counter lives on exactly one node
     status, info = await cluster.get("/v1/cluster")
     assert [n["id"] for n in info["nodes"]] == ["n1", "n3", "n4"]
+
+
+def start_router_process(config_path: Path) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, SHARDLIMIT_ADMIN_TOKEN=ADMIN, SHARDLIMIT_CLUSTER_TOKEN=CLUSTER)
+    return subprocess.Popen(
+        [sys.executable, "-m", "cluster.cli", "router", "--config", str(config_path)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+@pytest.mark.timeout(180)
+async def test_sigkilled_orchestrator_resumes_and_a_second_router_follows(
+    redis_servers: list[RedisProcess], fourth_redis: RedisProcess, tmp_path: Path
+) -> None:
+    # Router B (in this process) carries the load; router A (a real process) runs the
+    # migration and is SIGKILLed in the middle of it, then restarted to resume.
+    cluster = await start_cluster(redis_servers, tmp_path, partitioner="slots")
+    runner, n4_port = await _start(create_node_app("n4", fourth_redis.url, CLUSTER, test_mode=True))
+    cluster.runners.insert(3, runner)
+    cluster.redis = [*redis_servers, fourth_redis]
+    a_port = free_port()
+    a_url = f"http://127.0.0.1:{a_port}"
+    nodes = [{"id": n, "url": u} for n, u in cluster.node_urls.items()]
+    config = {
+        "router": {"port": a_port, "data_dir": str(tmp_path / "router-a"),
+                   "reshard_step_keys": 50, "reshard_lease_ttl": "1s"},
+        "cluster": {"partitioner": "slots", "nodes": nodes},
+    }  # fmt: skip
+    config_path = tmp_path / "a.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+    router_a = start_router_process(config_path)
+    try:
+        used = await preload(cluster)
+        admitted: Counter[str] = Counter()
+        amounts: Counter[str] = Counter()
+        problems: list[Any] = []
+        stop = asyncio.Event()
+
+        async def client(seed: int) -> None:
+            rng = random.Random(seed)
+            while not stop.is_set():
+                key = rng.choice(KEYS)
+                body: dict[str, Any] = {"key": key, "limits": limits_for(key)}
+                if key.startswith("{"):
+                    body["amount"] = "0.50"
+                status, data = await cluster.check(body)
+                if status not in (200, 429) or data.get("degraded"):
+                    problems.append((status, data))
+                elif status == 200:
+                    admitted[key] += 1
+                    if key.startswith("{"):
+                        amounts[key] += 50
+
+        async def a_get(path: str) -> Any:
+            async with cluster.http.get(a_url + path) as resp:
+                return await resp.json()
+
+        async def a_up() -> bool:
+            try:
+                return bool((await a_get("/healthz"))["status"] == "ok")
+            except aiohttp.ClientError:
+                return False
+
+        await eventually(a_up, within=30)
+        before = owners(cluster)
+        clients = [asyncio.create_task(client(i)) for i in range(50)]
+        headers = {"Authorization": f"Bearer {ADMIN}"}
+        body = {"url": f"http://127.0.0.1:{n4_port}", "id": "n4"}
+        async with cluster.http.post(
+            a_url + "/v1/cluster/nodes", json=body, headers=headers
+        ) as resp:
+            assert resp.status == 202, await resp.text()
+            migrating_epoch = (await resp.json())["epoch"]
+
+        async def midway() -> bool:
+            migration = (await a_get("/v1/cluster"))["migration"] or {}
+            return int(migration.get("keys_moved", 0)) >= 200
+
+        await eventually(midway, within=60)
+        router_a.send_signal(signal.SIGKILL)
+        router_a.wait(10)
+        # Router B learns the migrating epoch from the nodes by itself.
+        seen = time.monotonic()
+
+        async def b_follows() -> bool:
+            return cluster.router.view.topology.epoch >= migrating_epoch
+
+        await eventually(b_follows, within=10)
+        follow_s = time.monotonic() - seen
+        counts_mid = redis_key_counts(cluster)
+        assert 0 < counts_mid["n4"] < sum(counts_mid.values())  # really stopped midway
+
+        router_a = start_router_process(config_path)
+        await eventually(a_up, within=30)
+        async with cluster.http.post(
+            a_url + "/v1/cluster/migration/resume", headers=headers
+        ) as resp:
+            assert resp.status == 202, await resp.text()
+
+        async def finished() -> bool:
+            info = await a_get("/v1/cluster")
+            migration = info["migration"] or {}
+            assert not migration.get("last_error"), migration
+            return migration.get("phase") == "done" and not migration.get("running")
+
+        await eventually(finished, within=90)
+
+        async def b_final() -> bool:
+            return cluster.router.view.topology.migration is None
+
+        await eventually(b_final, within=10)
+        stop.set()
+        await asyncio.gather(*clients)
+        assert problems == []
+        after = owners(cluster)
+        changed = [k for k in KEYS if before[k] != after[k]]
+        assert changed and all(after[k] == "n4" for k in changed)
+        counts = redis_key_counts(cluster)
+        assert sum(counts.values()) == len(KEYS)
+        assert counts["n4"] == Counter(after.values())["n4"]
+        for start in range(0, len(KEYS), 500):
+            chunk = KEYS[start : start + 500]
+            checks = [{"key": k, "limits": limits_for(k), "cost": 0} for k in chunk]
+            _, result = await cluster.post("/v1/check/batch", {"checks": checks})
+            for key, item in zip(chunk, result["results"], strict=True):
+                limit = item["limits"][0]
+                if key.startswith("{"):
+                    spent = used[key] * 100 + 25 + amounts[key]
+                    want = f"{(10_000_000 - spent) // 100}.{(10_000_000 - spent) % 100:02d}"
+                    assert limit["amount_remaining"] == want, key
+                else:
+                    assert limit["remaining"] == 1000 - used[key] - admitted[key], key
+        print(f"router B followed the new epoch after {follow_s:.3f} s")
+    finally:
+        router_a.kill()
+        router_a.wait(10)
+        await stop_cluster(cluster)

@@ -1,0 +1,172 @@
+"""CLI commands that drive a running cluster through the router's admin API."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+
+class AdminError(Exception):
+    pass
+
+
+def call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(  # noqa: S310 - the user's router URL
+        args.router.rstrip("/") + path, data=data, method=method
+    )
+    request.add_header("Content-Type", "application/json")
+    if args.token:
+        request.add_header("Authorization", f"Bearer {args.token}")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
+            return json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        try:
+            detail = json.loads(exc.read()).get("detail", exc.reason)
+        except (ValueError, AttributeError):
+            detail = exc.reason
+        raise AdminError(f"{method} {path}: {exc.code} {detail}") from exc
+    except (urllib.error.URLError, OSError) as exc:
+        raise AdminError(f"cannot reach the router at {args.router}: {exc}") from exc
+
+
+def _print_moves(moves: list[dict[str, Any]], title: str) -> None:
+    table = Table(title=title)
+    for column in ("source", "target", "keyspace moved", "slots"):
+        table.add_column(column)
+    total = 0.0
+    for move in moves:
+        total += move["fraction"]
+        slots = move.get("slots") or []
+        table.add_row(move["source"], move["target"], f"{move['fraction']:.2%}",
+                      str(len(slots)) if slots else "-")  # fmt: skip
+    Console().print(table)
+    print(f"total moved: {total:.2%} of the keyspace")
+
+
+def watch(args: argparse.Namespace) -> dict[str, Any]:
+    """Follow the migration to its end with a progress bar (keys/s)."""
+    final: dict[str, Any] = {}
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[moved]} keys moved, {task.fields[rate]} keys/s"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, disable=args.json, transient=False) as progress:
+        task = progress.add_task("migrating", total=None, moved=0, rate=0)
+        while True:
+            info = call(args, "GET", "/v1/cluster")
+            migration = info.get("migration") or {}
+            sources = migration.get("sources") or {}
+            done = sum(1 for s in sources.values() if s.get("done"))
+            progress.update(
+                task,
+                total=max(len(sources), 1),
+                completed=done,
+                description=f"migration {migration.get('id', '?')}: {migration.get('phase', '?')}",
+                moved=migration.get("keys_moved", 0),
+                rate=migration.get("keys_per_s", 0),
+            )
+            if migration.get("last_error"):
+                raise AdminError(f"migration paused: {migration['last_error']} "
+                                 "(fix it, then `shardlimit reshard resume`)")  # fmt: skip
+            if migration.get("phase") == "done" and not migration.get("running"):
+                final = {"epoch": info["epoch"], **migration}
+                return final
+            time.sleep(0.2)  # polling the router for progress
+
+
+def _finish(args: argparse.Namespace, started: Any) -> int:
+    if not args.wait:
+        print(json.dumps(started) if args.json else f"started: {started}")
+        return 0
+    final = watch(args)
+    if args.json:
+        print(json.dumps(final))
+    else:
+        print(f"done: epoch {final['epoch']}, {final.get('keys_moved', 0)} keys moved "
+              f"in {final.get('seconds', 0)} s ({final.get('keys_per_s', 0)} keys/s)")  # fmt: skip
+    return 0
+
+
+def cmd_node_add(args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {"url": args.url, "weight": args.weight}
+    if args.id:
+        body["id"] = args.id
+    return _finish(args, call(args, "POST", "/v1/cluster/nodes", body))
+
+
+def cmd_node_remove(args: argparse.Namespace) -> int:
+    return _finish(args, call(args, "DELETE", f"/v1/cluster/nodes/{args.node_id}"))
+
+
+def cmd_reshard(args: argparse.Namespace) -> int:
+    if args.action == "status":
+        info = call(args, "GET", "/v1/cluster")
+        migration = info.get("migration")
+        print(json.dumps(migration, indent=None if args.json else 2))
+        return 0
+    if args.action == "resume":
+        return _finish(args, call(args, "POST", "/v1/cluster/migration/resume"))
+    if not args.add and not args.remove:
+        raise AdminError("reshard plan|apply needs --add URL or --remove ID")
+    if args.add:
+        body = {"url": args.add, "weight": args.weight, "dry_run": args.action == "plan"}
+        if args.id:
+            body["id"] = args.id
+        answer = call(args, "POST", "/v1/cluster/nodes", body)
+    else:
+        suffix = "?dry_run=1" if args.action == "plan" else ""
+        answer = call(args, "DELETE", f"/v1/cluster/nodes/{args.remove}{suffix}")
+    if args.action == "plan":
+        if args.json:
+            print(json.dumps(answer))
+        else:
+            _print_moves(answer["moves"], f"plan ({answer['partitioner']})")
+            ideal = 1 / len(answer["shares"]) if args.add else None
+            if ideal is not None:
+                print(f"ideal for an equal-weight node: {ideal:.2%}")
+        return 0
+    return _finish(args, answer)
+
+
+def add_arguments(sub: Any, router_args: Any) -> None:
+    add = sub.add_parser("node-add", help=argparse.SUPPRESS)
+    add.add_argument("url")
+    add.add_argument("--id")
+    add.add_argument("--weight", type=int, default=1)
+    add.add_argument("--no-wait", dest="wait", action="store_false")
+    router_args(add)
+    remove = sub.add_parser("node-remove", help=argparse.SUPPRESS)
+    remove.add_argument("node_id")
+    remove.add_argument("--no-wait", dest="wait", action="store_false")
+    router_args(remove)
+    reshard = sub.add_parser("reshard", help="plan|apply|status|resume a reshard")
+    reshard.add_argument("action", choices=("plan", "apply", "status", "resume"))
+    reshard.add_argument("--add", metavar="URL", help="a node to add")
+    reshard.add_argument("--remove", metavar="ID", help="a node to remove")
+    reshard.add_argument("--id")
+    reshard.add_argument("--weight", type=int, default=1)
+    reshard.add_argument("--no-wait", dest="wait", action="store_false")
+    router_args(reshard)
+
+
+def run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    try:
+        code: int = handler(args)
+        return code
+    except AdminError as exc:
+        print(f"shardlimit: {exc}", file=sys.stderr)
+        return 1
