@@ -184,9 +184,9 @@ async def test_add_then_remove_under_load(big_cluster: tuple[Cluster, str]) -> N
     counts = redis_key_counts(cluster)
     assert counts["n2"] == 0  # the removed node was drained
     for server in cluster.redis:
-        client = sync_redis.Redis(port=server.port)
-        assert list(client.scan_iter(match="sl|i|*")) == []  # import markers cleaned up
-        client.close()
+        direct = sync_redis.Redis(port=server.port)
+        assert list(direct.scan_iter(match="sl|i|*")) == []  # import markers cleaned up
+        direct.close()
     assert sum(counts.values()) == len(KEYS)  # each counter lives on exactly one node
     status, info = await cluster.get("/v1/cluster")
     assert [n["id"] for n in info["nodes"]] == ["n1", "n3", "n4"]
@@ -277,7 +277,7 @@ async def test_sigkilled_orchestrator_resumes_and_a_second_router_follows(
         seen = time.monotonic()
 
         async def b_follows() -> bool:
-            return cluster.router.view.topology.epoch >= migrating_epoch
+            return bool(cluster.router.view.topology.epoch >= migrating_epoch)
 
         await eventually(b_follows, within=10)
         follow_s = time.monotonic() - seen
