@@ -27,8 +27,9 @@ class RouterConfig:
     coalesce_max: int = 1000
     idempotency_ttl_ms: int = 86_400_000
     rules_poll_ms: int = 1000
-    reshard_step_keys: int = 5000
+    reshard_step_keys: int = 1000
     reshard_lease_ttl_ms: int = 15_000
+    reshard_parallel: int = 1
     partitioner: str = "ring"
     vnodes: int = DEFAULT_VNODES
     nodes: list[NodeSpec] = field(default_factory=list)
@@ -74,6 +75,11 @@ def parse_config(doc: Any, base: Path) -> RouterConfig:
         cfg.reshard_lease_ttl_ms = parse_duration(
             router["reshard_lease_ttl"], "router.reshard_lease_ttl", problems
         )
+    parallel = router.get("reshard_parallel", cfg.reshard_parallel)
+    if not isinstance(parallel, int) or not 1 <= parallel <= 64:
+        problems.add("router.reshard_parallel", "must be 1..64")
+    else:
+        cfg.reshard_parallel = parallel
     step = router.get("reshard_step_keys", cfg.reshard_step_keys)
     if not isinstance(step, int) or not 10 <= step <= 100_000:
         problems.add("router.reshard_step_keys", "must be 10..100000")

@@ -213,19 +213,18 @@ async def export_keys(request: web.Request) -> web.Response:
     ):
         return problem(400, "bad-keys", "keys must be a list of at most 10000 strings")
     ownership = state.ownership
+    # Safe to hand out exactly the keys this node no longer serves: it never writes
+    # them again, so the copy is frozen (and empty once the background copy ran).
+    limit_keys = [limit_key_of(key) for key in keys]
     if ownership is None or any(
-        ownership.moving_away(lk) is None for lk in map(limit_key_of_or_empty, keys)
+        lk is None or ownership.role(lk)[0] is not Role.MOVED for lk in limit_keys
     ):
-        return problem(409, "not-moving", "only keys moving away from this node can be exported")
+        return problem(409, "not-moving", "only keys this node no longer serves can be exported")
     try:
         entries = await state.migrator.export(keys)
     except (RedisError, OSError) as exc:
         return problem(503, "redis-unavailable", f"node redis unavailable: {exc}")
     return _json({"entries": encode_entries(entries)})
-
-
-def limit_key_of_or_empty(redis_key: str) -> str:
-    return limit_key_of(redis_key) or ""
 
 
 async def import_keys(request: web.Request) -> web.Response:
@@ -285,7 +284,12 @@ async def stats(request: web.Request) -> web.Response:
         memory = (await state.redis.info("memory"))["used_memory"]
     except (RedisError, OSError) as exc:
         return problem(503, "redis-unavailable", f"node redis unavailable: {exc}")
-    return _json({"node": state.node_id, "epoch": state.epoch, "keys": keys, "memory": memory})
+    kwargs = state.redis.connection_pool.connection_kwargs
+    address = {"host": kwargs.get("host"), "port": kwargs.get("port"), "db": kwargs.get("db", 0)}
+    return _json(
+        {"node": state.node_id, "epoch": state.epoch, "keys": keys, "memory": memory,
+         "redis": address}
+    )  # fmt: skip
 
 
 async def set_clock(request: web.Request) -> web.Response:

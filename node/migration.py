@@ -13,12 +13,14 @@ from typing import Any
 import aiohttp
 import orjson
 import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
 
 from cluster.keys import limit_key_of
 from node.ownership import Ownership
 from node.scripts import read_lua
 
 MARKER_TTL_MS = 2 * 86_400_000
+MIGRATE_CHUNK = 200
 ExportEntry = tuple[str, bytes | None, int]  # (redis key, dump or None, absolute expiry ms or -1)
 
 
@@ -60,6 +62,7 @@ class Migrator:
         self.client = client
         self.import_script = client.register_script(read_lua("import.lua"))
         self._session_factory = session_factory
+        self._redis_addresses: dict[str, tuple[str, int, int]] = {}
         self.headers = {"Content-Type": "application/json"}
         if cluster_token:
             self.headers["Authorization"] = f"Bearer {cluster_token}"
@@ -148,17 +151,65 @@ class Migrator:
             spec = ownership.node_spec(target)
             if spec is None:
                 raise PeerError(f"target {target} is not in the topology")
-            entries = await self.export(keys)
-            answer = await self._post(
-                spec.url + "/node/v1/import",
-                {"migration": migration_id, "entries": encode_entries(entries)},
-            )
-            restored += int(answer.get("restored", 0))
-            # Only now, with the target's acknowledgement, drop our frozen copy.
-            await self.client.delete(*keys)
+            # Small MIGRATE calls: each one blocks the source Redis while it runs.
+            for start in range(0, len(keys), MIGRATE_CHUNK):
+                chunk = keys[start : start + MIGRATE_CHUNK]
+                left = await self._migrate_direct(spec.url, chunk)
+                if left:
+                    restored += await self._send_dumps(spec.url, migration_id, left)
             moved += len(keys)
         return {"cursor": int(next_cursor), "scanned": len(names), "moved": moved,
                 "restored": restored}  # fmt: skip
+
+    async def _target_redis(self, target_url: str) -> tuple[str, int, int] | None:
+        address = self._redis_addresses.get(target_url)
+        if address is None:
+            session: aiohttp.ClientSession = self._session_factory()
+            try:
+                async with session.get(
+                    target_url + "/node/v1/stats",
+                    headers=self.headers,
+                    timeout=aiohttp.ClientTimeout(total=5),
+                ) as response:
+                    info = orjson.loads(await response.read())
+                redis_info = info.get("redis") or {}
+                address = (str(redis_info["host"]), int(redis_info["port"]), int(redis_info["db"]))
+            except (aiohttp.ClientError, TimeoutError, OSError, KeyError, ValueError, TypeError):
+                return None
+            self._redis_addresses[target_url] = address
+        return address
+
+    async def _migrate_direct(self, target_url: str, keys: list[str]) -> list[str]:
+        """Redis-to-Redis MIGRATE (TTL kept, never REPLACE); returns the keys still here.
+
+        Without REPLACE a key the target already holds (imported on first touch and
+        maybe counted since) is refused with BUSYKEY and stays here; those go through
+        the marker-checked import path instead.
+        """
+        address = await self._target_redis(target_url)
+        if address is None:
+            return keys
+        host, port, db = address
+        try:
+            migrate = self.client.execute_command  # redis-py leaves it untyped
+            await migrate("MIGRATE", host, port, "", db, 10_000, "KEYS", *keys)  # type: ignore[no-untyped-call]
+            return []
+        except ResponseError:
+            pipe = self.client.pipeline(transaction=False)
+            for key in keys:
+                pipe.exists(key)
+            present = await pipe.execute()
+            return [key for key, here in zip(keys, present, strict=True) if here]
+
+    async def _send_dumps(self, target_url: str, migration_id: str, keys: list[str]) -> int:
+        entries = await self.export(keys)
+        answer = await self._post(
+            target_url + "/node/v1/import",
+            {"migration": migration_id, "entries": encode_entries(entries)},
+        )
+        # Only now, with the target's acknowledgement, drop our frozen copy.
+        await self.client.delete(*keys)
+        return int(answer.get("restored", 0))
 
     async def drop_markers(self, migration_id: str) -> int:
         """After a migration: its import markers are no longer consulted."""

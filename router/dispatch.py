@@ -31,6 +31,14 @@ class NodeUnavailable(Exception):
         self.timed_out = timed_out
 
 
+def _detail(raw: bytes) -> str:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw[:200].decode(errors="replace")
+    return str(body.get("detail", body)) if isinstance(body, dict) else str(body)[:200]
+
+
 class Breaker:
     """Opens after consecutive failures; closed again by a successful probe.
 
@@ -172,7 +180,9 @@ class NodeChannel:
             ) as response:
                 raw = await response.read()
                 if response.status != 200:
-                    raise NodeUnavailable(f"node {self.spec.id} answered {response.status}")
+                    raise NodeUnavailable(
+                        f"node {self.spec.id} answered {response.status}: {_detail(raw)}"
+                    )
                 return orjson.loads(raw)
         except TimeoutError as exc:
             raise NodeUnavailable(f"node {self.spec.id}: timed out", timed_out=True) from exc

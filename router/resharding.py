@@ -161,7 +161,14 @@ class Resharder:
         await self._push_all()
         self.progress["phase"] = "copying"
         started = time.monotonic()
-        await asyncio.gather(*(self._copy_from(n.id, migration["id"]) for n in previous.nodes))
+        # One source at a time by default: copying competes with live checks for CPU.
+        gate = asyncio.Semaphore(self.view.config.reshard_parallel)
+
+        async def copy(source: str) -> None:
+            async with gate:
+                await self._copy_from(source, migration["id"])
+
+        await asyncio.gather(*(copy(n.id) for n in previous.nodes))
         elapsed = max(time.monotonic() - started, 1e-9)
         self.progress["keys_per_s"] = round(self.progress["keys_moved"] / elapsed, 1)
         self.progress["seconds"] = round(elapsed, 3)

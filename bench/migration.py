@@ -1,0 +1,219 @@
+"""Migration speed and check latency during a live reshard, against raw MIGRATE.
+
+Starts 4 Redis, 4 node processes and a router process (3 nodes in the ring, the
+4th added live), fills N fixed-window counters directly into their owners'
+Redis, measures check latency at a fixed offered rate before and during the
+migration, and compares keys moved per second with `MIGRATE ... KEYS` batches
+between two bare Redis instances in the same run. Prints JSON; writes
+bench/results/migration.json.
+
+    python -m bench.migration --keys 200000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import redis
+import yaml
+
+from cluster.keys import counter_key
+from cluster.model import NodeSpec
+from cluster.partition import new_partitioner
+from cluster.redis_proc import RedisProcess, free_port
+
+TOKEN = "bench-token"
+SHAPE = "fw:3600000"
+RESULTS = Path(__file__).parent / "results"
+
+
+def fill(servers: dict[str, RedisProcess], owner_of: Any, keys: int) -> None:
+    clients = {n: redis.Redis(port=s.port) for n, s in servers.items()}
+    pipes = {n: c.pipeline(transaction=False) for n, c in clients.items()}
+    window = int(time.time() * 1000) // 3_600_000
+    for i in range(keys):
+        key = f"user:{i}"
+        pipes[owner_of(key)].set(counter_key("basic", SHAPE, key), f"{window}:1", px=3_600_000)
+        if i % 10_000 == 9_999:
+            for pipe in pipes.values():
+                pipe.execute()
+    for pipe in pipes.values():
+        pipe.execute()
+    for client in clients.values():
+        client.close()
+
+
+def raw_migrate(keys: int, tmp: Path, batch: int) -> float:
+    """Keys/s of MIGRATE ... KEYS between two bare Redis: the physical limit here."""
+    source = RedisProcess(port=free_port(), data_dir=tmp / "raw-src", aof=False)
+    target = RedisProcess(port=free_port(), data_dir=tmp / "raw-dst", aof=False)
+    source.start()
+    target.start()
+    try:
+        src = redis.Redis(port=source.port)
+        pipe = src.pipeline(transaction=False)
+        names = [counter_key("basic", SHAPE, f"user:{i}") for i in range(keys)]
+        for i, name in enumerate(names):
+            pipe.set(name, "123456:1", px=3_600_000)
+            if i % 10_000 == 9_999:
+                pipe.execute()
+        pipe.execute()
+        started = time.perf_counter()
+        for start in range(0, keys, batch):
+            chunk = names[start : start + batch]
+            src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *chunk)  # type: ignore[no-untyped-call]
+        elapsed = time.perf_counter() - started
+        assert redis.Redis(port=target.port).dbsize() == keys
+        src.close()
+        return keys / elapsed
+    finally:
+        source.stop()
+        target.stop()
+
+
+async def latency_probe(
+    router: str, seconds: float, rate: float, stop: asyncio.Event | None = None
+) -> dict[str, float]:
+    """Open loop: one check every 1/rate s regardless of answers; latency percentiles."""
+    latencies: list[float] = []
+    degraded = 0
+    body = {"limits": [{"algorithm": "fixed_window", "limit": 10**9, "window": "1h"}]}
+
+    async def one(http: aiohttp.ClientSession, i: int) -> None:
+        nonlocal degraded
+        started = time.perf_counter()
+        async with http.post(router + "/v1/check", json={"key": f"user:{i}", **body}) as resp:
+            data = await resp.json()
+        latencies.append(time.perf_counter() - started)
+        degraded += bool(data.get("degraded"))
+
+    async with aiohttp.ClientSession() as http:
+        tasks = []
+        start = time.perf_counter()
+        i = 0
+        while time.perf_counter() - start < seconds and not (stop and stop.is_set()):
+            tasks.append(asyncio.create_task(one(http, i * 7919 % 200_000)))
+            i += 1
+            await asyncio.sleep(max(0.0, start + i / rate - time.perf_counter()))
+        await asyncio.gather(*tasks)
+    ordered = sorted(latencies)
+    return {
+        "checks": len(ordered),
+        "p50_ms": round(ordered[len(ordered) // 2] * 1000, 2),
+        "p99_ms": round(ordered[int(len(ordered) * 0.99)] * 1000, 2),
+        "degraded": degraded,
+    }
+
+
+async def wait_http(url: str, within: float = 30) -> None:
+    deadline = time.monotonic() + within
+    async with aiohttp.ClientSession() as http:
+        while time.monotonic() < deadline:
+            try:
+                async with http.get(url) as resp:
+                    if resp.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.05)  # polling a condition with a deadline
+    raise RuntimeError(f"{url} not ready")
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    tmp = Path(tempfile.mkdtemp(prefix="sl-bench-"))
+    env = dict(os.environ, SHARDLIMIT_CLUSTER_TOKEN=TOKEN, SHARDLIMIT_ADMIN_TOKEN=TOKEN,
+               SHARDLIMIT_LOG_LEVEL="WARNING")  # fmt: skip
+    servers = {f"n{i}": RedisProcess(port=free_port(), data_dir=tmp / f"r{i}", aof=False)
+               for i in range(1, 5)}  # fmt: skip
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for server in servers.values():
+            server.start()
+        specs = []
+        for node_id, server in servers.items():
+            port = free_port()
+            specs.append(NodeSpec(node_id, f"http://127.0.0.1:{port}"))
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "cluster.cli", "node", "--id", node_id, "--port",
+                 str(port), "--redis", server.url], env=env))  # fmt: skip
+        for spec in specs:
+            await wait_http(spec.url + "/healthz")
+        part = new_partitioner(args.partitioner, specs[:3])
+        fill({s.id: servers[s.id] for s in specs[:3]}, part.owner, args.keys)
+        router_port = free_port()
+        router = f"http://127.0.0.1:{router_port}"
+        config = {
+            "router": {"port": router_port, "data_dir": str(tmp / "router"),
+                       "node_timeout": "1s", "reshard_step_keys": args.step},
+            "cluster": {"partitioner": args.partitioner, "nodes": [s.to_dict() for s in specs[:3]]},
+        }  # fmt: skip
+        (tmp / "cluster.yaml").write_text(yaml.safe_dump(config))
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "cluster.cli", "router", "--config", str(tmp / "cluster.yaml")],
+            env=env))  # fmt: skip
+        await wait_http(router + "/readyz")
+        before = await latency_probe(router, args.probe_seconds, args.rate)
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        async with aiohttp.ClientSession() as http:
+            async with http.post(router + "/v1/cluster/nodes", json=specs[3].to_dict(),
+                                 headers=headers) as resp:  # fmt: skip
+                assert resp.status == 202, await resp.text()
+            stop = asyncio.Event()
+            probe = asyncio.create_task(latency_probe(router, 3600, args.rate, stop))
+            while True:
+                async with http.get(router + "/v1/cluster") as resp:
+                    migration = (await resp.json())["migration"]
+                if migration and migration["phase"] == "done" and not migration["running"]:
+                    break
+                await asyncio.sleep(0.1)  # polling progress
+            stop.set()
+            during = await probe
+        moved_per_s = migration["keys_moved"] / migration["seconds"]
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(10)
+        for server in servers.values():
+            server.stop()
+    raw = raw_migrate(args.keys, tmp, args.migrate_batch)
+    return {
+        "keys": args.keys,
+        "partitioner": args.partitioner,
+        "keys_moved": migration["keys_moved"],
+        "migration_seconds": migration["seconds"],
+        "moved_keys_per_s": round(moved_per_s),
+        "raw_migrate_keys_per_s": round(raw),
+        "ratio_vs_raw_migrate": round(moved_per_s / raw, 3),
+        "latency_before": before,
+        "latency_during": during,
+        "p99_during_over_before": round(during["p99_ms"] / before["p99_ms"], 2),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--keys", type=int, default=200_000)
+    parser.add_argument("--partitioner", choices=("ring", "slots"), default="ring")
+    parser.add_argument("--step", type=int, default=1000)
+    parser.add_argument("--migrate-batch", type=int, default=1000)
+    parser.add_argument("--rate", type=float, default=200.0)
+    parser.add_argument("--probe-seconds", type=float, default=3.0)
+    result = asyncio.run(run(parser.parse_args()))
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "migration.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
