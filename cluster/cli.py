@@ -105,7 +105,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         )  # fmt: skip
     Console().print(table)
     if info.get("migration"):
-        print(f"migration: {json.dumps(info['migration'])}")
+        print(f"migration: {json.dumps(info['migration'])}", flush=True)
     return 0
 
 

@@ -23,6 +23,7 @@ class RouterConfig:
     data_dir: Path = Path("data/router")
     rules_file: Path | None = None
     node_timeout_ms: int = 50
+    node_timeout_per_op_us: int = 200
     coalesce_wait_us: int = 0
     coalesce_max: int = 1000
     idempotency_ttl_ms: int = 86_400_000
@@ -65,6 +66,11 @@ def parse_config(doc: Any, base: Path) -> RouterConfig:
         cfg.node_timeout_ms = parse_duration(
             router["node_timeout"], "router.node_timeout", problems
         )
+    per_op = router.get("node_timeout_per_op_us", cfg.node_timeout_per_op_us)
+    if not isinstance(per_op, int) or not 0 <= per_op <= 100_000:
+        problems.add("router.node_timeout_per_op_us", "must be 0..100000 microseconds")
+    else:
+        cfg.node_timeout_per_op_us = per_op
     if "idempotency_ttl" in router:
         cfg.idempotency_ttl_ms = parse_duration(
             router["idempotency_ttl"], "router.idempotency_ttl", problems

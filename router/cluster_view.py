@@ -83,6 +83,7 @@ class ClusterView:
                 timeout_s=self.config.node_timeout_ms / 1000,
                 coalesce_max=self.config.coalesce_max,
                 coalesce_wait_s=self.config.coalesce_wait_us / 1_000_000,
+                per_op_s=self.config.node_timeout_per_op_us / 1_000_000,
                 on_epoch=self._saw_epoch,
             )
 

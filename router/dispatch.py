@@ -88,6 +88,7 @@ class NodeChannel:
         coalesce_max: int,
         coalesce_wait_s: float,
         probe_interval_s: float = 0.1,
+        per_op_s: float = 0.0002,
         on_epoch: Callable[[str, int], None] | None = None,
     ) -> None:
         self.spec = spec
@@ -99,6 +100,7 @@ class NodeChannel:
         self.coalesce_max = coalesce_max
         self.coalesce_wait_s = coalesce_wait_s
         self.probe_interval_s = probe_interval_s
+        self.per_op_s = per_op_s
         self.on_epoch = on_epoch
         self.breaker = Breaker()
         self._pending: list[tuple[dict[str, Any], asyncio.Future[dict[str, Any]]]] = []
@@ -148,7 +150,10 @@ class NodeChannel:
         self.requests += 1
         self.ops += len(ops)
         try:
-            body = await self.post("/node/v1/batch", {"ops": ops})
+            # A node needs longer for a larger coalesced batch; one check keeps the
+            # plain node timeout as its bound.
+            allowance = (self.timeout.total or 0) + self.per_op_s * (len(ops) - 1)
+            body = await self.post("/node/v1/batch", {"ops": ops}, timeout_s=allowance)
             results = body["results"]
             if len(results) != len(batch):
                 raise NodeUnavailable("node answered with a different number of results")
