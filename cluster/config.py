@@ -36,6 +36,18 @@ class RouterConfig:
     nodes: list[NodeSpec] = field(default_factory=list)
 
 
+# Duration settings of the router section, stored as `<name>_ms`.
+_ROUTER_DURATIONS = ("node_timeout", "idempotency_ttl", "rules_poll", "reshard_lease_ttl")
+# Integer settings of the router section: (name, lowest, highest).
+_ROUTER_INTS = (
+    ("node_timeout_per_op_us", 0, 100_000),
+    ("coalesce_wait_us", 0, 100_000),
+    ("coalesce_max", 1, 10_000),
+    ("reshard_parallel", 1, 64),
+    ("reshard_step_keys", 10, 100_000),
+)
+
+
 def _resolve(base: Path, value: Any) -> Path:
     path = Path(str(value)).expanduser()
     return path if path.is_absolute() else (base / path)
@@ -62,45 +74,15 @@ def parse_config(doc: Any, base: Path) -> RouterConfig:
     cfg.data_dir = _resolve(base, router.get("data_dir", "data/router"))
     if router.get("rules_file"):
         cfg.rules_file = _resolve(base, router["rules_file"])
-    if "node_timeout" in router:
-        cfg.node_timeout_ms = parse_duration(
-            router["node_timeout"], "router.node_timeout", problems
-        )
-    per_op = router.get("node_timeout_per_op_us", cfg.node_timeout_per_op_us)
-    if not isinstance(per_op, int) or not 0 <= per_op <= 100_000:
-        problems.add("router.node_timeout_per_op_us", "must be 0..100000 microseconds")
-    else:
-        cfg.node_timeout_per_op_us = per_op
-    if "idempotency_ttl" in router:
-        cfg.idempotency_ttl_ms = parse_duration(
-            router["idempotency_ttl"], "router.idempotency_ttl", problems
-        )
-    if "rules_poll" in router:
-        cfg.rules_poll_ms = parse_duration(router["rules_poll"], "router.rules_poll", problems)
-    if "reshard_lease_ttl" in router:
-        cfg.reshard_lease_ttl_ms = parse_duration(
-            router["reshard_lease_ttl"], "router.reshard_lease_ttl", problems
-        )
-    parallel = router.get("reshard_parallel", cfg.reshard_parallel)
-    if not isinstance(parallel, int) or not 1 <= parallel <= 64:
-        problems.add("router.reshard_parallel", "must be 1..64")
-    else:
-        cfg.reshard_parallel = parallel
-    step = router.get("reshard_step_keys", cfg.reshard_step_keys)
-    if not isinstance(step, int) or not 10 <= step <= 100_000:
-        problems.add("router.reshard_step_keys", "must be 10..100000")
-    else:
-        cfg.reshard_step_keys = step
-    wait = router.get("coalesce_wait_us", cfg.coalesce_wait_us)
-    if not isinstance(wait, int) or not 0 <= wait <= 100_000:
-        problems.add("router.coalesce_wait_us", "must be 0..100000 microseconds")
-    else:
-        cfg.coalesce_wait_us = wait
-    batch = router.get("coalesce_max", cfg.coalesce_max)
-    if not isinstance(batch, int) or not 1 <= batch <= 10_000:
-        problems.add("router.coalesce_max", "must be 1..10000")
-    else:
-        cfg.coalesce_max = batch
+    for name in _ROUTER_DURATIONS:
+        if name in router:
+            setattr(cfg, f"{name}_ms", parse_duration(router[name], f"router.{name}", problems))
+    for name, low, high in _ROUTER_INTS:
+        value = router.get(name, getattr(cfg, name))
+        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+            problems.add(f"router.{name}", f"must be an integer from {low} to {high}")
+        else:
+            setattr(cfg, name, value)
     kind = cluster.get("partitioner", "ring")
     if kind not in ("ring", "slots"):
         problems.add("cluster.partitioner", "must be 'ring' or 'slots'")

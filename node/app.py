@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections import Counter, defaultdict
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -28,6 +30,7 @@ MAX_BODY = 16 * 1024 * 1024
 MAX_OPS = 10_000
 
 STATE: web.AppKey[NodeState] = web.AppKey("state")
+Handler = Callable[[web.Request], Awaitable[web.Response]]
 
 
 class NodeState:
@@ -84,18 +87,36 @@ def _authorized(request: web.Request) -> bool:
     return bearer_matches(request.headers.get("Authorization"), state.cluster_token)
 
 
+InternalHandler = Callable[[web.Request, NodeState, Any], Awaitable[web.Response]]
+
+
+def internal(*, with_body: bool) -> Callable[[InternalHandler], Handler]:
+    """Node endpoints: cluster token first, then (optionally) a JSON body."""
+
+    def wrap(handler: InternalHandler) -> Handler:
+        @functools.wraps(handler)
+        async def endpoint(request: web.Request) -> web.Response:
+            if not _authorized(request):
+                return problem(401, "unauthorized", "cluster token required")
+            body: Any = None
+            if with_body:
+                body, error = await read_json(request)
+                if error is not None:
+                    return error
+            return await handler(request, request.app[STATE], body)
+
+        return endpoint
+
+    return wrap
+
+
 def _json(data: Any, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
 
 
-async def batch(request: web.Request) -> web.Response:
+@internal(with_body=True)
+async def batch(request: web.Request, state: NodeState, body: Any) -> web.Response:
     """Run many operations in one Redis pipeline. Ops for keys we do not own: `moved`."""
-    state = request.app[STATE]
-    if not _authorized(request):
-        return problem(401, "unauthorized", "cluster token required")
-    body, error = await read_json(request)
-    if error is not None:
-        return error
     if not isinstance(body, dict) or not isinstance(body.get("ops"), list):
         return problem(400, "bad-batch", "body must be an object with an 'ops' list")
     raw_ops: list[Any] = body["ops"]
@@ -172,13 +193,8 @@ def _parse_topology(data: Any) -> Topology | str:
         return str(exc)
 
 
-async def put_topology(request: web.Request) -> web.Response:
-    state = request.app[STATE]
-    if not _authorized(request):
-        return problem(401, "unauthorized", "cluster token required")
-    body, error = await read_json(request)
-    if error is not None:
-        return error
+@internal(with_body=True)
+async def put_topology(request: web.Request, state: NodeState, body: Any) -> web.Response:
     topology = _parse_topology(body)
     if isinstance(topology, str):
         return problem(400, "bad-topology", topology)
@@ -188,23 +204,16 @@ async def put_topology(request: web.Request) -> web.Response:
     return _json({"epoch": state.epoch})
 
 
-async def get_topology(request: web.Request) -> web.Response:
-    state = request.app[STATE]
-    if not _authorized(request):
-        return problem(401, "unauthorized", "cluster token required")
+@internal(with_body=False)
+async def get_topology(request: web.Request, state: NodeState, body: Any) -> web.Response:
     if state.topology is None:
         return problem(404, "no-topology", "this node has no topology yet")
     return _json(state.topology.to_dict())
 
 
-async def export_keys(request: web.Request) -> web.Response:
+@internal(with_body=True)
+async def export_keys(request: web.Request, state: NodeState, body: Any) -> web.Response:
     """DUMP of Redis keys for a node importing them (first touch during a migration)."""
-    state = request.app[STATE]
-    if not _authorized(request):
-        return problem(401, "unauthorized", "cluster token required")
-    body, error = await read_json(request)
-    if error is not None:
-        return error
     keys = body.get("keys") if isinstance(body, dict) else None
     if (
         not isinstance(keys, list)
@@ -227,13 +236,8 @@ async def export_keys(request: web.Request) -> web.Response:
     return _json({"entries": encode_entries(entries)})
 
 
-async def import_keys(request: web.Request) -> web.Response:
-    state = request.app[STATE]
-    if not _authorized(request):
-        return problem(401, "unauthorized", "cluster token required")
-    body, error = await read_json(request)
-    if error is not None:
-        return error
+@internal(with_body=True)
+async def import_keys(request: web.Request, state: NodeState, body: Any) -> web.Response:
     migration = body.get("migration") if isinstance(body, dict) else None
     if not isinstance(migration, str) or state.ownership is None:
         return problem(400, "bad-import", "migration id required")
@@ -250,14 +254,9 @@ async def import_keys(request: web.Request) -> web.Response:
     return _json({"restored": restored, "received": len(entries)})
 
 
-async def migrate_step(request: web.Request) -> web.Response:
+@internal(with_body=True)
+async def migrate_step(request: web.Request, state: NodeState, body: Any) -> web.Response:
     """One background-copy step on a source node (driven by the orchestrator)."""
-    state = request.app[STATE]
-    if not _authorized(request):
-        return problem(401, "unauthorized", "cluster token required")
-    body, error = await read_json(request)
-    if error is not None:
-        return error
     cursor = body.get("cursor", 0) if isinstance(body, dict) else None
     count = body.get("count", 1000) if isinstance(body, dict) else None
     migration = body.get("migration") if isinstance(body, dict) else None
@@ -275,10 +274,8 @@ async def migrate_step(request: web.Request) -> web.Response:
     return _json(step)
 
 
-async def stats(request: web.Request) -> web.Response:
-    state = request.app[STATE]
-    if not _authorized(request):
-        return problem(401, "unauthorized", "cluster token required")
+@internal(with_body=False)
+async def stats(request: web.Request, state: NodeState, body: Any) -> web.Response:
     try:
         keys = await state.redis.dbsize()
         memory = (await state.redis.info("memory"))["used_memory"]
@@ -292,16 +289,11 @@ async def stats(request: web.Request) -> web.Response:
     )  # fmt: skip
 
 
-async def set_clock(request: web.Request) -> web.Response:
+@internal(with_body=True)
+async def set_clock(request: web.Request, state: NodeState, body: Any) -> web.Response:
     """Test mode only: shift the clock every script sees."""
-    state = request.app[STATE]
     if not state.test_mode:
         return problem(404, "not-found", "not found")
-    if not _authorized(request):
-        return problem(401, "unauthorized", "cluster token required")
-    body, error = await read_json(request)
-    if error is not None:
-        return error
     offset = body.get("offset_ms") if isinstance(body, dict) else None
     if not isinstance(offset, int) or isinstance(offset, bool):
         return problem(400, "bad-offset", "offset_ms must be an integer")
@@ -309,13 +301,8 @@ async def set_clock(request: web.Request) -> web.Response:
     return _json({"offset_ms": offset})
 
 
-async def drop_markers(request: web.Request) -> web.Response:
-    state = request.app[STATE]
-    if not _authorized(request):
-        return problem(401, "unauthorized", "cluster token required")
-    body, error = await read_json(request)
-    if error is not None:
-        return error
+@internal(with_body=True)
+async def drop_markers(request: web.Request, state: NodeState, body: Any) -> web.Response:
     migration = body.get("migration") if isinstance(body, dict) else None
     if not isinstance(migration, str) or not migration.isalnum():
         return problem(400, "bad-migration", "migration id required")
@@ -331,14 +318,9 @@ async def drop_markers(request: web.Request) -> web.Response:
 LEASE_KEY = "sl|lease|topology"
 
 
-async def lease(request: web.Request) -> web.Response:
+@internal(with_body=True)
+async def lease(request: web.Request, state: NodeState, body: Any) -> web.Response:
     """The topology-change lease (held in this node's Redis when it is the lock node)."""
-    state = request.app[STATE]
-    if not _authorized(request):
-        return problem(401, "unauthorized", "cluster token required")
-    body, error = await read_json(request)
-    if error is not None:
-        return error
     if not isinstance(body, dict):
         return problem(400, "bad-lease", "body must be an object")
     action, token, ttl = body.get("action"), body.get("token"), body.get("ttl_ms", 10_000)

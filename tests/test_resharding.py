@@ -101,6 +101,55 @@ async def wait_migration_done(cluster: Cluster) -> dict[str, Any]:
     return final
 
 
+class Load:
+    """Concurrent clients checking random keys; counts what was admitted per key."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.admitted: Counter[str] = Counter()
+        self.amounts: Counter[str] = Counter()  # minor units
+        self.problems: list[Any] = []
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def _client(self, seed: int) -> None:
+        rng = random.Random(seed)
+        while not self._stop.is_set():
+            key = rng.choice(KEYS)
+            body: dict[str, Any] = {"key": key, "limits": limits_for(key)}
+            if key.startswith("{"):
+                body["amount"] = "0.50"
+            status, data = await self.cluster.check(body)
+            if status not in (200, 429) or data.get("degraded"):
+                self.problems.append((status, data))
+            elif status == 200:
+                self.admitted[key] += 1
+                if key.startswith("{"):
+                    self.amounts[key] += 50
+
+    def start(self, clients: int) -> None:
+        self._tasks = [asyncio.create_task(self._client(i)) for i in range(clients)]
+
+    async def stop(self) -> None:
+        self._stop.set()
+        await asyncio.gather(*self._tasks)
+
+
+async def assert_totals(cluster: Cluster, used: dict[str, int], load: Load) -> None:
+    """Every key: what its node holds now == preloaded + admitted during the run."""
+    for start in range(0, len(KEYS), 500):
+        chunk = KEYS[start : start + 500]
+        checks = [{"key": k, "limits": limits_for(k), "cost": 0} for k in chunk]
+        _, body = await cluster.post("/v1/check/batch", {"checks": checks})
+        for key, result in zip(chunk, body["results"], strict=True):
+            limit = result["limits"][0]
+            if key.startswith("{"):
+                left = 10_000_000 - (used[key] * 100 + 25 + load.amounts[key])
+                assert limit["amount_remaining"] == f"{left // 100}.{left % 100:02d}", key
+            else:
+                assert limit["remaining"] == 1000 - used[key] - load.admitted[key], key
+
+
 def owners(cluster: Cluster) -> dict[str, str]:
     return {key: cluster.router.view.owner(key) for key in KEYS}
 
@@ -120,28 +169,9 @@ def redis_key_counts(cluster: Cluster) -> dict[str, int]:
 async def test_add_then_remove_under_load(big_cluster: tuple[Cluster, str]) -> None:
     cluster, n4_url = big_cluster
     used = await preload(cluster)
-    admitted: Counter[str] = Counter()
-    amounts: Counter[str] = Counter()
-    problems: list[Any] = []
-    stop = asyncio.Event()
-
-    async def client(seed: int) -> None:
-        rng = random.Random(seed)
-        while not stop.is_set():
-            key = rng.choice(KEYS)
-            body: dict[str, Any] = {"key": key, "limits": limits_for(key)}
-            if key.startswith("{"):
-                body["amount"] = "0.50"
-            status, data = await cluster.check(body)
-            if status not in (200, 429) or data.get("degraded"):
-                problems.append((status, data))
-            elif status == 200:
-                admitted[key] += 1
-                if key.startswith("{"):
-                    amounts[key] += 50
-
+    load = Load(cluster)
     before = owners(cluster)
-    clients = [asyncio.create_task(client(i)) for i in range(50)]
+    load.start(50)
     admin = ADMIN
     status, started = await cluster.post("/v1/cluster/nodes", {"url": n4_url, "id": "n4"}, admin)
     assert status == 202, started
@@ -163,25 +193,10 @@ async def test_add_then_remove_under_load(big_cluster: tuple[Cluster, str]) -> N
     assert all(after_add[k] == "n2" for k in changed)  # only n2's keys move
     assert second["keys_moved"] == len(changed) == Counter(after_add.values())["n2"]
 
-    stop.set()
-    await asyncio.gather(*clients)
-    assert problems == [], [p[1].get("degraded_reason") for p in problems[:5]]
-    assert sum(admitted.values()) > 0
-    # Every key: what the node holds now == preloaded + admitted during the run.
-    for start in range(0, len(KEYS), 500):
-        chunk = KEYS[start : start + 500]
-        checks = [{"key": k, "limits": limits_for(k), "cost": 0} for k in chunk]
-        status, body = await cluster.post("/v1/check/batch", {"checks": checks})
-        for key, result in zip(chunk, body["results"], strict=True):
-            limit = result["limits"][0]
-            if key.startswith("{"):
-                spent = used[key] * 100 + 25 + amounts[key]
-                assert (
-                    limit["amount_remaining"]
-                    == f"{(10_000_000 - spent) // 100}.{(10_000_000 - spent) % 100:02d}"
-                ), key
-            else:
-                assert limit["remaining"] == 1000 - used[key] - admitted[key], key
+    await load.stop()
+    assert load.problems == [], [p[1].get("degraded_reason") for p in load.problems[:5]]
+    assert sum(load.admitted.values()) > 0
+    await assert_totals(cluster, used, load)
     counts = redis_key_counts(cluster)
     assert counts["n2"] == 0  # the removed node was drained
     for server in cluster.redis:
@@ -226,25 +241,7 @@ async def test_sigkilled_orchestrator_resumes_and_a_second_router_follows(
     router_a = start_router_process(config_path)
     try:
         used = await preload(cluster)
-        admitted: Counter[str] = Counter()
-        amounts: Counter[str] = Counter()
-        problems: list[Any] = []
-        stop = asyncio.Event()
-
-        async def client(seed: int) -> None:
-            rng = random.Random(seed)
-            while not stop.is_set():
-                key = rng.choice(KEYS)
-                body: dict[str, Any] = {"key": key, "limits": limits_for(key)}
-                if key.startswith("{"):
-                    body["amount"] = "0.50"
-                status, data = await cluster.check(body)
-                if status not in (200, 429) or data.get("degraded"):
-                    problems.append((status, data))
-                elif status == 200:
-                    admitted[key] += 1
-                    if key.startswith("{"):
-                        amounts[key] += 50
+        load = Load(cluster)
 
         async def a_get(path: str) -> Any:
             async with cluster.http.get(a_url + path) as resp:
@@ -258,7 +255,7 @@ async def test_sigkilled_orchestrator_resumes_and_a_second_router_follows(
 
         await eventually(a_up, within=30)
         before = owners(cluster)
-        clients = [asyncio.create_task(client(i)) for i in range(50)]
+        load.start(50)
         headers = {"Authorization": f"Bearer {ADMIN}"}
         body = {"url": f"http://127.0.0.1:{n4_port}", "id": "n4"}
         async with cluster.http.post(
@@ -304,27 +301,15 @@ async def test_sigkilled_orchestrator_resumes_and_a_second_router_follows(
             return cluster.router.view.topology.migration is None
 
         await eventually(b_final, within=10)
-        stop.set()
-        await asyncio.gather(*clients)
-        assert problems == []
+        await load.stop()
+        assert load.problems == []
         after = owners(cluster)
         changed = [k for k in KEYS if before[k] != after[k]]
         assert changed and all(after[k] == "n4" for k in changed)
         counts = redis_key_counts(cluster)
         assert sum(counts.values()) == len(KEYS)
         assert counts["n4"] == Counter(after.values())["n4"]
-        for start in range(0, len(KEYS), 500):
-            chunk = KEYS[start : start + 500]
-            checks = [{"key": k, "limits": limits_for(k), "cost": 0} for k in chunk]
-            _, result = await cluster.post("/v1/check/batch", {"checks": checks})
-            for key, item in zip(chunk, result["results"], strict=True):
-                limit = item["limits"][0]
-                if key.startswith("{"):
-                    spent = used[key] * 100 + 25 + amounts[key]
-                    want = f"{(10_000_000 - spent) // 100}.{(10_000_000 - spent) % 100:02d}"
-                    assert limit["amount_remaining"] == want, key
-                else:
-                    assert limit["remaining"] == 1000 - used[key] - admitted[key], key
+        await assert_totals(cluster, used, load)
         print(f"router B followed the new epoch after {follow_s:.3f} s")
     finally:
         router_a.kill()
