@@ -219,7 +219,7 @@ def parse_limit(data: Any, path: str, problems: Problems) -> LimitSpec | None:
         return None
     before = len(problems.errors)
     algorithm = data.get("algorithm")
-    if algorithm not in ALGORITHM_CODES:
+    if not isinstance(algorithm, str) or algorithm not in ALGORITHM_CODES:
         problems.add(f"{path}.algorithm", f"must be one of: {', '.join(ALGORITHMS)}")
         return None
     for name in sorted(set(data) - _KNOWN_FIELDS[algorithm]):

@@ -59,7 +59,9 @@ async def problem_middleware(request: web.Request, handler: Any) -> web.StreamRe
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        return problem(exc.status, "http", exc.reason or exc.text or "error")
+        # Keep what the status promises, e.g. `Allow` on a 405.
+        kept = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "www-authenticate")}
+        return problem(exc.status, "http", exc.reason or exc.text or "error", headers=kept)
     except Exception:
         request.app.logger.exception("unhandled error on %s %s", request.method, request.path)
         return problem(500, "internal", "internal error; the request may be retried")

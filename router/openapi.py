@@ -62,23 +62,32 @@ def openapi_document() -> dict[str, Any]:
             "burst": {"type": "integer", "minimum": 1},
             "capacity": {"type": "integer", "minimum": 1},
             "timezone": {"type": "string"},
-            "max_count": {"type": "integer", "minimum": 1},
-            "max_amount": _DECIMAL,
+            "max_count": {"type": ["integer", "null"], "minimum": 1},
+            "max_amount": {"oneOf": [*_DECIMAL["oneOf"], {"type": "null"}]},
             "amount_scale": {"type": "integer", "minimum": 0, "maximum": 6},
         },
     }
     check = {
         "type": "object",
+        "additionalProperties": False,
         "required": ["key"],
         "properties": {
             "key": {"type": "string", "minLength": 1, "description": "at most 512 bytes"},
             "rule": {"type": "string"},
-            "limits": {"type": "array", "items": {"$ref": "#/components/schemas/Limit"}},
+            "limits": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": 16,
+                "items": {"$ref": "#/components/schemas/Limit"},
+            },
             "cost": {"type": "integer", "minimum": 0, "maximum": MAX_COUNT, "default": 1},
             "amount": _DECIMAL,
-            "request_id": {"type": "string", "pattern": r"^[A-Za-z0-9_.:@~+=/-]{1,128}$"},
+            "request_id": {
+                "type": ["string", "null"],
+                "pattern": r"^[A-Za-z0-9_.:@~+=/-]{1,128}$",
+            },
             "dry_run": {"type": "boolean", "default": False},
-            "on_failure": {"type": "string", "enum": ["allow", "deny"]},
+            "on_failure": {"enum": ["allow", "deny", None]},
         },
     }
     limit_state = {
@@ -133,11 +142,12 @@ def openapi_document() -> dict[str, Any]:
     }
     rule = {
         "type": "object",
+        "additionalProperties": False,
         "required": ["limits"],
         "properties": {
-            "name": {"type": "string"},
+            "name": {"type": ["string", "null"]},
             "limits": {"type": "array", "items": {"$ref": "#/components/schemas/Limit"}},
-            "on_failure": {"type": "string", "enum": ["allow", "deny"]},
+            "on_failure": {"enum": ["allow", "deny", None]},
         },
     }
     name_param = {
@@ -169,6 +179,7 @@ def openapi_document() -> dict[str, Any]:
                         "application/json": {
                             "schema": {
                                 "type": "object",
+                                "additionalProperties": False,
                                 "required": ["checks"],
                                 "properties": {
                                     "checks": {
@@ -289,6 +300,7 @@ def openapi_document() -> dict[str, Any]:
                 },
                 "Refund": {
                     "type": "object",
+                    "additionalProperties": False,
                     "required": ["key", "request_id"],
                     "properties": {
                         "key": {"type": "string"},

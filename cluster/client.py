@@ -1,0 +1,671 @@
+"""Python client SDK for the shardlimit router: `Client` (blocking) and `AsyncClient` (aiohttp).
+
+Both clients describe every API call as a `_Call` and hand the answer to one function,
+`_result`, which turns (status, body bytes) into a typed result or an exception. Transport
+failures are turned into `Unavailable` at each client's single send method.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http.client
+import re
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from types import TracebackType
+from typing import Any, Generic, Self, TypeVar
+from urllib.parse import urlencode, urlsplit
+
+import aiohttp
+import orjson
+
+__all__ = [
+    "AlreadyRefunded",
+    "AsyncClient",
+    "BadRequest",
+    "CheckSpec",
+    "Client",
+    "Decision",
+    "GivenBack",
+    "LimitState",
+    "NotFound",
+    "RefundResult",
+    "ShardlimitError",
+    "Unavailable",
+]
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+_USER_AGENT = "shardlimit-python/0.1"
+_T = TypeVar("_T")
+Amount = Decimal | str | int
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class ShardlimitError(Exception):
+    """Base class of every error raised by this client."""
+
+
+class BadRequest(ShardlimitError):
+    """The router refused the request (4xx problem+json)."""
+
+    def __init__(self, status: int, problem: dict[str, Any]) -> None:
+        self.status = status
+        self.problem = problem
+        raw = problem.get("errors")
+        self.errors: list[tuple[str, str]] = [
+            (str(e.get("field")), str(e.get("message")))
+            for e in (raw if isinstance(raw, list) else [])
+            if isinstance(e, dict)
+        ]
+        title = problem.get("title") or "Error"
+        detail = problem.get("detail")
+        super().__init__(f"{status} {title}: {detail}" if detail else f"{status} {title}")
+
+
+class NotFound(BadRequest):
+    """404: unknown decision (refund), rule or path."""
+
+
+class AlreadyRefunded(BadRequest):
+    """409: the decision was already refunded."""
+
+
+class Unavailable(ShardlimitError):
+    """The router could not answer: 5xx, connection refused, timeout, broken response."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True, slots=True)
+class LimitState:
+    """One limit of a decision. Amount fields are set only for calendar limits."""
+
+    algorithm: str
+    limit: int | None
+    remaining: int | None
+    reset_after_ms: int | None
+    delay_ms: int | None = None
+    max_amount: Decimal | None = None
+    amount_remaining: Decimal | None = None
+    period: str | None = None
+    timezone: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The router's answer to a check (a 429 is a Decision with `allowed=False`)."""
+
+    allowed: bool
+    key: str
+    rule: str | None
+    node: str
+    retry_after_ms: int | None
+    limits: tuple[LimitState, ...]
+    denied_by: tuple[int, ...] = ()
+    replayed: bool = False
+    dry_run: bool = False
+    degraded: bool = False
+    rolled_back: bool = False
+    rollback_failed: bool = False
+    degraded_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GivenBack:
+    """What a refund returned to one limit."""
+
+    algorithm: str
+    count: int
+    amount: Decimal | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RefundResult:
+    """The answer to a refund; `refunded` is False when the decision consumed nothing."""
+
+    refunded: bool
+    key: str
+    rule: str | None
+    request_id: str
+    given_back: tuple[GivenBack, ...] = ()
+    detail: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckSpec:
+    """One check of `check_many` (a dict with the same keys is accepted too)."""
+
+    key: str
+    rule: str | None = None
+    limits: Sequence[Mapping[str, Any]] | None = None
+    cost: int = 1
+    amount: Amount | None = None
+    request_id: str | None = None
+    dry_run: bool = False
+
+    def to_body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"key": self.key, "cost": self.cost}
+        if self.rule is not None:
+            body["rule"] = self.rule
+        if self.limits is not None:
+            body["limits"] = [dict(limit) for limit in self.limits]
+        if self.amount is not None:
+            body["amount"] = _amount(self.amount)
+        if self.request_id is not None:
+            body["request_id"] = self.request_id
+        if self.dry_run:
+            body["dry_run"] = True
+        return body
+
+
+def _amount(value: Amount) -> str:
+    if isinstance(value, bool) or not isinstance(value, Decimal | str | int):
+        raise TypeError(f"amount must be Decimal, str or int, not {type(value).__name__}")
+    return str(value)
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _opt_decimal(value: Any) -> Decimal | None:
+    return None if value is None else Decimal(str(value))
+
+
+def _limit_state(data: dict[str, Any]) -> LimitState:
+    return LimitState(
+        algorithm=data["algorithm"],
+        limit=data.get("limit"),
+        remaining=data.get("remaining"),
+        reset_after_ms=data.get("reset_after_ms"),
+        delay_ms=data.get("delay_ms"),
+        max_amount=_opt_decimal(data.get("max_amount")),
+        amount_remaining=_opt_decimal(data.get("amount_remaining")),
+        period=data.get("period"),
+        timezone=data.get("timezone"),
+    )
+
+
+def _decision(data: dict[str, Any]) -> Decision:
+    return Decision(
+        allowed=bool(data["allowed"]),
+        key=data["key"],
+        rule=data.get("rule"),
+        node=data["node"],
+        retry_after_ms=data.get("retry_after_ms"),
+        limits=tuple(_limit_state(limit) for limit in data["limits"]),
+        denied_by=tuple(data.get("denied_by", ())),
+        replayed=bool(data.get("replayed", False)),
+        dry_run=bool(data.get("dry_run", False)),
+        degraded=bool(data.get("degraded", False)),
+        rolled_back=bool(data.get("rolled_back", False)),
+        rollback_failed=bool(data.get("rollback_failed", False)),
+        degraded_reason=data.get("degraded_reason"),
+    )
+
+
+def _decisions(data: dict[str, Any]) -> list[Decision]:
+    return [_decision(item) for item in data["results"]]
+
+
+def _refund_result(data: dict[str, Any]) -> RefundResult:
+    return RefundResult(
+        refunded=bool(data["refunded"]),
+        key=data["key"],
+        rule=data.get("rule"),
+        request_id=data["request_id"],
+        given_back=tuple(
+            GivenBack(g["algorithm"], int(g["count"]), _opt_decimal(g.get("amount")))
+            for g in data.get("given_back", ())
+        ),
+        detail=data.get("detail"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Call(Generic[_T]):
+    """One API request and how to read its successful answer."""
+
+    method: str
+    path: str
+    body: bytes | None
+    parse: Callable[[dict[str, Any]], _T]
+
+
+def _json(value: Any) -> bytes:
+    def default(obj: Any) -> Any:
+        if isinstance(obj, Decimal):
+            return str(obj)
+        raise TypeError(f"cannot send {type(obj).__name__} as JSON")
+
+    return orjson.dumps(value, default=default)
+
+
+def _check_call(body: dict[str, Any]) -> _Call[Decision]:
+    return _Call("POST", "/v1/check", _json(body), _decision)
+
+
+def _batch_call(checks: Sequence[dict[str, Any]], all_or_nothing: bool) -> _Call[list[Decision]]:
+    body = {"checks": list(checks), "all_or_nothing": all_or_nothing}
+    expected = len(checks)
+
+    def parse(data: dict[str, Any]) -> list[Decision]:
+        decisions = _decisions(data)
+        if len(decisions) != expected:
+            raise ValueError(f"{len(decisions)} results for {expected} checks")
+        return decisions
+
+    return _Call("POST", "/v1/check/batch", _json(body), parse)
+
+
+def _refund_call(
+    key: str, rule: str | None, limits: Sequence[Mapping[str, Any]] | None, request_id: str
+) -> _Call[RefundResult]:
+    body: dict[str, Any] = {"key": key, "request_id": request_id}
+    if rule is not None:
+        body["rule"] = rule
+    if limits is not None:
+        body["limits"] = [dict(limit) for limit in limits]
+    return _Call("POST", "/v1/refund", _json(body), _refund_result)
+
+
+def _usage_call(key: str, rule: str) -> _Call[Decision]:
+    return _Call("GET", "/v1/usage?" + urlencode({"key": key, "rule": rule}), None, _decision)
+
+
+def _result(call: _Call[_T], status: int, raw: bytes) -> _T:
+    """The single transport boundary: an HTTP answer -> a typed result or an exception."""
+    try:
+        data = orjson.loads(raw) if raw else None
+    except orjson.JSONDecodeError:
+        data = None
+    if status >= 500:
+        detail = data.get("detail") if isinstance(data, dict) else None
+        raise Unavailable(f"router answered {status}: {detail or 'no detail'}", status)
+    # 429 from /v1/check is a denial, not an error.
+    if status == 200 or (status == 429 and isinstance(data, dict) and "allowed" in data):
+        if not isinstance(data, dict):
+            raise Unavailable(f"router answered {status} without a JSON object", status)
+        try:
+            return call.parse(data)
+        except (KeyError, TypeError, ValueError, InvalidOperation) as exc:
+            raise Unavailable(f"unexpected answer from the router: {exc!r}", status) from exc
+    problem: dict[str, Any] = data if isinstance(data, dict) else {"status": status}
+    if status == 404:
+        raise NotFound(status, problem)
+    if status == 409 and str(problem.get("type", "")).endswith("/already-refunded"):
+        raise AlreadyRefunded(status, problem)
+    if 400 <= status < 500:
+        raise BadRequest(status, problem)
+    raise Unavailable(f"unexpected status {status}", status)
+
+
+def _transport_error(exc: BaseException) -> Unavailable:
+    return Unavailable(f"cannot reach the router: {type(exc).__name__}: {exc}".rstrip(": "))
+
+
+_BATCH_FIELD = re.compile(r"^checks\[(\d+)\]")
+
+
+def _offending(error: BadRequest, size: int) -> set[int] | None:
+    """Indexes named by a batch validation error, or None if it is not only about checks[i]."""
+    indexes: set[int] = set()
+    for name, _message in error.errors:
+        match = _BATCH_FIELD.match(name)
+        if match is None or int(match.group(1)) >= size:
+            return None
+        indexes.add(int(match.group(1)))
+    return indexes or None
+
+
+def _headers(admin_token: str | None) -> dict[str, str]:
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "application/json, application/problem+json",
+        "User-Agent": _USER_AGENT,
+    }
+    if admin_token is not None:
+        headers["Authorization"] = f"Bearer {admin_token}"
+    return headers
+
+
+def _bodies(checks: Sequence[CheckSpec | Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [(c if isinstance(c, CheckSpec) else CheckSpec(**c)).to_body() for c in checks]
+
+
+def _chunks(bodies: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]:
+    return [bodies[i : i + size] for i in range(0, len(bodies), size)]
+
+
+# --------------------------------------------------------------------------- async client
+
+
+@dataclass(slots=True)
+class _Pending:
+    body: dict[str, Any]
+    future: asyncio.Future[Decision]
+
+
+@dataclass(slots=True)
+class _Coalescer:
+    pending: list[_Pending] = field(default_factory=list)
+    handle: asyncio.Handle | None = None
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+
+class AsyncClient:
+    """asyncio client (aiohttp). Concurrent `check()` calls of one loop tick share one batch."""
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_URL,
+        *,
+        admin_token: str | None = None,
+        timeout: float = 5.0,
+        coalesce: bool = True,
+        max_batch: int = 1000,
+    ) -> None:
+        if max_batch < 1:
+            raise ValueError("max_batch must be at least 1")
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.coalesce = coalesce
+        self.max_batch = max_batch
+        self._headers = _headers(admin_token)
+        self._session: aiohttp.ClientSession | None = None
+        self._co = _Coalescer()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Send what is pending, wait for in-flight batches, close the connection pool."""
+        if self._co.pending:
+            self._flush()
+        while self._co.tasks:
+            await asyncio.gather(*self._co.tasks, return_exceptions=True)
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def check(
+        self,
+        key: str,
+        rule: str | None = None,
+        *,
+        limits: Sequence[Mapping[str, Any]] | None = None,
+        cost: int = 1,
+        amount: Amount | None = None,
+        request_id: str | None = None,
+        dry_run: bool = False,
+    ) -> Decision:
+        """Check (and consume) `cost` and `amount` against a rule or inline limits."""
+        body = CheckSpec(key, rule, limits, cost, amount, request_id, dry_run).to_body()
+        if not self.coalesce:
+            return await self._send(_check_call(body))
+        future: asyncio.Future[Decision] = asyncio.get_running_loop().create_future()
+        self._co.pending.append(_Pending(body, future))
+        if len(self._co.pending) >= self.max_batch:
+            self._flush()
+        elif self._co.handle is None:
+            self._co.handle = asyncio.get_running_loop().call_soon(self._flush)
+        return await future
+
+    async def check_many(
+        self, checks: Sequence[CheckSpec | Mapping[str, Any]], *, all_or_nothing: bool = False
+    ) -> list[Decision]:
+        """Several checks in POST /v1/check/batch; results in the order of `checks`."""
+        bodies = _bodies(checks)
+        if not bodies:
+            return []
+        if all_or_nothing:
+            if len(bodies) > self.max_batch:
+                raise ValueError(f"all_or_nothing batches hold at most {self.max_batch} checks")
+            return await self._send(_batch_call(bodies, True))
+        results: list[Decision] = []
+        for chunk in _chunks(bodies, self.max_batch):
+            decisions: list[Decision] = await self._send(_batch_call(chunk, False))
+            results += decisions
+        return results
+
+    async def refund(
+        self,
+        key: str,
+        rule: str | None = None,
+        *,
+        limits: Sequence[Mapping[str, Any]] | None = None,
+        request_id: str,
+    ) -> RefundResult:
+        """Give back exactly what the decision `request_id` consumed (once)."""
+        return await self._send(_refund_call(key, rule, limits, request_id))
+
+    async def usage(self, key: str, rule: str) -> Decision:
+        """Current state of a key under a rule; consumes nothing."""
+        return await self._send(_usage_call(key, rule))
+
+    async def _send(self, call: _Call[_T]) -> _T:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.timeout), headers=self._headers
+            )
+        try:
+            async with self._session.request(
+                call.method, self.base_url + call.path, data=call.body
+            ) as response:
+                status, raw = response.status, await response.read()
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise _transport_error(exc) from exc
+        return _result(call, status, raw)
+
+    def _flush(self) -> None:
+        co = self._co
+        if co.handle is not None:
+            co.handle.cancel()
+            co.handle = None
+        batch, co.pending = co.pending, []
+        if batch:
+            task = asyncio.get_running_loop().create_task(self._dispatch(batch))
+            co.tasks.add(task)
+            task.add_done_callback(co.tasks.discard)
+
+    async def _dispatch(self, batch: list[_Pending], *, split: bool = True) -> None:
+        if not batch:
+            return
+        if len(batch) == 1:
+            await self._single(batch[0])
+            return
+        try:
+            decisions = await self._send(_batch_call([p.body for p in batch], False))
+        except BadRequest as exc:
+            # The router validated the whole batch and ran none of it: answer the offending
+            # checks individually (their own exact error) and re-send the rest together.
+            bad = _offending(exc, len(batch)) if split else None
+            if bad is None:
+                await asyncio.gather(*(self._single(p) for p in batch))
+                return
+            good = [p for i, p in enumerate(batch) if i not in bad]
+            await asyncio.gather(
+                *(self._single(batch[i]) for i in sorted(bad)),
+                self._dispatch(good, split=False),
+            )
+            return
+        except Exception as exc:
+            for pending in batch:
+                _fail(pending.future, exc)
+            return
+        for pending, decision in zip(batch, decisions, strict=True):
+            if not pending.future.done():
+                pending.future.set_result(decision)
+
+    async def _single(self, pending: _Pending) -> None:
+        try:
+            decision = await self._send(_check_call(pending.body))
+        except Exception as exc:
+            _fail(pending.future, exc)
+        else:
+            if not pending.future.done():
+                pending.future.set_result(decision)
+
+
+def _fail(future: asyncio.Future[Decision], exc: Exception) -> None:
+    """Give each waiting caller its own exception object (tracebacks are per raise)."""
+    if future.done():
+        return
+    if isinstance(exc, Unavailable):
+        own: Exception = Unavailable(str(exc), exc.status)
+        own.__cause__ = exc.__cause__ or exc
+    else:
+        own = exc
+    future.set_exception(own)
+
+
+# --------------------------------------------------------------------------- sync client
+
+
+class Client:
+    """Blocking client over one persistent HTTP/1.1 connection (thread-safe, no coalescing)."""
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_URL,
+        *,
+        admin_token: str | None = None,
+        timeout: float = 5.0,
+        max_batch: int = 1000,
+    ) -> None:
+        if max_batch < 1:
+            raise ValueError("max_batch must be at least 1")
+        self.base_url = base_url.rstrip("/")
+        parts = urlsplit(self.base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"base_url must be an http(s) URL, not {base_url!r}")
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = parts.port
+        self._prefix = parts.path
+        self.timeout = timeout
+        self.max_batch = max_batch
+        self._headers = _headers(admin_token)
+        self._conn: http.client.HTTPConnection | None = None
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection (the next call reconnects)."""
+        with self._lock:
+            self._drop()
+
+    def check(
+        self,
+        key: str,
+        rule: str | None = None,
+        *,
+        limits: Sequence[Mapping[str, Any]] | None = None,
+        cost: int = 1,
+        amount: Amount | None = None,
+        request_id: str | None = None,
+        dry_run: bool = False,
+    ) -> Decision:
+        """Check (and consume) `cost` and `amount` against a rule or inline limits."""
+        body = CheckSpec(key, rule, limits, cost, amount, request_id, dry_run).to_body()
+        return self._send(_check_call(body))
+
+    def check_many(
+        self, checks: Sequence[CheckSpec | Mapping[str, Any]], *, all_or_nothing: bool = False
+    ) -> list[Decision]:
+        """Several checks in POST /v1/check/batch; results in the order of `checks`."""
+        bodies = _bodies(checks)
+        if not bodies:
+            return []
+        if all_or_nothing:
+            if len(bodies) > self.max_batch:
+                raise ValueError(f"all_or_nothing batches hold at most {self.max_batch} checks")
+            return self._send(_batch_call(bodies, True))
+        results: list[Decision] = []
+        for chunk in _chunks(bodies, self.max_batch):
+            decisions: list[Decision] = self._send(_batch_call(chunk, False))
+            results += decisions
+        return results
+
+    def refund(
+        self,
+        key: str,
+        rule: str | None = None,
+        *,
+        limits: Sequence[Mapping[str, Any]] | None = None,
+        request_id: str,
+    ) -> RefundResult:
+        """Give back exactly what the decision `request_id` consumed (once)."""
+        return self._send(_refund_call(key, rule, limits, request_id))
+
+    def usage(self, key: str, rule: str) -> Decision:
+        """Current state of a key under a rule; consumes nothing."""
+        return self._send(_usage_call(key, rule))
+
+    def _connect(self) -> http.client.HTTPConnection:
+        kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+        return kind(self._host, self._port, timeout=self.timeout)
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(OSError):
+                self._conn.close()
+            self._conn = None
+
+    def _send(self, call: _Call[_T]) -> _T:
+        with self._lock:
+            reused = self._conn is not None
+            try:
+                status, raw = self._exchange(call)
+            except (ConnectionResetError, BrokenPipeError, http.client.BadStatusLine) as exc:
+                self._drop()
+                if not reused:
+                    raise _transport_error(exc) from exc
+                # The server closed an idle keep-alive connection: retry once on a new one.
+                try:
+                    status, raw = self._exchange(call)
+                except (OSError, http.client.HTTPException) as again:
+                    self._drop()
+                    raise _transport_error(again) from again
+            except (OSError, http.client.HTTPException) as exc:
+                self._drop()
+                raise _transport_error(exc) from exc
+        return _result(call, status, raw)
+
+    def _exchange(self, call: _Call[Any]) -> tuple[int, bytes]:
+        if self._conn is None:
+            self._conn = self._connect()
+        conn = self._conn
+        conn.request(call.method, self._prefix + call.path, body=call.body, headers=self._headers)
+        response = conn.getresponse()
+        raw = response.read()
+        if response.will_close:
+            self._drop()
+        return response.status, raw
