@@ -22,6 +22,9 @@ from router.app import ROUTER, Router
 from router.app import create_app as create_router_app
 
 ADMIN = "test-admin-token"
+# Tests run on a pinned clock, 10 minutes into an hour, so that no test sees a
+# fixed window or calendar period roll over just because of when it ran.
+PINNED_MS = 1_803_895_200_000 + 10 * 60_000  # 2027-03-01T10:10:00Z
 CLUSTER = "test-cluster-token"
 
 
@@ -101,10 +104,10 @@ class Cluster:
         await client.aclose()
         return int(seconds * 1000 + micros // 1000)
 
-    async def set_time(self, instant_ms: int) -> None:
+    async def set_time(self, instant_ms: int, extra_nodes: tuple[str, ...] = ()) -> None:
         """Make every node's scripts see `instant_ms` now (test-mode clock offset)."""
         offset = instant_ms - await self.redis_now_ms()
-        for url in self.node_urls.values():
+        for url in (*self.node_urls.values(), *extra_nodes):
             async with self.http.post(
                 url + "/node/v1/test/clock",
                 json={"offset_ms": offset},
@@ -145,7 +148,7 @@ async def start_cluster(
     runner, port = await _start(router_app)
     runners.append(runner)
     http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
-    return Cluster(
+    cluster = Cluster(
         router_url=f"http://127.0.0.1:{port}",
         router=router_app[ROUTER],
         http=http,
@@ -154,6 +157,8 @@ async def start_cluster(
         runners=runners,
         rules_file=rules_file,
     )
+    await cluster.set_time(PINNED_MS)
+    return cluster
 
 
 async def stop_cluster(cluster: Cluster) -> None:

@@ -23,7 +23,16 @@ import yaml
 from cluster.keys import limit_key_of
 from cluster.redis_proc import RedisProcess, free_port
 from node.app import create_app as create_node_app
-from tests.conftest import ADMIN, CLUSTER, Cluster, _start, eventually, start_cluster, stop_cluster
+from tests.conftest import (
+    ADMIN,
+    CLUSTER,
+    PINNED_MS,
+    Cluster,
+    _start,
+    eventually,
+    start_cluster,
+    stop_cluster,
+)
 
 FIXED = {"algorithm": "fixed_window", "limit": 1000, "window": "1h"}
 MONEY = {
@@ -58,6 +67,7 @@ async def big_cluster(
     runner, port = await _start(create_node_app("n4", fourth_redis.url, CLUSTER, test_mode=True))
     cluster.runners.insert(3, runner)
     cluster.redis = [*redis_servers, fourth_redis]
+    await cluster.set_time(PINNED_MS, extra_nodes=(f"http://127.0.0.1:{port}",))
     try:
         yield cluster, f"http://127.0.0.1:{port}"
     finally:
@@ -228,6 +238,7 @@ async def test_sigkilled_orchestrator_resumes_and_a_second_router_follows(
     runner, n4_port = await _start(create_node_app("n4", fourth_redis.url, CLUSTER, test_mode=True))
     cluster.runners.insert(3, runner)
     cluster.redis = [*redis_servers, fourth_redis]
+    await cluster.set_time(PINNED_MS, extra_nodes=(f"http://127.0.0.1:{n4_port}",))
     a_port = free_port()
     a_url = f"http://127.0.0.1:{a_port}"
     nodes = [{"id": n, "url": u} for n, u in cluster.node_urls.items()]
