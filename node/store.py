@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.commands.core import AsyncScript
 from redis.exceptions import ResponseError
 
 from cluster.calendar import boundaries, load_timezone
@@ -22,8 +23,7 @@ class CounterStore:
 
     def __init__(self, client: aioredis.Redis, *, default_record_ttl_ms: int = 86_400_000) -> None:
         self.client = client
-        self.check_script = client.register_script(script_source("check.lua"))
-        self.refund_script = client.register_script(script_source("refund.lua"))
+        self._scripts: dict[tuple[str, tuple[int, ...]], AsyncScript] = {}
         self.default_record_ttl_ms = default_record_ttl_ms
         # Test-mode clock offset, passed to every script; 0 in production.
         self.offset_ms = 0
@@ -64,6 +64,14 @@ class CounterStore:
             keys.append(record_key(op.scope, op.request_id, op.key))
         return keys
 
+    def _script(self, entry: str, op: Op) -> AsyncScript:
+        codes = tuple(sorted({ALGORITHM_CODES[spec.algorithm] for spec in op.limits}))
+        script = self._scripts.get((entry, codes))
+        if script is None:
+            script = self.client.register_script(script_source(entry, codes))
+            self._scripts[(entry, codes)] = script
+        return script
+
     def _call(self, op: Op, now_ms: int) -> tuple[Any, list[str], list[int | str]]:
         keys = [counter_key(op.scope, spec.shape, op.key) for spec in op.limits]
         limit_args: list[int | str] = []
@@ -77,10 +85,10 @@ class CounterStore:
                 keys.append(record_key(op.scope, op.request_id, op.key))
                 ttl = op.record_ttl_ms or self.default_record_ttl_ms
             args: list[int | str] = [offset_us, n, op.cost, int(op.dry_run), ttl, *limit_args]
-            return self.check_script, keys, args
+            return self._script("check.lua", op), keys, args
         assert op.request_id is not None
         keys.insert(0, record_key(op.scope, op.request_id, op.key))
-        return self.refund_script, keys, [offset_us, n, int(op.void), *limit_args]
+        return self._script("refund.lua", op), keys, [offset_us, n, int(op.void), *limit_args]
 
     async def run(self, ops: list[Op]) -> list[Any]:
         """Results in order; a script error becomes an exception object in its slot."""
