@@ -31,13 +31,20 @@ class RouterConfig:
     reshard_step_keys: int = 1000
     reshard_lease_ttl_ms: int = 15_000
     reshard_parallel: int = 1
+    aon_hold_ms: int = 10_000  # all-or-nothing holds are given back after this
     partitioner: str = "ring"
     vnodes: int = DEFAULT_VNODES
     nodes: list[NodeSpec] = field(default_factory=list)
 
 
 # Duration settings of the router section, stored as `<name>_ms`.
-_ROUTER_DURATIONS = ("node_timeout", "idempotency_ttl", "rules_poll", "reshard_lease_ttl")
+_ROUTER_DURATIONS = (
+    "node_timeout",
+    "idempotency_ttl",
+    "rules_poll",
+    "reshard_lease_ttl",
+    "aon_hold",
+)
 # Integer settings of the router section: (name, lowest, highest).
 _ROUTER_INTS = (
     ("node_timeout_per_op_us", 0, 100_000),

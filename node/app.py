@@ -23,7 +23,7 @@ from node.migration import Migrator, PeerError, decode_entries, encode_entries
 from node.ops import BadOp, Op, parse_op
 from node.ownership import Ownership, Role
 from node.scripts import read_lua
-from node.store import CounterStore, check_result, refund_result
+from node.store import CounterStore, check_result, commit_result, refund_result
 
 log = logging.getLogger("shardlimit.node")
 MAX_BODY = 16 * 1024 * 1024
@@ -53,6 +53,7 @@ class NodeState:
         self._session: aiohttp.ClientSession | None = None
         self.migrator = Migrator(self.redis, self.session, cluster_token)
         self.lease_script = self.redis.register_script(read_lua("lease.lua"))
+        self.sweeper: asyncio.Task[None] | None = None
         # Batches in flight per topology epoch: a new epoch is acknowledged only
         # once every batch validated against an older one has reached Redis.
         self.inflight: Counter[int] = Counter()
@@ -161,6 +162,8 @@ async def batch(request: web.Request, state: NodeState, body: Any) -> web.Respon
                 results[index] = {"s": "error", "detail": str(out)}
             elif op.kind == "check":
                 results[index] = check_result(out)
+            elif op.kind == "commit":
+                results[index] = commit_result(out)
             else:
                 results[index] = refund_result(out)
     return _json({"epoch": state.epoch, "node": state.node_id, "results": results})
@@ -348,16 +351,32 @@ async def readyz(request: web.Request) -> web.Response:
     return _json({"status": "ready", "node": state.node_id, "epoch": state.epoch})
 
 
+HOLD_SWEEP_S = 0.25
+
+
+async def _sweep_holds_forever(state: NodeState) -> None:
+    while True:
+        try:
+            while await state.store.sweep_holds() > 0:
+                pass
+        except (RedisError, OSError) as exc:
+            log.warning("hold sweep failed, will retry: %s", exc)
+        await asyncio.sleep(HOLD_SWEEP_S)  # sweep cadence
+
+
 async def _on_startup(app: web.Application) -> None:
     state = app[STATE]
     try:
         await state.store.measure_skew()
     except (RedisError, OSError):
         log.warning("redis not reachable at start-up; clock skew assumed 0")
+    state.sweeper = asyncio.get_running_loop().create_task(_sweep_holds_forever(state))
 
 
 async def _on_cleanup(app: web.Application) -> None:
     state = app[STATE]
+    if state.sweeper is not None:
+        state.sweeper.cancel()
     if state._session is not None:
         await state._session.close()
     await state.redis.aclose()

@@ -9,6 +9,7 @@ from cluster.keys import INLINE_SCOPE, MAX_KEY_BYTES, REQUEST_ID, RULE_NAME
 from cluster.limits import LimitSpec
 
 MAX_TTL_MS = 30 * 86_400_000
+MAX_HOLD_MS = 600_000
 
 
 class BadOp(ValueError):
@@ -27,6 +28,7 @@ class Op:
     dry_run: bool = False
     void: bool = False
     record_ttl_ms: int = 0
+    hold_ms: int = 0  # all-or-nothing first phase: given back unless committed in time
 
 
 _limit_cache: dict[str, LimitSpec] = {}
@@ -58,8 +60,8 @@ def parse_op(data: Any) -> Op:
     if not isinstance(data, dict):
         raise BadOp("op must be an object")
     kind = data.get("op")
-    if kind not in ("check", "refund"):
-        raise BadOp("op must be 'check' or 'refund'")
+    if kind not in ("check", "refund", "commit"):
+        raise BadOp("op must be 'check', 'refund' or 'commit'")
     key = data.get("key")
     if not isinstance(key, str) or not key or len(key.encode()) > MAX_KEY_BYTES:
         raise BadOp("key must be a non-empty string of at most 512 bytes")
@@ -85,8 +87,11 @@ def parse_op(data: Any) -> Op:
     ttl = _int(data, "record_ttl_ms")
     if ttl > MAX_TTL_MS:
         raise BadOp("record_ttl_ms too large")
-    if kind == "refund" and request_id is None:
-        raise BadOp("refund needs a request_id")
+    if kind != "check" and request_id is None:
+        raise BadOp(f"{kind} needs a request_id")
+    hold = _int(data, "hold_ms")
+    if hold > MAX_HOLD_MS:
+        raise BadOp(f"hold_ms must be at most {MAX_HOLD_MS}")
     return Op(
         kind=kind,
         key=key,
@@ -98,4 +103,5 @@ def parse_op(data: Any) -> Op:
         dry_run=bool(data.get("dry_run", False)),
         void=bool(data.get("void", False)),
         record_ttl_ms=ttl,
+        hold_ms=hold,
     )

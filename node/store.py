@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import orjson
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 from redis.exceptions import ResponseError
@@ -13,9 +14,10 @@ from cluster.calendar import boundaries, load_timezone
 from cluster.keys import counter_key, record_key
 from cluster.limits import ALGORITHM_CODES, LimitSpec
 from node.ops import Op
-from node.scripts import script_source
+from node.scripts import read_lua, script_source
 
 NONE = -1
+HOLDS_KEY = "sl|holds"  # node-local: entries for the hold sweeper, never migrated
 
 
 class CounterStore:
@@ -24,6 +26,7 @@ class CounterStore:
     def __init__(self, client: aioredis.Redis, *, default_record_ttl_ms: int = 86_400_000) -> None:
         self.client = client
         self._scripts: dict[tuple[str, tuple[int, ...]], AsyncScript] = {}
+        self.commit_script = client.register_script(read_lua("commit.lua"))
         self.default_record_ttl_ms = default_record_ttl_ms
         # Test-mode clock offset, passed to every script; 0 in production.
         self.offset_ms = 0
@@ -85,10 +88,39 @@ class CounterStore:
                 keys.append(record_key(op.scope, op.request_id, op.key))
                 ttl = op.record_ttl_ms or self.default_record_ttl_ms
             args: list[int | str] = [offset_us, n, op.cost, int(op.dry_run), ttl, *limit_args]
+            if op.hold_ms and op.request_id is not None:
+                # What the sweeper needs to give the decision back: its refund call.
+                entry = orjson.dumps({"k": [keys[-1], *keys[:-1]], "a": limit_args}).decode()
+                keys.append(HOLDS_KEY)
+                args += [op.hold_ms, entry]
             return self._script("check.lua", op), keys, args
         assert op.request_id is not None
-        keys.insert(0, record_key(op.scope, op.request_id, op.key))
-        return self._script("refund.lua", op), keys, [offset_us, n, int(op.void), *limit_args]
+        record = record_key(op.scope, op.request_id, op.key)
+        if op.kind == "commit":
+            return self.commit_script, [record, HOLDS_KEY], []
+        keys.insert(0, record)
+        args = [offset_us, n, int(op.void), *limit_args, 0]
+        return self._script("refund.lua", op), keys, args
+
+    async def sweep_holds(self, batch: int = 200) -> int:
+        """Give back held decisions whose hold ran out (their batch was never committed)."""
+        seconds, micros = await self.client.time()
+        now_ms = seconds * 1000 + micros // 1000
+        entries = await self.client.zrangebyscore(HOLDS_KEY, "-inf", now_ms, start=0, num=batch)
+        for raw in entries:
+            assert isinstance(raw, bytes | str)
+            entry = orjson.loads(raw)
+            keys, limit_args = entry["k"], entry["a"]
+            codes = tuple(sorted(set(limit_args[0::8])))
+            script = self._scripts.get(("refund.lua", codes))
+            if script is None:
+                script = self.client.register_script(script_source("refund.lua", codes))
+                self._scripts[("refund.lua", codes)] = script
+            n = len(limit_args) // 8
+            args = [self.offset_ms * 1000, n, 1, *limit_args, 1]
+            await script(keys=keys, args=args)
+            await self.client.zrem(HOLDS_KEY, raw)
+        return len(entries)
 
     async def run(self, ops: list[Op]) -> list[Any]:
         """Results in order; a script error becomes an exception object in its slot."""
@@ -117,6 +149,10 @@ def check_result(raw: list[int]) -> dict[str, Any]:
     n = raw[2]
     limits = [raw[3 + 8 * i : 11 + 8 * i] for i in range(n)]
     return {"s": "ok", "allowed": raw[0] == 1, "replayed": raw[1] == 1, "limits": limits}
+
+
+def commit_result(raw: int) -> dict[str, Any]:
+    return {"s": "ok", "committed": raw == 1}
 
 
 def refund_result(raw: list[int]) -> dict[str, Any]:

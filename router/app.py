@@ -94,8 +94,10 @@ class Router:
         except (ValueError, OSError) as exc:
             log.error("rules reload failed: %s", exc)
 
-    async def check(self, request: CheckRequest) -> dict[str, Any]:
+    async def check(self, request: CheckRequest, hold_ms: int = 0) -> dict[str, Any]:
         op = request.to_op(self.config.idempotency_ttl_ms)
+        if hold_ms:
+            op["hold_ms"] = hold_ms
         try:
             node, result = await self.view.execute(request.key, op)
         except NodeUnavailable as exc:
@@ -126,11 +128,35 @@ class Router:
                 else dataclasses.replace(r, request_id=f"~aon:{tag}:{i}")
                 for i, r in enumerate(requests)
             ]
-        results = list(await asyncio.gather(*(self.check(r) for r in requests)))
+        # All-or-nothing is two-phase: every check is first *held* (consumed, but
+        # given back by its node's sweeper unless committed within aon_hold), then
+        # committed if all were allowed, else rolled back. A router that dies in
+        # between leaves only holds, which the nodes give back on their own.
+        hold = self.config.aon_hold_ms if all_or_nothing else 0
+        results = list(await asyncio.gather(*(self.check(r, hold) for r in requests)))
         all_allowed = all(r["allowed"] for r in results)
-        if all_or_nothing and not all_allowed:
+        if all_or_nothing and not (all_allowed and await self._commit(requests, results)):
+            all_allowed = False
             await self._roll_back(requests, results)
         return {"allowed": all_allowed, "results": results}
+
+    async def _commit(self, requests: list[CheckRequest], results: list[dict[str, Any]]) -> bool:
+        async def commit(request: CheckRequest, body: dict[str, Any]) -> bool:
+            if body["replayed"] or body["degraded"] or request.dry_run:
+                return True
+            assert request.request_id is not None
+            op = RefundRequest(request.key, request.rule, request.request_id).to_op()
+            op["op"] = "commit"
+            try:
+                _node, result = await self.view.execute(request.key, op)
+            except NodeUnavailable as exc:
+                log.error("commit of %s failed: %s", request.key, exc)
+                return False
+            # Not held any more: its hold ran out and the node gave it back.
+            return bool(result.get("s") == "ok" and result.get("committed"))
+
+        done = await asyncio.gather(*(commit(r, b) for r, b in zip(requests, results, strict=True)))
+        return all(done)
 
     async def _roll_back(self, requests: list[CheckRequest], results: list[dict[str, Any]]) -> None:
         async def undo(request: CheckRequest, body: dict[str, Any]) -> None:

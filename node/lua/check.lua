@@ -1,7 +1,11 @@
 -- check: evaluate every limit of one check and consume all of them or none.
--- KEYS: counter key per limit, then the idempotency record key when ARGV[5] > 0.
+-- KEYS: counter key per limit, then the idempotency record key when ARGV[5] > 0,
+--       then the node's holds set when a hold is asked for.
 -- ARGV: offset_us, n, cost, dry_run (0/1), record_ttl_ms, then per limit 8
---       values: algorithm code, amount (minor units), p1..p6.
+--       values: algorithm code, amount (minor units), p1..p6; then hold_ms and
+--       the hold's sweeper entry. A held decision (first phase of an
+--       all-or-nothing batch) is given back by the node's sweeper unless it is
+--       committed (commit.lua) before hold_ms have passed.
 -- Returns {allowed, replayed, n, then per limit: ok, limit, remaining,
 --          reset_after_ms, retry_after_ms, delay_ms, max_amount, amount_remaining}
 -- with -1 standing for "none".
@@ -58,7 +62,15 @@ for i = 1, n do
 end
 
 if record_key and not dry_run then
-  redis.call('SET', record_key, cmsgpack.pack({ result = out, undo = undo, refunded = 0 }),
-    'PX', record_ttl)
+  local record = { result = out, undo = undo, refunded = 0, held = 0 }
+  local hold_ms = tonumber(ARGV[6 + n * 8]) or 0
+  if hold_ms > 0 and #undo > 0 then
+    local entry = ARGV[7 + n * 8]
+    local real_ms = math.floor((t.us - offset) / 1000)
+    record.held = 1
+    record.hold_entry = entry
+    redis.call('ZADD', KEYS[n + 2], real_ms + hold_ms, entry)
+  end
+  redis.call('SET', record_key, cmsgpack.pack(record), 'PX', record_ttl)
 end
 return out

@@ -1,9 +1,11 @@
 -- refund: give back exactly what one recorded decision consumed, once.
 -- KEYS: the idempotency record key, then the counter key of each current limit.
 -- ARGV: offset_us, n, void (1 = a rollback: replays of the request then answer
---       "denied"), then per limit 8 values as in check.lua.
+--       "denied"), then per limit 8 values as in check.lua, then only_held
+--       (1 = the hold sweeper: act only on a decision still held).
 -- Returns {status, n, then per limit: count given back, amount given back};
--- status 1 refunded, 0 no such decision, 2 already refunded, 3 consumed nothing.
+-- status 1 refunded, 0 no such decision, 2 already refunded, 3 consumed nothing,
+-- 4 not held (committed) and only_held was asked.
 local offset = tonumber(ARGV[1])
 local n = tonumber(ARGV[2])
 local void = ARGV[3] == '1'
@@ -11,6 +13,7 @@ local void = ARGV[3] == '1'
 local stored = redis.call('GET', KEYS[1])
 if not stored then return { 0, n } end
 local record = cmsgpack.unpack(stored)
+if ARGV[4 + n * 8] == '1' and record.held ~= 1 then return { 4, n } end
 if record.refunded == 1 then return { 2, n } end
 if #record.undo == 0 then return { 3, n } end
 
@@ -31,6 +34,7 @@ for i = 1, n do
   out[#out + 1] = amount
 end
 record.refunded = 1
+record.held = 0
 if void then record.result[1] = 0 end
 redis.call('SET', KEYS[1], cmsgpack.pack(record), 'KEEPTTL')
 return out
