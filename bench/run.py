@@ -1,7 +1,8 @@
 """`make bench`: run the benchmarks that exist so far and write bench/results/latest.json.
 
 Today: migration speed vs raw MIGRATE with latency before/during (bench/migration.py),
-and a closed-loop throughput probe through a local cluster (bench/quick.py). The
+a closed-loop throughput probe through a local cluster (bench/quick.py) and Redis
+memory per counter (bench/memory.py). The
 side-by-side suite of issue 4 (wrk, redis-benchmark, the `limits` library) is not
 built yet.
 """
@@ -50,6 +51,7 @@ def main() -> None:
     result = {
         "quick": quick_through_local_cluster(),
         "migration": run_json(["bench.migration", "--keys", "200000"]),
+        "memory": run_json(["bench.memory", "--keys", "100000"]),
         "seconds": round(time.time() - started, 1),
     }
     RESULTS.mkdir(exist_ok=True)
