@@ -111,6 +111,7 @@ async def latency_probe(
         "checks": len(ordered),
         "p50_ms": round(ordered[len(ordered) // 2] * 1000, 2),
         "p99_ms": round(ordered[int(len(ordered) * 0.99)] * 1000, 2),
+        "p999_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.999))] * 1000, 2),
         "degraded": degraded,
     }
 

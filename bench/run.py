@@ -9,6 +9,7 @@ built yet.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -17,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from bench.migration import latency_probe
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -39,8 +42,13 @@ def quick_through_local_cluster() -> Any:
     try:
         assert up.stdout is not None
         info = json.loads(up.stdout.readline())
-        return run_json(["bench.quick", "--router", info["router"], "--seconds", "5",
-                         "--concurrency", "16", "--batch-concurrency", "2"])  # fmt: skip
+        quick = run_json(["bench.quick", "--router", info["router"], "--seconds", "5",
+                          "--concurrency", "16", "--batch-concurrency", "2"])  # fmt: skip
+        # Open loop at a fixed offered rate: latency not hidden by coordinated omission.
+        quick["open_loop_1000_per_s"] = asyncio.run(
+            latency_probe(info["router"], seconds=10, rate=1000)
+        )
+        return quick
     finally:
         up.terminate()
         up.wait(30)
