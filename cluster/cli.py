@@ -7,12 +7,9 @@ import json
 import logging
 import os
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from cluster import admin_cli, compare
 from cluster.auth import ADMIN_TOKEN_ENV, CLUSTER_TOKEN_ENV, token_from
@@ -75,19 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _http_json(url: str, token: str | None = None) -> Any:
-    request = urllib.request.Request(url)  # noqa: S310 - user-given router URL
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
-        return json.loads(response.read())
-
-
 def cmd_status(args: argparse.Namespace) -> int:
     try:
-        info = _http_json(args.router.rstrip("/") + "/v1/cluster", args.token)
-    except (urllib.error.URLError, OSError) as exc:
-        print(f"cannot reach the router at {args.router}: {exc}", file=sys.stderr)
+        info = admin_cli.call(args, "GET", "/v1/cluster")
+    except admin_cli.AdminError as exc:
+        print(f"shardlimit: {exc}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(info, indent=2))

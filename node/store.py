@@ -68,7 +68,10 @@ class CounterStore:
         return keys
 
     def _script(self, entry: str, op: Op) -> AsyncScript:
-        codes = tuple(sorted({ALGORITHM_CODES[spec.algorithm] for spec in op.limits}))
+        return self._script_for(entry, {ALGORITHM_CODES[spec.algorithm] for spec in op.limits})
+
+    def _script_for(self, entry: str, algorithm_codes: set[int]) -> AsyncScript:
+        codes = tuple(sorted(algorithm_codes))
         script = self._scripts.get((entry, codes))
         if script is None:
             script = self.client.register_script(script_source(entry, codes))
@@ -111,11 +114,7 @@ class CounterStore:
             assert isinstance(raw, bytes | str)
             entry = orjson.loads(raw)
             keys, limit_args = entry["k"], entry["a"]
-            codes = tuple(sorted(set(limit_args[0::8])))
-            script = self._scripts.get(("refund.lua", codes))
-            if script is None:
-                script = self.client.register_script(script_source("refund.lua", codes))
-                self._scripts[("refund.lua", codes)] = script
+            script = self._script_for("refund.lua", set(limit_args[0::8]))
             n = len(limit_args) // 8
             args = [self.offset_ms * 1000, n, 1, *limit_args, 1]
             await script(keys=keys, args=args)

@@ -145,8 +145,7 @@ class Router:
             if body["replayed"] or body["degraded"] or request.dry_run:
                 return True
             assert request.request_id is not None
-            op = RefundRequest(request.key, request.rule, request.request_id).to_op()
-            op["op"] = "commit"
+            op = RefundRequest(request.key, request.rule, request.request_id).to_op(kind="commit")
             try:
                 _node, result = await self.view.execute(request.key, op)
             except NodeUnavailable as exc:

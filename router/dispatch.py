@@ -173,36 +173,25 @@ class NodeChannel:
     async def post(
         self, path: str, payload: Any, method: str = "POST", timeout_s: float | None = None
     ) -> Any:
+        return await self._request(method, path, orjson.dumps(payload), timeout_s)
+
+    async def get(self, path: str, timeout_s: float | None = None) -> Any:
+        return await self._request("GET", path, None, timeout_s)
+
+    async def _request(
+        self, method: str, path: str, data: bytes | None, timeout_s: float | None
+    ) -> Any:
         """One request to the node; every failure becomes NodeUnavailable."""
         timeout = aiohttp.ClientTimeout(total=timeout_s) if timeout_s else self.timeout
         try:
             async with self.session.request(
-                method,
-                self.spec.url + path,
-                data=orjson.dumps(payload),
-                headers=self.headers,
-                timeout=timeout,
+                method, self.spec.url + path, data=data, headers=self.headers, timeout=timeout
             ) as response:
                 raw = await response.read()
                 if response.status != 200:
                     raise NodeUnavailable(
                         f"node {self.spec.id} answered {response.status}: {_detail(raw)}"
                     )
-                return orjson.loads(raw)
-        except TimeoutError as exc:
-            raise NodeUnavailable(f"node {self.spec.id}: timed out", timed_out=True) from exc
-        except (aiohttp.ClientError, orjson.JSONDecodeError, OSError) as exc:
-            raise NodeUnavailable(f"node {self.spec.id}: {type(exc).__name__} {exc}") from exc
-
-    async def get(self, path: str, timeout_s: float | None = None) -> Any:
-        timeout = aiohttp.ClientTimeout(total=timeout_s) if timeout_s else self.timeout
-        try:
-            async with self.session.get(
-                self.spec.url + path, headers=self.headers, timeout=timeout
-            ) as response:
-                raw = await response.read()
-                if response.status != 200:
-                    raise NodeUnavailable(f"node {self.spec.id} answered {response.status}")
                 return orjson.loads(raw)
         except TimeoutError as exc:
             raise NodeUnavailable(f"node {self.spec.id}: timed out", timed_out=True) from exc

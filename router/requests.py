@@ -45,9 +45,10 @@ class RefundRequest:
     rule: Rule
     request_id: str
 
-    def to_op(self, *, void: bool = False) -> dict[str, Any]:
+    def to_op(self, *, void: bool = False, kind: str = "refund") -> dict[str, Any]:
+        """A refund op, or (kind="commit") the op that makes a held decision final."""
         return {
-            "op": "refund",
+            "op": kind,
             "key": self.key,
             "scope": self.rule.name,
             "limits": self.rule.wire,
