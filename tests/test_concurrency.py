@@ -31,6 +31,8 @@ async def test_concurrent_amounts_in_tenths_admit_exactly_1000(cluster: Cluster)
     payload = {"key": "merchant:9", "limits": [limit], "amount": 0.1}
     results = await asyncio.gather(*(cluster.check(payload) for _ in range(1100)))
     admitted = [body for status, body in results if status == 200]
+    degraded = [body.get("degraded_reason") for _, body in results if body["degraded"]]
+    assert degraded == []
     assert len(admitted) == 1000
     assert sum(1 for status, _ in results if status == 429) == 100
     usage_payload = {**payload, "amount": 0, "cost": 0}
