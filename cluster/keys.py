@@ -1,37 +1,56 @@
 """How limit keys map to Redis key names on a node.
 
-Counter:  sl|c|<scope>|<shape>|<limit key>
-Record:   sl|r|<scope>|<request id>|<limit key>
+Counter:  c<shape id>|<limit key>        shape id: 8 base64url chars naming (scope, shape)
+Record:   r|<scope>|<request id>|<limit key>
 
 The limit key always comes last and the other parts never contain "|", so the
 limit key (and therefore the owner) of any Redis key can be recovered; this is
 what lets a node hand over exactly the keys that change owner.
+
+Counter names are short on purpose: a Redis key with a TTL costs about 69 bytes
+of dict entries before its name and value, and counters are most of the keys a
+node holds. The shape id is a 48-bit digest of "<scope>|<shape>" (scope = rule
+name, shape = algorithm and window/period/timezone), so a thousand distinct
+shapes collide with probability about 2e-9.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import re
+from functools import lru_cache
 
-PREFIX = "sl|"
 INLINE_SCOPE = "~inline"
 MAX_KEY_BYTES = 512
 RULE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 REQUEST_ID = re.compile(r"^[A-Za-z0-9_.:@~+=/-]{1,128}$")
+# SCAN pattern that finds every counter and record (and nothing else of ours).
+DATA_KEYS_PATTERN = "[cr]*"
+_SHAPE_ID_CHARS = 8
+
+
+@lru_cache(maxsize=4096)
+def shape_id(scope: str, shape: str) -> str:
+    digest = hashlib.blake2b(f"{scope}|{shape}".encode(), digest_size=6).digest()
+    return base64.urlsafe_b64encode(digest).decode()
 
 
 def counter_key(scope: str, shape: str, key: str) -> str:
-    return f"sl|c|{scope}|{shape}|{key}"
+    return f"c{shape_id(scope, shape)}|{key}"
 
 
 def record_key(scope: str, request_id: str, key: str) -> str:
-    return f"sl|r|{scope}|{request_id}|{key}"
+    return f"r|{scope}|{request_id}|{key}"
 
 
 def limit_key_of(redis_key: str) -> str | None:
     """The limit key a Redis key belongs to, or None for keys that are not ours."""
-    if not redis_key.startswith(PREFIX):
+    if redis_key.startswith("c"):
+        if len(redis_key) > _SHAPE_ID_CHARS + 1 and redis_key[_SHAPE_ID_CHARS + 1] == "|":
+            return redis_key[_SHAPE_ID_CHARS + 2 :]
         return None
-    parts = redis_key.split("|", 4)
-    if len(parts) != 5 or parts[1] not in ("c", "r"):
-        return None
-    return parts[4]
+    if redis_key.startswith("r|"):
+        parts = redis_key.split("|", 3)
+        return parts[3] if len(parts) == 4 else None
+    return None

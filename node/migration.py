@@ -15,7 +15,7 @@ import orjson
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from cluster.keys import limit_key_of
+from cluster.keys import DATA_KEYS_PATTERN, limit_key_of
 from node.ownership import Ownership
 from node.scripts import read_lua
 
@@ -136,7 +136,9 @@ class Migrator:
         migration_id = ownership.migration_id
         if migration_id is None:
             return {"cursor": 0, "scanned": 0, "moved": 0, "restored": 0}
-        next_cursor, names = await self.client.scan(cursor=cursor, match="sl|[cr]|*", count=count)
+        next_cursor, names = await self.client.scan(
+            cursor=cursor, match=DATA_KEYS_PATTERN, count=count
+        )
         by_target: dict[str, list[str]] = defaultdict(list)
         for raw in names:
             name = raw.decode() if isinstance(raw, bytes) else str(raw)

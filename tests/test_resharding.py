@@ -169,7 +169,7 @@ def redis_key_counts(cluster: Cluster) -> dict[str, int]:
     for index, server in enumerate(cluster.redis):
         client = sync_redis.Redis(port=server.port)
         counts[f"n{index + 1}"] = sum(
-            1 for k in client.scan_iter(match="sl|c|*", count=1000) if limit_key_of(k.decode())
+            1 for k in client.scan_iter(match="c*", count=1000) if limit_key_of(k.decode())
         )
         client.close()
     return counts

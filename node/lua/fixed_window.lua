@@ -1,16 +1,22 @@
--- fixed_window: p = {limit, window_ms}. State "window_index:used".
--- Windows are aligned to multiples of window_ms since the Unix epoch.
+-- fixed_window: p = {limit, window_ms}. State: the count, a plain integer (Redis
+-- shares small integers, so a counter costs no value allocation). Windows are
+-- aligned to multiples of window_ms since the Unix epoch, and the window a count
+-- belongs to is carried by the key's expiry: it is written with PX = window end
+-- - now, so it expires when its window ends. A key whose remaining TTL does not
+-- match the current window's end is from another window (the node's clock was
+-- moved, or the key is a leftover) and counts as empty.
+local function fw_current(key, reset, win)
+  return math.abs(redis.call('PTTL', key) - reset) * 2 < win
+end
+
 ALG[1] = {
   eval = function(key, p, t, cost, _amount)
     local limit, win = p[1], p[2]
     local w = math.floor(t.ms / win)
+    local reset = (w + 1) * win - t.ms
     local used = 0
     local raw = redis.call('GET', key)
-    if raw then
-      local s = split(raw)
-      if s[1] == w then used = s[2] end
-    end
-    local reset = (w + 1) * win - t.ms
+    if raw and fw_current(key, reset, win) then used = tonumber(raw) end
     local r = {
       ok = used + cost <= limit,
       limit = limit,
@@ -23,18 +29,19 @@ ALG[1] = {
     r.retry = (cost <= limit) and reset or -1
     r.consumes = cost > 0
     r.commit = function()
-      redis.call('SET', key, fmt(w) .. ':' .. fmt(used + cost), 'PX', math.max(1, reset))
+      redis.call('SET', key, fmt(used + cost), 'PX', math.max(1, reset))
       return { w, cost }
     end
     return r
   end,
-  refund = function(key, _p, _t, u)
+  refund = function(key, p, t, u)
+    local win = p[2]
+    local w = math.floor(t.ms / win)
     local raw = redis.call('GET', key)
-    if not raw then return 0, 0 end
-    local s = split(raw)
-    if s[1] ~= u[3] then return 0, 0 end
-    local left = math.max(0, s[2] - u[4])
-    redis.call('SET', key, fmt(s[1]) .. ':' .. fmt(left), 'KEEPTTL')
-    return s[2] - left, 0
+    if not raw or u[3] ~= w or not fw_current(key, (w + 1) * win - t.ms, win) then return 0, 0 end
+    local used = tonumber(raw)
+    local left = math.max(0, used - u[4])
+    redis.call('SET', key, fmt(left), 'KEEPTTL')
+    return used - left, 0
   end,
 }
