@@ -8,8 +8,6 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from cluster import topology as topo
 from cluster.config import RouterConfig
 from cluster.model import NodeSpec
@@ -28,7 +26,6 @@ class ClusterView:
         self.cluster_token = cluster_token
         self.path = Path(config.data_dir) / "topology.json"
         self.topology = self._initial_topology()
-        self.session: aiohttp.ClientSession | None = None
         self.channels: dict[str, NodeChannel] = {}
         self._pushes: dict[str, asyncio.Task[bool]] = {}
         self._refresh: asyncio.Task[None] | None = None
@@ -49,8 +46,6 @@ class ClusterView:
         return topology
 
     async def start(self) -> None:
-        connector = aiohttp.TCPConnector(limit=0, limit_per_host=64, keepalive_timeout=30)
-        self.session = aiohttp.ClientSession(connector=connector)
         self._build_channels()
         # Another router may have moved the cluster on while we were down.
         await self.refresh_from_nodes()
@@ -72,13 +67,11 @@ class ClusterView:
         return partitioner_from_dict(migration["from"]).nodes
 
     def _build_channels(self) -> None:
-        assert self.session is not None
         for spec in (*self.topology.nodes, *self.previous_nodes()):
             if spec.id in self.channels and self.channels[spec.id].spec == spec:
                 continue
             self.channels[spec.id] = NodeChannel(
                 spec,
-                self.session,
                 self.cluster_token,
                 timeout_s=self.config.node_timeout_ms / 1000,
                 coalesce_max=self.config.coalesce_max,
@@ -192,5 +185,3 @@ class ClusterView:
                     await task
         for channel in self.channels.values():
             await channel.close()
-        if self.session is not None:
-            await self.session.close()

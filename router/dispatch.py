@@ -19,6 +19,7 @@ import aiohttp
 import orjson
 
 from cluster.model import NodeSpec
+from router.transport import HttpPool
 
 log = logging.getLogger("shardlimit.dispatch")
 
@@ -81,7 +82,6 @@ class NodeChannel:
     def __init__(
         self,
         spec: NodeSpec,
-        session: aiohttp.ClientSession,
         token: str | None,
         *,
         timeout_s: float,
@@ -92,10 +92,10 @@ class NodeChannel:
         on_epoch: Callable[[str, int], None] | None = None,
     ) -> None:
         self.spec = spec
-        self.session = session
-        self.headers = {"Content-Type": "application/json"}
+        headers = {"Content-Type": "application/json"}
         if token:
-            self.headers["Authorization"] = f"Bearer {token}"
+            headers["Authorization"] = f"Bearer {token}"
+        self.pool = HttpPool(spec.url, headers)
         self.timeout = aiohttp.ClientTimeout(total=timeout_s)
         self.coalesce_max = coalesce_max
         self.coalesce_wait_s = coalesce_wait_s
@@ -182,20 +182,16 @@ class NodeChannel:
         self, method: str, path: str, data: bytes | None, timeout_s: float | None
     ) -> Any:
         """One request to the node; every failure becomes NodeUnavailable."""
-        timeout = aiohttp.ClientTimeout(total=timeout_s) if timeout_s else self.timeout
         try:
-            async with self.session.request(
-                method, self.spec.url + path, data=data, headers=self.headers, timeout=timeout
-            ) as response:
-                raw = await response.read()
-                if response.status != 200:
-                    raise NodeUnavailable(
-                        f"node {self.spec.id} answered {response.status}: {_detail(raw)}"
-                    )
-                return orjson.loads(raw)
+            status, raw = await self.pool.request(
+                method, path, data, timeout_s or self.timeout.total or 1.0
+            )
+            if status != 200:
+                raise NodeUnavailable(f"node {self.spec.id} answered {status}: {_detail(raw)}")
+            return orjson.loads(raw)
         except TimeoutError as exc:
             raise NodeUnavailable(f"node {self.spec.id}: timed out", timed_out=True) from exc
-        except (aiohttp.ClientError, orjson.JSONDecodeError, OSError) as exc:
+        except (orjson.JSONDecodeError, OSError, ValueError) as exc:
             raise NodeUnavailable(f"node {self.spec.id}: {type(exc).__name__} {exc}") from exc
 
     def _failed(self, reason: str, *, timed_out: bool) -> None:
@@ -228,3 +224,4 @@ class NodeChannel:
             if not future.done():
                 future.set_exception(NodeUnavailable("router shutting down"))
         self._pending.clear()
+        self.pool.close()

@@ -1,0 +1,189 @@
+"""A lean HTTP/1.1 keep-alive client for router→node calls.
+
+The router talks to a handful of known nodes with small JSON bodies, so it needs
+none of a general client's machinery (redirects, cookies, proxies, chunked
+uploads, DNS). aiohttp's client cost about 40% of the router's CPU per check;
+this one is a pool of asyncio protocols per node that write one pre-framed
+request and parse one Content-Length (or chunked) response. Errors surface as
+OSError (ConnectionError) or TimeoutError; dispatch.py translates them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import cast
+from urllib.parse import urlsplit
+
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+
+
+class ProtocolError(ConnectionError):
+    """The node's answer was not HTTP/1.1 we understand."""
+
+
+class _Connection(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.waiter: asyncio.Future[tuple[int, bytes]] | None = None
+        self.closed = False
+        self.reusable = True
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses; same interface.
+        self.transport = cast(asyncio.Transport, transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(exc or ConnectionResetError("node closed the connection"))
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        if self.waiter is None or self.waiter.done():
+            if self.waiter is None:
+                # Bytes nobody asked for: the stream is out of step; never reuse it.
+                self.reusable = False
+            return
+        try:
+            parsed = self._parse()
+        except ProtocolError as exc:
+            self.reusable = False
+            self.waiter.set_exception(exc)
+            return
+        if parsed is not None:
+            self.waiter.set_result(parsed)
+
+    def _parse(self) -> tuple[int, bytes] | None:
+        end = self.buffer.find(b"\r\n\r\n")
+        if end < 0:
+            if len(self.buffer) > 65536:
+                raise ProtocolError("response head too large")
+            return None
+        head = bytes(self.buffer[:end]).decode("latin-1").split("\r\n")
+        parts = head[0].split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+            raise ProtocolError(f"bad status line {head[0][:80]!r}")
+        status = int(parts[1])
+        length: int | None = None
+        chunked = False
+        for line in head[1:]:
+            name, _, value = line.partition(":")
+            name = name.strip().lower()
+            if name == "content-length":
+                length = int(value.strip())
+            elif name == "transfer-encoding" and "chunked" in value.lower():
+                chunked = True
+            elif name == "connection" and value.strip().lower() == "close":
+                self.reusable = False
+        start = end + 4
+        if chunked:
+            return self._parse_chunked(status, start)
+        if length is None:
+            raise ProtocolError("response without Content-Length")
+        if length > MAX_RESPONSE_BYTES:
+            raise ProtocolError("response too large")
+        if len(self.buffer) - start < length:
+            return None
+        body = bytes(self.buffer[start : start + length])
+        del self.buffer[: start + length]
+        return status, body
+
+    def _parse_chunked(self, status: int, start: int) -> tuple[int, bytes] | None:
+        body = bytearray()
+        at = start
+        while True:
+            line_end = self.buffer.find(b"\r\n", at)
+            if line_end < 0:
+                return None
+            size = int(bytes(self.buffer[at:line_end]).split(b";")[0] or b"0", 16)
+            if size == 0:
+                trailer_end = self.buffer.find(b"\r\n", line_end + 2)
+                if trailer_end < 0:
+                    return None
+                del self.buffer[: trailer_end + 2]
+                return status, bytes(body)
+            chunk_start = line_end + 2
+            if len(self.buffer) < chunk_start + size + 2:
+                return None
+            body += self.buffer[chunk_start : chunk_start + size]
+            if len(body) > MAX_RESPONSE_BYTES:
+                raise ProtocolError("response too large")
+            at = chunk_start + size + 2
+
+    async def exchange(self, request: bytes) -> tuple[int, bytes]:
+        assert self.transport is not None
+        loop = asyncio.get_running_loop()
+        self.waiter = loop.create_future()
+        self.transport.write(request)
+        try:
+            return await self.waiter
+        finally:
+            self.waiter = None
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+
+class HttpPool:
+    """Keep-alive connections to one node; at most `max_idle` are kept open."""
+
+    def __init__(self, base_url: str, headers: dict[str, str], max_idle: int = 64) -> None:
+        url = urlsplit(base_url)
+        if url.scheme != "http" or url.hostname is None:
+            raise ValueError(f"node URL must be http://host:port, not {base_url!r}")
+        self.host = url.hostname
+        self.port = url.port or 80
+        self.prefix = url.path.rstrip("/")
+        host_header = f"{self.host}:{self.port}"
+        self._head_tail = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        self._host_line = f"Host: {host_header}\r\n"
+        self.max_idle = max_idle
+        self._idle: list[_Connection] = []
+
+    def _frame(self, method: str, path: str, body: bytes | None) -> bytes:
+        head = f"{method} {self.prefix}{path} HTTP/1.1\r\n{self._host_line}{self._head_tail}"
+        if body is None:
+            return (head + "\r\n").encode()
+        return (head + f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+    async def _connection(self) -> _Connection:
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.closed:
+                return conn
+        loop = asyncio.get_running_loop()
+        _, conn = await loop.create_connection(_Connection, self.host, self.port)
+        return conn
+
+    async def request(
+        self, method: str, path: str, body: bytes | None, timeout_s: float
+    ) -> tuple[int, bytes]:
+        """Send one request; (status, body). Raises OSError or TimeoutError."""
+        conn: _Connection | None = None
+        try:
+            async with asyncio.timeout(timeout_s):
+                conn = await self._connection()
+                status, raw = await conn.exchange(self._frame(method, path, body))
+        except BaseException:
+            # A connection left mid-exchange (timeout, cancel, error) can't be reused.
+            if conn is not None:
+                conn.close()
+            raise
+        if (
+            conn.reusable
+            and not conn.closed
+            and not conn.buffer
+            and len(self._idle) < self.max_idle
+        ):
+            self._idle.append(conn)
+        else:
+            conn.close()
+        return status, raw
+
+    def close(self) -> None:
+        for conn in self._idle:
+            conn.close()
+        self._idle.clear()
