@@ -50,6 +50,32 @@ def processes_mentioning(text: str) -> list[int]:
     return found
 
 
+def listening_addresses(ports: set[int]) -> dict[int, str]:
+    """Local address of each listening TCP socket on one of `ports` (from /proc/net)."""
+    found = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            address, port_hex = fields[1].rsplit(":", 1)
+            if fields[3] == "0A" and int(port_hex, 16) in ports:  # 0A = LISTEN
+                found[int(port_hex, 16)] = address
+    return found
+
+
+def secrets_leaked(secret: str, data_dir: Path) -> list[str]:
+    """Where a secret shows: log files under data_dir, or any process command line."""
+    leaks = [str(p) for p in data_dir.rglob("*.log") if secret in p.read_text(errors="replace")]
+    return leaks + [f"cmdline of {pid}" for pid in processes_mentioning(secret)]
+
+
+def cluster_token_of(pid: int) -> str:
+    for item in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+        name, _, value = item.decode().partition("=")
+        if name == "SHARDLIMIT_CLUSTER_TOKEN":
+            return value
+    raise AssertionError(f"process {pid} has no cluster token")
+
+
 @pytest.mark.timeout(90)
 def test_up_serves_then_stops_every_child(tmp_path: Path) -> None:
     data_dir = tmp_path / "cluster-data"
@@ -91,6 +117,16 @@ def test_up_serves_then_stops_every_child(tmp_path: Path) -> None:
         # Redis runs with AOF under the data dir.
         assert (data_dir / "redis-n1").is_dir()
         assert len(processes_mentioning(str(data_dir))) >= 2
+        # Every listener is on the loopback interface only (127.0.0.1 = 0100007F).
+        redis_ports = {int(n["redis"].rsplit(":", 1)[1].split("/")[0]) for n in info["nodes"]}
+        ports = {port, base, base + 1, *redis_ports}
+        assert listening_addresses(ports) == dict.fromkeys(ports, "0100007F")
+        # Secrets travel in the environment: never on a command line or in a log.
+        node_pid = processes_mentioning(f"--port {base} ")[0]
+        cluster_token = cluster_token_of(node_pid)
+        assert len(cluster_token) >= 24
+        assert secrets_leaked(cluster_token, data_dir) == []
+        assert secrets_leaked("admin-from-env", data_dir) == []
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
