@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 
 from cluster.calendar import boundaries, load_timezone
 from cluster.keys import counter_key, record_key
@@ -124,11 +124,16 @@ class CounterStore:
     async def run(self, ops: list[Op]) -> list[Any]:
         """Results in order; a script error becomes an exception object in its slot."""
         now_ms = self._estimated_now_ms()
-        pipe = self.client.pipeline(transaction=False)
-        for op in ops:
-            script, keys, args = self._call(op, now_ms)
-            await script(keys=keys, args=args, client=pipe)
-        results: list[Any] = await pipe.execute(raise_on_error=False)
+        calls = [self._call(op, now_ms) for op in ops]
+        results = await self._evalsha_all(calls)
+        missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
+        if missing:
+            # Redis lost its script cache (restart, SCRIPT FLUSH); those ops did not run.
+            for script in {calls[i][0].sha: calls[i][0] for i in missing}.values():
+                await self.client.script_load(script.script)
+            retried = await self._evalsha_all([calls[i] for i in missing])
+            for i, r in zip(missing, retried, strict=True):
+                results[i] = r
         skewed = [
             i
             for i, r in enumerate(results)
@@ -140,6 +145,18 @@ class CounterStore:
             retry = await self.run([ops[i] for i in skewed])
             for i, r in zip(skewed, retry, strict=True):
                 results[i] = r
+        return results
+
+    async def _evalsha_all(
+        self, calls: list[tuple[AsyncScript, list[str], list[int | str]]]
+    ) -> list[Any]:
+        # EVALSHA directly rather than through Script.__call__: a pipeline holding
+        # registered scripts first asks Redis SCRIPT EXISTS, an extra round trip
+        # per batch. A NOSCRIPT answer is handled by run().
+        pipe = self.client.pipeline(transaction=False)
+        for script, keys, args in calls:
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+        results: list[Any] = await pipe.execute(raise_on_error=False)
         return results
 
 

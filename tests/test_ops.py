@@ -144,3 +144,15 @@ def test_sighup_reloads_rules_in_a_router_process(
         proc.wait(10)
     assert proc.returncode == 0
     assert json.loads((tmp_path / "router" / "topology.json").read_text())["epoch"] == 1
+
+
+async def test_checks_survive_a_flushed_script_cache(cluster: Cluster) -> None:
+    """Nodes send EVALSHA only; a Redis that lost its scripts gets them again."""
+    limits = [{"algorithm": "fixed_window", "limit": 3, "window": "1h"}]
+    statuses = [(await cluster.check({"key": "flushed", "limits": limits}))[0] for _ in range(2)]
+    for server in cluster.redis:
+        client = redis.Redis(port=server.port)
+        client.script_flush()
+        client.close()
+    statuses += [(await cluster.check({"key": "flushed", "limits": limits}))[0] for _ in range(2)]
+    assert statuses == [200, 200, 200, 429]
