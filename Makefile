@@ -3,8 +3,11 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
+# apt-get as root, else through sudo
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench bench-deps clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,8 +26,25 @@ lint: $(STAMP)
 test: lint
 	$(BIN)/pytest
 
-bench: $(STAMP)
-	$(BIN)/python -m bench.run $(ARGS)
+# The benchmark suite's Python extras (the `limits` library, profilers). Set-up output
+# goes to stderr: `make bench` keeps stdout for the JSON document.
+$(BENCH_STAMP): pyproject.toml
+	@$(MAKE) -s --no-print-directory $(STAMP) >&2
+	@$(BIN)/pip install -q -e '.[dev,embedded,bench]' >&2
+	@touch $(BENCH_STAMP)
+
+# wrk, redis-benchmark, redis-cli, redis-server: from apt, only when one is missing.
+bench-deps:
+	@command -v wrk >/dev/null && command -v redis-benchmark >/dev/null \
+	  && command -v redis-cli >/dev/null && command -v redis-server >/dev/null \
+	  || ($(SUDO) apt-get update -q \
+	      && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+	         wrk redis-tools redis-server) >&2
+
+# One JSON document on stdout (progress on stderr); bench/results/latest.{json,png}.
+# ARGS="--only single,batch" or ARGS="--skip migration" run pieces alone.
+bench: bench-deps $(BENCH_STAMP)
+	@$(BIN)/python -m bench.run $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -29,12 +29,17 @@ SPECS = {
 
 
 async def measure(keys: int) -> dict[str, Any]:
-    server = RedisProcess(port=free_port(), data_dir=Path(tempfile.mkdtemp()), aof=False)
-    server.start()
+    with tempfile.TemporaryDirectory(prefix="sl-bench-memory-") as tmp:
+        return await _measure(keys, Path(tmp))
+
+
+async def _measure(keys: int, tmp: Path) -> dict[str, Any]:
+    server = RedisProcess(port=free_port(), data_dir=tmp, aof=False)
     client = aioredis.Redis(port=server.port)
     store = CounterStore(client)
     out: dict[str, Any] = {}
     try:
+        server.start()
         for name, spec in SPECS.items():
             await client.flushall()
             before = (await client.info("memory"))["used_memory"]

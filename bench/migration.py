@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,10 +28,14 @@ import aiohttp
 import redis
 import yaml
 
+from bench.openloop import OpenLoopConfig, open_loop
+from bench.procs import stop as stop_process
 from cluster.keys import counter_key
 from cluster.model import NodeSpec
 from cluster.partition import new_partitioner
+from cluster.procs import child_preexec
 from cluster.redis_proc import RedisProcess, free_port
+from cluster.serve import install_fast_loop
 
 TOKEN = "bench-token"
 SHAPE = "fw:3600000"
@@ -83,37 +88,11 @@ def raw_migrate(keys: int, tmp: Path, batch: int) -> float:
 
 async def latency_probe(
     router: str, seconds: float, rate: float, stop: asyncio.Event | None = None
-) -> dict[str, float]:
-    """Open loop: one check every 1/rate s regardless of answers; latency percentiles."""
-    latencies: list[float] = []
-    degraded = 0
-    body = {"limits": [{"algorithm": "fixed_window", "limit": 10**9, "window": "1h"}]}
-
-    async def one(http: aiohttp.ClientSession, i: int) -> None:
-        nonlocal degraded
-        started = time.perf_counter()
-        async with http.post(router + "/v1/check", json={"key": f"user:{i}", **body}) as resp:
-            data = await resp.json()
-        latencies.append(time.perf_counter() - started)
-        degraded += bool(data.get("degraded"))
-
-    async with aiohttp.ClientSession() as http:
-        tasks = []
-        start = time.perf_counter()
-        i = 0
-        while time.perf_counter() - start < seconds and not (stop and stop.is_set()):
-            tasks.append(asyncio.create_task(one(http, i * 7919 % 200_000)))
-            i += 1
-            await asyncio.sleep(max(0.0, start + i / rate - time.perf_counter()))
-        await asyncio.gather(*tasks)
-    ordered = sorted(latencies)
-    return {
-        "checks": len(ordered),
-        "p50_ms": round(ordered[len(ordered) // 2] * 1000, 2),
-        "p99_ms": round(ordered[int(len(ordered) * 0.99)] * 1000, 2),
-        "p999_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.999))] * 1000, 2),
-        "degraded": degraded,
-    }
+) -> dict[str, Any]:
+    """Open loop (bench.openloop): one check every 1/rate s regardless of answers, latency
+    from each check's scheduled send time; percentiles, degraded answers, errors."""
+    config = OpenLoopConfig(url=router, rate=rate, seconds=seconds, warmup=0.0, keys=200_000)
+    return await open_loop(config, stop)
 
 
 async def wait_http(url: str, within: float = 30) -> None:
@@ -131,7 +110,14 @@ async def wait_http(url: str, within: float = 30) -> None:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    tmp = Path(tempfile.mkdtemp(prefix="sl-bench-"))
+    tmp = Path(tempfile.mkdtemp(prefix="sl-bench-migration-"))
+    try:
+        return await _run(args, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     env = dict(os.environ, SHARDLIMIT_CLUSTER_TOKEN=TOKEN, SHARDLIMIT_ADMIN_TOKEN=TOKEN,
                SHARDLIMIT_LOG_LEVEL="WARNING")  # fmt: skip
     servers = {f"n{i}": RedisProcess(port=free_port(), data_dir=tmp / f"r{i}", aof=False)
@@ -146,7 +132,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             specs.append(NodeSpec(node_id, f"http://127.0.0.1:{port}"))
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "cluster.cli", "node", "--id", node_id, "--port",
-                 str(port), "--redis", server.url], env=env))  # fmt: skip
+                 str(port), "--redis", server.url], env=env, preexec_fn=child_preexec))  # fmt: skip
         for spec in specs:
             await wait_http(spec.url + "/healthz")
         part = new_partitioner(args.partitioner, specs[:3])
@@ -161,7 +147,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         (tmp / "cluster.yaml").write_text(yaml.safe_dump(config))
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "cluster.cli", "router", "--config", str(tmp / "cluster.yaml")],
-            env=env))  # fmt: skip
+            env=env, preexec_fn=child_preexec))  # fmt: skip
         await wait_http(router + "/readyz")
         before = await latency_probe(router, args.probe_seconds, args.rate)
         headers = {"Authorization": f"Bearer {TOKEN}"}
@@ -171,20 +157,28 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 assert resp.status == 202, await resp.text()
             stop = asyncio.Event()
             probe = asyncio.create_task(latency_probe(router, 3600, args.rate, stop))
-            while True:
-                async with http.get(router + "/v1/cluster") as resp:
-                    migration = (await resp.json())["migration"]
-                if migration and migration["phase"] == "done" and not migration["running"]:
-                    break
-                await asyncio.sleep(0.1)  # polling progress
-            stop.set()
-            during = await probe
+            deadline = time.monotonic() + args.timeout
+            try:
+                while True:
+                    async with http.get(router + "/v1/cluster") as resp:
+                        migration = (await resp.json())["migration"]
+                    if migration and migration["phase"] == "done" and not migration["running"]:
+                        break
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(
+                            f"migration not done within {args.timeout:g} s: {migration}"
+                        )
+                    await asyncio.sleep(0.1)  # polling progress
+            finally:
+                stop.set()
+                during = await probe
         moved_per_s = migration["keys_moved"] / migration["seconds"]
     finally:
         for proc in procs:
-            proc.terminate()
+            if proc.poll() is None:
+                proc.terminate()
         for proc in procs:
-            proc.wait(10)
+            stop_process(proc, grace=10)
         for server in servers.values():
             server.stop()
     raw = raw_migrate(args.keys, tmp, args.migrate_batch)
@@ -198,7 +192,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "ratio_vs_raw_migrate": round(moved_per_s / raw, 3),
         "latency_before": before,
         "latency_during": during,
-        "p99_during_over_before": round(during["p99_ms"] / before["p99_ms"], 2),
+        "p99_during_over_before": round(during["p99_ms"] / before["p99_ms"], 2)
+        if during["p99_ms"] and before["p99_ms"]
+        else None,
     }
 
 
@@ -210,6 +206,8 @@ def main() -> None:
     parser.add_argument("--migrate-batch", type=int, default=1000)
     parser.add_argument("--rate", type=float, default=200.0)
     parser.add_argument("--probe-seconds", type=float, default=3.0)
+    parser.add_argument("--timeout", type=float, default=600.0, help="give up on the migration")
+    install_fast_loop()
     result = asyncio.run(run(parser.parse_args()))
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "migration.json").write_text(json.dumps(result, indent=2) + "\n")

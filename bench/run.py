@@ -1,71 +1,295 @@
-"""`make bench`: run the benchmarks that exist so far and write bench/results/latest.json.
+"""`make bench` / `shardlimit bench`: the whole benchmark suite in one go.
 
-Today: migration speed vs raw MIGRATE with latency before/during (bench/migration.py),
-a closed-loop throughput probe through a local cluster (bench/quick.py) and Redis
-memory per counter (bench/memory.py). The
-side-by-side suite of issue 4 (wrk, redis-benchmark, the `limits` library) is not
-built yet.
+Starts what it needs (a local 3-node cluster, a trivial aiohttp handler, bare Redis,
+clusters of 1, 2 and 4 nodes), runs every piece, stops everything (also on error), and
+writes bench/results/latest.json and bench/results/latest.png. stdout carries one JSON
+document (or, with --table, a table of the targets); progress goes to stderr.
+
+Pieces (`--only NAME[,NAME]`, `--skip NAME[,NAME]`):
+
+  single     /v1/check through the router ÷ a trivial aiohttp handler (wrk)
+  batch      /v1/check/batch decisions/s ÷ redis-benchmark -P 32 EVALSHA (wrk)
+  sdk        the async SDK ÷ the `limits` library, 64 concurrent callers each
+  latency    open-loop p50/p99/p999 at 1,000 checks/s, and the generator's floor
+  quick      the closed-loop aiohttp probe (bench/quick.py)
+  memory     Redis bytes per counter (bench/memory.py)
+  scaling    batch decisions/s with 1, 2 and 4 nodes
+  migration  live reshard speed ÷ raw MIGRATE, latency before/during (bench/migration.py)
+
+Each comparison is a ratio of two measurements taken side by side in this run: the
+machine has 2 shared cores, so absolute numbers are noise and only ratios mean much.
 """
 
 from __future__ import annotations
 
-import asyncio
+import argparse
+import contextlib
+import datetime as dt
 import json
 import os
+import platform
+import signal
 import subprocess
 import sys
-import tempfile
 import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.migration import latency_probe
+from bench import compare
+from bench.chart import draw
+from bench.compare import Settings, run_module_json
+from bench.localcluster import local_cluster
+from bench.peers import trivial_server
+from bench.progress import note
+from bench.scaling import scaling
+from bench.targets import targets
+from bench.wrk import WrkSettings
+from cluster.redis_proc import redis_server_binary
 
 RESULTS = Path(__file__).parent / "results"
+PIECES = ("single", "batch", "sdk", "latency", "quick", "memory", "scaling", "migration")
+ON_SHARED_CLUSTER = {"single", "batch", "sdk", "latency", "quick"}
+NEEDS_TRIVIAL = {"single", "latency"}
+TOOLS = {
+    "single": ["wrk"],
+    "batch": ["wrk", "redis-benchmark", "redis-cli"],
+    "scaling": ["wrk"],
+}
 
 
-def run_json(args: list[str]) -> Any:
-    out = subprocess.run(
-        [sys.executable, "-m", *args], check=True, capture_output=True, text=True
-    ).stdout
-    return json.loads(out[out.index("{") :])
+def _names(value: str) -> list[str]:
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(PIECES))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown piece(s) {unknown}; choose from {PIECES}")
+    return names
 
 
-def quick_through_local_cluster() -> Any:
-    data_dir = Path(tempfile.mkdtemp(prefix="sl-bench-up-"))
-    env = dict(os.environ, SHARDLIMIT_LOG_LEVEL="WARNING")
-    up = subprocess.Popen(
-        [sys.executable, "-m", "cluster.cli", "up", "--json", "--port", "18080",
-         "--base-port", "17001", "--data-dir", str(data_dir)],
-        stdout=subprocess.PIPE, env=env,
-    )  # fmt: skip
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="shardlimit benchmark suite (writes bench/results/latest.json and .png)",
+        epilog="pieces: " + ", ".join(PIECES),
+    )
+    parser.add_argument("--only", type=_names, help="run only these pieces, e.g. single,batch")
+    parser.add_argument("--skip", type=_names, default=[], help="skip these pieces")
+    parser.add_argument("--seconds", type=float, default=10.0, help="per measurement")
+    parser.add_argument("--rounds", type=int, default=2, help="side-by-side rounds (ABBA)")
+    parser.add_argument("--connections", type=int, default=64, help="wrk connections, single")
+    parser.add_argument("--batch-connections", type=int, default=2, help="wrk connections, batch")
+    parser.add_argument("--rate", type=float, default=1000.0, help="open-loop checks/s")
+    parser.add_argument("--memory-keys", type=int, default=100_000)
+    parser.add_argument("--migration-keys", type=int, default=200_000)
+    parser.add_argument("--results", type=Path, default=RESULTS, help="output directory")
+    out = parser.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print the JSON document (default)")
+    out.add_argument("--table", action="store_true", help="print a table of the targets")
+    return parser
+
+
+def _version(args: list[str]) -> str | None:
     try:
-        assert up.stdout is not None
-        info = json.loads(up.stdout.readline())
-        quick = run_json(["bench.quick", "--router", info["router"], "--seconds", "5",
-                          "--concurrency", "16", "--batch-concurrency", "2"])  # fmt: skip
-        # Open loop at a fixed offered rate: latency not hidden by coordinated omission.
-        quick["open_loop_1000_per_s"] = asyncio.run(
-            latency_probe(info["router"], seconds=10, rate=1000)
-        )
-        return quick
-    finally:
-        up.terminate()
-        up.wait(30)
+        done = subprocess.run(args, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = (done.stdout or done.stderr).strip().splitlines()
+    return text[0] if text else None
 
 
-def main() -> None:
-    started = time.time()
-    result = {
-        "quick": quick_through_local_cluster(),
-        "migration": run_json(["bench.migration", "--keys", "200000"]),
-        "memory": run_json(["bench.memory", "--keys", "100000"]),
-        "seconds": round(time.time() - started, 1),
+def machine() -> dict[str, Any]:
+    return {
+        "cpus": os.cpu_count(),
+        "load_average_at_start": list(os.getloadavg()),
+        "python": platform.python_version(),
+        "redis_server": _version([redis_server_binary(), "--version"]),
+        "wrk": _version(["wrk", "--version"]),
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "latest.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+
+
+def missing_tools(pieces: list[str]) -> list[str]:
+    from shutil import which
+
+    needed = {tool for piece in pieces for tool in TOOLS.get(piece, [])}
+    return sorted(tool for tool in needed if which(tool) is None)
+
+
+class Suite:
+    """Runs the selected pieces; shared processes start on first use and stop at the end."""
+
+    def __init__(self, args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
+        self.args = args
+        self.stack = stack
+        self.settings = Settings(
+            seconds=args.seconds,
+            rounds=args.rounds,
+            single=WrkSettings(threads=1, connections=args.connections),
+            batch=WrkSettings(threads=1, connections=args.batch_connections),
+            rate=args.rate,
+        )
+        self._cluster: dict[str, Any] | None = None
+        self._trivial: str | None = None
+
+    def router(self) -> str:
+        if self._cluster is None:
+            note("starting a local cluster: router, 3 nodes, 3 Redis")
+            self._cluster = self.stack.enter_context(local_cluster(3))
+        return str(self._cluster["router"])
+
+    def trivial(self) -> str:
+        if self._trivial is None:
+            note("starting the trivial aiohttp handler")
+            self._trivial = self.stack.enter_context(trivial_server())
+        return self._trivial
+
+    def piece(self, name: str) -> Callable[[], dict[str, Any]]:
+        s, a = self.settings, self.args
+        return {
+            "single": lambda: compare.single_check(self.router(), self.trivial(), s),
+            "batch": lambda: compare.batch_vs_redis(self.router(), s),
+            "sdk": lambda: compare.sdk_vs_limits(self.router(), s),
+            "latency": lambda: compare.open_loop_latency(self.router(), self.trivial(), s),
+            "quick": lambda: run_module_json(
+                "bench.quick",
+                "--router",
+                self.router(),
+                "--seconds",
+                "5",
+                "--concurrency",
+                "16",
+                "--batch-concurrency",
+                "2",
+            ),
+            "memory": lambda: run_module_json("bench.memory", "--keys", str(a.memory_keys)),
+            "scaling": lambda: scaling(s),
+            "migration": lambda: run_module_json(
+                "bench.migration", "--keys", str(a.migration_keys), timeout=1200
+            ),
+        }[name]
+
+
+def run_pieces(args: argparse.Namespace, pieces: list[str], results: dict[str, Any]) -> None:
+    failed: dict[str, str] = {}
+    # The shared cluster and the trivial handler live only through the pieces that use them.
+    with contextlib.ExitStack() as shared:
+        suite = Suite(args, shared)
+        for name in [p for p in pieces if p in ON_SHARED_CLUSTER]:
+            _run_one(suite, name, results, failed)
+    with contextlib.ExitStack() as own:
+        suite = Suite(args, own)
+        for name in [p for p in pieces if p not in ON_SHARED_CLUSTER]:
+            _run_one(suite, name, results, failed)
+    if failed:
+        results["failed"] = failed
+
+
+def _run_one(suite: Suite, name: str, results: dict[str, Any], failed: dict[str, str]) -> None:
+    note(f"{name}: running")
+    started = time.monotonic()
+    try:
+        results[name] = suite.piece(name)()
+    except Exception as exc:  # one broken piece must not lose the others' results
+        detail = exc.stderr if isinstance(exc, subprocess.CalledProcessError) else ""
+        failed[name] = f"{type(exc).__name__}: {exc} {detail}".strip()[-2000:]
+        note(f"{name}: FAILED: {failed[name]}")
+        traceback.print_exc(file=sys.stderr)
+        return
+    note(f"{name}: done in {time.monotonic() - started:.0f} s")
+
+
+def cpu_windows(node: Any) -> list[dict[str, Any]]:
+    """Every `cpu` block (bench.cpu.CpuWindow result) anywhere in the results."""
+    if isinstance(node, list):
+        return [w for item in node for w in cpu_windows(item)]
+    if not isinstance(node, dict):
+        return []
+    found = [node["cpu"]] if isinstance(node.get("cpu"), dict) else []
+    return found + [w for key, value in node.items() if key != "cpu" for w in cpu_windows(value)]
+
+
+def noise(results: dict[str, Any]) -> dict[str, Any]:
+    """How much of the machine other work took during the measurements (shared machine)."""
+    outside = [w["outside_this_benchmark_cores"] for w in cpu_windows(results)]
+    if not outside:
+        return {}
+    return {
+        "measurements": len(outside),
+        "outside_cores_mean": round(sum(outside) / len(outside), 2),
+        "outside_cores_max": max(outside),
+        "note": "cores busy with work outside this benchmark during its measurements "
+        "(of 2); ratios are side by side, absolute numbers move with this",
+    }
+
+
+def write_results(results: dict[str, Any], directory: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / "latest.json.tmp"
+    tmp.write_text(json.dumps(results, indent=2) + "\n")
+    tmp.replace(directory / "latest.json")
+    try:
+        draw(results, directory / "latest.png")
+    except Exception as exc:  # a chart problem must not lose the numbers
+        note(f"chart failed: {type(exc).__name__}: {exc}")
+
+
+def print_table(results: dict[str, Any], directory: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"shardlimit bench ({results['seconds']} s)")
+    for column in ("target", "measured", "goal", "met"):
+        table.add_column(column)
+    for name, t in results["targets"].items():
+        value = "-" if t["measured"] is None else f"{t['measured']:g}"
+        table.add_row(name, value, t["target"], "yes" if t["met"] else "NO")
+    Console().print(table)
+    for name, error in results.get("failed", {}).items():
+        print(f"{name} failed: {error}")
+    print(f"results: {directory / 'latest.json'}, chart: {directory / 'latest.png'}")
+
+
+def _exit_on_sigterm(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)  # unwinds every `with`: started processes are stopped
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    args = build_parser(prog).parse_args(argv)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    pieces = [p for p in (args.only or PIECES) if p not in args.skip]
+    missing = missing_tools(pieces)
+    if missing:
+        print(f"bench: missing {', '.join(missing)}: run `make bench-deps` "
+              "(apt-get install wrk redis-tools redis-server)", file=sys.stderr)  # fmt: skip
+        return 2
+    started = time.monotonic()
+    results: dict[str, Any] = {
+        "started": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "pieces": pieces,
+        "machine": machine(),
+        "settings": {
+            "seconds_per_measurement": args.seconds,
+            "rounds": args.rounds,
+            "wrk_single": {"threads": 1, "connections": args.connections},
+            "wrk_batch": {"threads": 1, "connections": args.batch_connections, "batch": 100},
+            "sdk_callers": 64,
+            "open_loop_rate_per_s": args.rate,
+            "keys": 100_000,
+        },
+    }
+    note(f"pieces: {', '.join(pieces)}")
+    run_pieces(args, pieces, results)
+    results["targets"] = targets(results)
+    results["noise"] = noise(results)
+    results["seconds"] = round(time.monotonic() - started, 1)
+    write_results(results, args.results)
+    note(f"wrote {args.results / 'latest.json'} and latest.png in {results['seconds']} s")
+    if args.table:
+        print_table(results, args.results)
+    else:
+        print(json.dumps(results, indent=2))
+    return 1 if "failed" in results else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -66,6 +66,13 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_parser("compare", help="ring vs slots: keys moved and balance on a resize")
     )
 
+    # Listed for --help only: main() hands `bench ...` to bench.run's own parser.
+    sub.add_parser(
+        "bench",
+        help="benchmark suite (source checkout): bench [--only NAME[,NAME]] [--skip ...] [--json]",
+        add_help=False,
+    )
+
     status = sub.add_parser("status", help="topology and node state")
     _add_router_args(status)
     admin_cli.add_arguments(sub, _add_router_args)
@@ -146,6 +153,33 @@ def cmd_up(args: argparse.Namespace) -> int:
     return run_up(options, args.json)
 
 
+def bench_checkout() -> Path | None:
+    """The source checkout holding bench/ next to this `cluster` package, if any."""
+    root = Path(__file__).resolve().parent.parent
+    return root if (root / "bench" / "run.py").is_file() else None
+
+
+def cmd_bench(argv: list[str]) -> int:
+    """`shardlimit bench`: bench.run's main from the source checkout (bench/ is not installed)."""
+    root = bench_checkout()
+    if root is None:
+        print(
+            "shardlimit: `shardlimit bench` needs a source checkout: bench/ is not installed "
+            f"with the package and is not next to {Path(__file__).resolve().parent}; "
+            "run it from a clone (`make bench`)",
+            file=sys.stderr,
+        )
+        return 2
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    from bench import run  # type: ignore[import-not-found,unused-ignore]
+
+    if "--json" not in argv and "--table" not in argv:
+        argv = [*argv, "--table"]
+    code: int = run.main(argv, prog="shardlimit bench")
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=os.environ.get("SHARDLIMIT_LOG_LEVEL", "INFO"),
@@ -155,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     # `shardlimit node add URL` / `node remove ID` next to `shardlimit node --id ...`
     if argv[:2] in (["node", "add"], ["node", "remove"]):
         argv = [f"node-{argv[1]}", *argv[2:]]
+    if argv[:1] == ["bench"]:
+        return cmd_bench(argv[1:])
     args = build_parser().parse_args(argv)
     handlers: dict[str, Callable[[argparse.Namespace], int]] = {
         "up": cmd_up,

@@ -1,0 +1,236 @@
+"""The side-by-side comparisons of `make bench`: each a ratio measured in the same run.
+
+1. single checks through the router ÷ a trivial aiohttp handler (wrk, same settings);
+2. decisions/s through /v1/check/batch ÷ redis-benchmark EVALSHA on one bare Redis;
+3. the async SDK ÷ the `limits` library (64 concurrent callers each);
+4. open-loop latency at a fixed rate through the router, and the same generator's floor
+   against the trivial handler.
+
+Rounds alternate which side goes first (ABBA) so a drift in the machine's load hits both
+sides alike; every measurement carries the CPU split of its window (`bench.cpu`).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from functools import partial
+from statistics import mean
+from typing import Any
+
+import redis
+
+from bench.cpu import CpuWindow
+from bench.openloop import OpenLoopConfig
+from bench.peers import bare_redis
+from bench.procs import python_env, python_module
+from bench.progress import note
+from bench.redisbench import evalsha_benchmark
+from bench.wrk import WrkSettings, batch_script, check_script, run_wrk
+from cluster.procs import child_preexec
+
+
+@dataclass(frozen=True)
+class Settings:
+    seconds: float = 10.0
+    rounds: int = 2
+    keys: int = 100_000
+    warmup_seconds: float = 2.0
+    single: WrkSettings = field(default_factory=lambda: WrkSettings(threads=1, connections=64))
+    batch: WrkSettings = field(default_factory=lambda: WrkSettings(threads=1, connections=2))
+    batch_size: int = 100
+    redis_requests: int = 2_000_000
+    sdk_callers: int = 64
+    rate: float = 1000.0
+
+    def wrk_single(self) -> WrkSettings:
+        return replace(self.single, seconds=self.seconds)
+
+    def wrk_batch(self) -> WrkSettings:
+        return replace(self.batch, seconds=self.seconds)
+
+
+def with_cpu(run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Run one measurement; attach the cores each process role used meanwhile."""
+    with CpuWindow() as cpu:
+        result = run()
+    result["cpu"] = cpu.result
+    return result
+
+
+def ratio(a: float, b: float) -> float | None:
+    return round(a / b, 3) if b else None
+
+
+def run_module_json(module: str, *args: str, timeout: float = 600) -> dict[str, Any]:
+    """`python -m module args`: its stdout is one JSON document."""
+    out = subprocess.run(
+        python_module(module, *args), check=True, capture_output=True, text=True,
+        env=python_env(), timeout=timeout, preexec_fn=child_preexec,
+    ).stdout  # fmt: skip
+    result: dict[str, Any] = json.loads(out[out.index("{") :])
+    return result
+
+
+def abba(rounds: int, sides: list[str]) -> list[tuple[int, str]]:
+    """(round, side) in an order that alternates which side goes first."""
+    order = []
+    for r in range(rounds):
+        order += [(r + 1, side) for side in (sides if r % 2 == 0 else sides[::-1])]
+    return order
+
+
+# --------------------------------------------------------------------------- 1. single
+
+
+def single_check(router: str, trivial: str, s: Settings) -> dict[str, Any]:
+    script = check_script(s.keys)
+    urls = {"router": router + "/v1/check", "trivial": trivial + "/v1/check"}
+    for side, url in urls.items():
+        note(f"single: warming up {side} ({s.warmup_seconds:g} s)")
+        run_wrk(url, script, replace(s.single, seconds=s.warmup_seconds))
+    runs: dict[str, list[dict[str, Any]]] = {"router": [], "trivial": []}
+    for r, side in abba(s.rounds, ["router", "trivial"]):
+        result = with_cpu(partial(run_wrk, urls[side], script, s.wrk_single()))
+        note(f"single: round {r} {side}: {result['served_decisions_per_s']:,.0f} checks/s "
+             f"({result['degraded']} degraded, {result['other_status']} other status)")  # fmt: skip
+        runs[side].append({"round": r, **result})
+    router_rate = mean(x["served_decisions_per_s"] for x in runs["router"])
+    trivial_rate = mean(x["served_decisions_per_s"] for x in runs["trivial"])
+    return {
+        "load_generator": {
+            "tool": "wrk",
+            **s.wrk_single().to_dict(),
+            "body": f"POST /v1/check, one random key of {s.keys:,}, fixed_window limit 1e9 / 1h",
+        },
+        "router_checks_per_s": round(router_rate, 1),
+        "trivial_requests_per_s": round(trivial_rate, 1),
+        "ratio": ratio(router_rate, trivial_rate),
+        "router_degraded": sum(x["degraded"] for x in runs["router"]),
+        "router_non_2xx_429": sum(x["other_status"] for x in runs["router"]),
+        "router_socket_errors": sum(sum(x["socket_errors"].values()) for x in runs["router"]),
+        "runs": runs,
+    }
+
+
+# --------------------------------------------------------------------------- 2. batch
+
+
+def batch_load(router: str, s: Settings) -> dict[str, Any]:
+    """wrk POSTing batches of `batch_size` random checks (the body built in Lua)."""
+    return run_wrk(router + "/v1/check/batch", batch_script(s.keys, s.batch_size), s.wrk_batch())
+
+
+def batch_vs_redis(router: str, s: Settings) -> dict[str, Any]:
+    note(f"batch: warming up ({s.warmup_seconds:g} s)")
+    run_wrk(router + "/v1/check/batch", batch_script(s.keys, s.batch_size),
+            replace(s.batch, seconds=s.warmup_seconds))  # fmt: skip
+    runs: dict[str, list[dict[str, Any]]] = {"router": [], "redis": []}
+    for r, side in abba(s.rounds, ["router", "redis"]):
+        if side == "router":
+            result = with_cpu(partial(batch_load, router, s))
+            note(f"batch: round {r} router: {result['served_decisions_per_s']:,.0f} decisions/s "
+                 f"({result['degraded']} degraded)")  # fmt: skip
+        else:
+            result = with_cpu(partial(evalsha_benchmark, s.redis_requests, s.keys))
+            note(f"batch: round {r} redis-benchmark EVALSHA: {result['requests_per_s']:,.0f}/s")
+        runs[side].append({"round": r, **result})
+    router_rate = mean(x["served_decisions_per_s"] for x in runs["router"])
+    redis_rate = mean(x["requests_per_s"] for x in runs["redis"])
+    return {
+        "load_generator": {
+            "tool": "wrk (Lua builds each body)",
+            **s.wrk_batch().to_dict(),
+            "batch": s.batch_size,
+            "keys": s.keys,
+        },
+        "router_decisions_per_s": round(router_rate, 1),
+        "redis_evalsha_per_s": round(redis_rate, 1),
+        "ratio": ratio(router_rate, redis_rate),
+        "router_degraded": sum(x["degraded"] for x in runs["router"]),
+        "router_non_200": sum(x["other_status"] + x["denied_429"] for x in runs["router"]),
+        "runs": runs,
+    }
+
+
+# --------------------------------------------------------------------------- 3. SDK vs limits
+
+
+def sdk_vs_limits(router: str, s: Settings) -> dict[str, Any]:
+    common = ["--callers", str(s.sdk_callers), "--seconds", f"{s.seconds:g}",
+              "--keys", str(s.keys)]  # fmt: skip
+    runs: dict[str, list[dict[str, Any]]] = {"sdk": [], "limits": [], "limits_redispy": []}
+    with bare_redis() as server:
+        flush = redis.Redis(port=server.port)
+        commands = {
+            "sdk": ["shardlimit", "--router", router, *common],
+            "limits": ["limits", "--redis", server.url, *common],
+            "limits_redispy": [
+                "limits",
+                "--redis",
+                server.url,
+                "--implementation",
+                "redispy",
+                *common,
+            ],
+        }
+        try:
+            for r, side in abba(s.rounds, list(commands)):
+                flush.flushall()
+                result = with_cpu(partial(run_module_json, "bench.sdk", *commands[side]))
+                note(f"sdk: round {r} {side}: {result['served_decisions_per_s']:,.0f} decisions/s")
+                runs[side].append({"round": r, **result})
+        finally:
+            flush.close()
+    rates = {side: mean(x["served_decisions_per_s"] for x in rs) for side, rs in runs.items()}
+    best = max(("limits", "limits_redispy"), key=lambda side: rates[side])
+    return {
+        "callers": s.sdk_callers,
+        "seconds": s.seconds,
+        "limit": "fixed window, 100 per minute, random keys",
+        "sdk_decisions_per_s": round(rates["sdk"], 1),
+        "limits_decisions_per_s": round(rates["limits"], 1),
+        "limits_redispy_decisions_per_s": round(rates["limits_redispy"], 1),
+        "ratio": ratio(rates["sdk"], rates["limits"]),
+        "ratio_vs_best_limits": ratio(rates["sdk"], rates[best]),
+        "best_limits": best,
+        "sdk_degraded": sum(x["degraded"] for x in runs["sdk"]),
+        "sdk_errors": sum(x["errors"] for x in runs["sdk"]),
+        "runs": runs,
+    }
+
+
+# --------------------------------------------------------------------------- 4. latency
+
+
+def open_loop_latency(router: str, trivial: str, s: Settings) -> dict[str, Any]:
+    config = OpenLoopConfig(url=router, rate=s.rate, seconds=s.seconds, keys=s.keys)
+    args = ["--rate", f"{s.rate:g}", "--seconds", f"{s.seconds:g}", "--warmup",
+            f"{config.warmup:g}", "--keys", str(s.keys)]  # fmt: skip
+    results: dict[str, dict[str, Any]] = {}
+    for side, url in (("router", router), ("floor_trivial_aiohttp", trivial)):
+        results[side] = with_cpu(partial(run_module_json, "bench.openloop", "--url", url, *args))
+        got = results[side]
+        note(f"latency: {side}: p50 {got['p50_ms']} ms, p99 {got['p99_ms']} ms, "
+             f"p999 {got['p999_ms']} ms ({got['degraded']} degraded)")  # fmt: skip
+    router_result, floor = results["router"], results["floor_trivial_aiohttp"]
+    return {
+        "load_generator": {
+            "tool": "bench.openloop: asyncio Protocols + uvloop, pre-encoded HTTP/1.1, "
+            "keep-alive pool (a new connection when all are busy), sends paced by a timerfd",
+            "rate_per_s": s.rate,
+            "seconds": s.seconds,
+            "warmup_seconds": config.warmup,
+        },
+        "p50_ms": router_result["p50_ms"],
+        "p99_ms": router_result["p99_ms"],
+        "p999_ms": router_result["p999_ms"],
+        "floor_p50_ms": floor["p50_ms"],
+        "floor_p99_ms": floor["p99_ms"],
+        "floor_p999_ms": floor["p999_ms"],
+        "degraded": router_result["degraded"],
+        "router": router_result,
+        "floor_trivial_aiohttp": floor,
+    }

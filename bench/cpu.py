@@ -1,0 +1,158 @@
+"""Where the CPU went during a measurement, per role, from /proc (Linux only).
+
+`CpuWindow` samples every descendant of this process (router, nodes, Redis, wrk, ...)
+a few times a second and reports the cores each role used over the window, plus the
+machine's total busy time: what is left is load from outside this benchmark (the
+machine is shared), which makes a noisy run visible.
+
+    with CpuWindow() as cpu:
+        run_wrk(...)
+    cpu.result  # {"seconds": 10.0, "cores": {"router": 0.93, "wrk": 0.11, ...}, ...}
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+PROC = Path("/proc")
+CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+# (substring of the command line, role); first match wins.
+ROLES = (
+    ("redis-server", "redis"),
+    ("redis-benchmark", "redis-benchmark"),
+    ("cluster.cli router", "router"),
+    ("cluster.cli node", "nodes"),
+    ("cluster.cli up", "up supervisor"),
+    ("bench.peers", "trivial aiohttp"),
+    ("bench.openloop", "open-loop generator"),
+    ("bench.sdk", "sdk/limits driver"),
+    ("bench.quick", "quick probe"),
+    ("bench.migration", "migration bench"),
+    ("bench.memory", "memory bench"),
+)
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(parent pid, utime + stime in clock ticks) of `pid`, None if it is gone."""
+    try:
+        raw = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return int(fields[1]), int(fields[11]) + int(fields[12])
+
+
+def role_of(pid: int) -> str:
+    try:
+        argv = (PROC / str(pid) / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return "gone"
+    line = " ".join(a.decode(errors="replace") for a in argv if a)
+    for needle, role in ROLES:
+        if needle in line:
+            return role
+    return Path(argv[0].decode(errors="replace")).name or "unknown"
+
+
+def machine_busy_ticks() -> tuple[int, int]:
+    """(busy, total) clock ticks of all CPUs since boot, from /proc/stat."""
+    first = (PROC / "stat").read_text().splitlines()[0].split()
+    values = [int(v) for v in first[1:9]]
+    idle = values[3] + values[4]
+    return sum(values) - idle, sum(values)
+
+
+def descendants(root: int) -> dict[int, int]:
+    """{pid: cpu ticks} of `root` and every process below it."""
+    parents: dict[int, list[int]] = {}
+    ticks: dict[int, int] = {}
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        stat = _stat(int(entry.name))
+        if stat is not None:
+            parents.setdefault(stat[0], []).append(int(entry.name))
+            ticks[int(entry.name)] = stat[1]
+    found: dict[int, int] = {}
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        if pid in ticks:
+            found[pid] = ticks[pid]
+        todo += parents.get(pid, [])
+    return found
+
+
+@dataclass
+class CpuWindow:
+    """Context manager: cores used per role while the block runs."""
+
+    interval: float = 0.25
+    root: int = field(default_factory=os.getpid)
+    result: dict[str, Any] = field(default_factory=dict)
+    _first: dict[int, int] = field(default_factory=dict)
+    _last: dict[int, int] = field(default_factory=dict)
+    _roles: dict[int, str] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    _started: float = 0.0
+    _machine: tuple[int, int] = (0, 0)
+
+    def _sample(self) -> None:
+        for pid, ticks in descendants(self.root).items():
+            if pid not in self._roles:
+                self._roles[pid] = "bench driver" if pid == self.root else role_of(pid)
+            self._last[pid] = ticks
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def __enter__(self) -> CpuWindow:
+        self._sample()
+        self._first = dict(self._last)
+        self._machine = machine_busy_ticks()
+        self._started = time.monotonic()
+        self._thread = threading.Thread(target=self._loop, name="cpu-window", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._sample()
+        seconds = time.monotonic() - self._started
+        busy, total = machine_busy_ticks()
+        per_role: dict[str, float] = {}
+        for pid, ticks in self._last.items():
+            used = ticks - self._first.get(pid, 0)
+            role = self._roles[pid]
+            per_role[role] = per_role.get(role, 0.0) + used / CLK_TCK
+        ours = sum(per_role.values())
+        cpus = os.cpu_count() or 1
+        machine = (busy - self._machine[0]) / CLK_TCK
+        span = (total - self._machine[1]) / CLK_TCK / cpus or seconds
+        self.result = {
+            "seconds": round(seconds, 2),
+            "cpus": cpus,
+            "cores": {
+                role: round(used / span, 2)
+                for role, used in sorted(per_role.items(), key=lambda kv: -kv[1])
+                if used > 0
+            },
+            "machine_busy_cores": round(machine / span, 2),
+            "outside_this_benchmark_cores": round(max(0.0, machine - ours) / span, 2),
+        }

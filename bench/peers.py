@@ -1,0 +1,73 @@
+"""The baselines the router is compared with: a trivial aiohttp JSON handler, a bare Redis.
+
+The trivial handler is what an aiohttp service on this machine can do at best: one
+process, uvloop (served by `cluster.serve.run_app`, exactly like the router), parse the
+JSON body, answer a small JSON decision. `python -m bench.peers --port P` serves it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+from aiohttp import web
+
+from bench.procs import python_env, python_module, running, wait_http
+from cluster.redis_proc import RedisProcess, free_port
+
+
+async def trivial_check(request: web.Request) -> web.Response:
+    body = orjson.loads(await request.read())
+    answer = {"allowed": True, "key": body.get("key"), "node": "trivial", "degraded": False}
+    return web.Response(body=orjson.dumps(answer), content_type="application/json")
+
+
+async def healthz(_request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+def trivial_app() -> web.Application:
+    app = web.Application()
+    app.router.add_post("/v1/check", trivial_check)
+    app.router.add_get("/healthz", healthz)
+    return app
+
+
+@contextlib.contextmanager
+def trivial_server() -> Iterator[str]:
+    """A trivial handler process on a free port; yields its base URL."""
+    port = free_port()
+    with running(python_module("bench.peers", "--port", str(port)), env=python_env()) as proc:
+        url = f"http://127.0.0.1:{port}"
+        wait_http(url + "/healthz", proc)
+        yield url
+
+
+@contextlib.contextmanager
+def bare_redis() -> Iterator[RedisProcess]:
+    """A redis-server (the same binary the cluster uses), no persistence, free port."""
+    with tempfile.TemporaryDirectory(prefix="sl-bench-redis-") as tmp:
+        server = RedisProcess(port=free_port(), data_dir=Path(tmp), aof=False)
+        try:
+            server.start()
+            yield server
+        finally:
+            server.stop()
+
+
+def main() -> None:
+    from cluster.serve import run_app
+
+    parser = argparse.ArgumentParser(description="a trivial aiohttp JSON handler")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args()
+    run_app(trivial_app(), args.host, args.port)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""The `targets` block: for each target of issue 4 its measured value, the target, met."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# name: (section, path to the value, comparison, target, what it is)
+TARGETS: dict[str, tuple[str, tuple[str, ...], str, float, str]] = {
+    "single_check_vs_trivial_aiohttp": (
+        "single", ("ratio",), ">=", 0.6,
+        "router /v1/check checks/s ÷ trivial aiohttp handler requests/s (wrk, same settings)",
+    ),
+    "batch_decisions_vs_redis_evalsha": (
+        "batch", ("ratio",), ">=", 0.4,
+        "router /v1/check/batch decisions/s ÷ redis-benchmark -P 32 EVALSHA (one INCR)/s",
+    ),
+    "sdk_vs_limits": (
+        "sdk", ("ratio",), ">=", 1.0,
+        "AsyncClient decisions/s ÷ limits.aio FixedWindowRateLimiter (default async+redis: coredis), 64 callers each",
+    ),
+    "sdk_vs_limits_best": (
+        "sdk", ("ratio_vs_best_limits",), ">=", 1.0,
+        "the same against the faster of limits' coredis and redis-py implementations",
+    ),
+    "open_loop_p99_ms": (
+        "latency", ("p99_ms",), "<=", 2.0,
+        "p99 of single checks at 1,000/s open loop, from the scheduled send time",
+    ),
+    "memory_fixed_window_bytes_per_key": (
+        "memory", ("bytes_per_key", "fixed_window"), "<=", 100.0,
+        "Redis used_memory per fixed_window counter",
+    ),
+    "migration_vs_raw_migrate": (
+        "migration", ("ratio_vs_raw_migrate",), ">=", 0.5,
+        "keys moved/s in a live reshard ÷ raw MIGRATE ... KEYS between two bare Redis",
+    ),
+    "migration_p99_during_over_before": (
+        "migration", ("p99_during_over_before",), "<=", 3.0,
+        "open-loop p99 during the reshard ÷ before it",
+    ),
+}  # fmt: skip
+
+
+def _dig(section: Any, path: tuple[str, ...]) -> float | None:
+    for part in path:
+        if not isinstance(section, dict) or part not in section:
+            return None
+        section = section[part]
+    return float(section) if isinstance(section, int | float) else None
+
+
+def targets(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """One entry per target whose section ran; `met` is false when the value is missing."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, (section, path, op, target, what) in TARGETS.items():
+        if section not in results:
+            continue
+        value = _dig(results[section], path)
+        met = value is not None and (value >= target if op == ">=" else value <= target)
+        out[name] = {"measured": value, "target": f"{op} {target:g}", "met": met, "what": what}
+    return out
