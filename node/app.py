@@ -13,6 +13,7 @@ import aiohttp
 import orjson
 import redis.asyncio as aioredis
 from aiohttp import web
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from cluster.auth import bearer_matches
@@ -150,6 +151,10 @@ async def batch(request: web.Request, state: NodeState, body: Any) -> web.Respon
                 await _pull(state, ownership, imports)
             outputs = await state.store.run(runnable)
         except (RedisError, OSError) as exc:
+            if isinstance(exc, RedisConnectionError | OSError):
+                # Redis went away: the idle pooled connections are dead too. Drop them
+                # now, or each would fail one more batch after Redis is back.
+                await state.redis.connection_pool.disconnect(inuse_connections=False)
             return problem(503, "redis-unavailable", f"node redis unavailable: {exc}")
         except PeerError as exc:
             return problem(503, "import-failed", f"could not import moving keys: {exc}")

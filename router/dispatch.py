@@ -45,15 +45,18 @@ class Breaker:
 
     A refused connection or a 503 (node up, its Redis down) is proof the node
     cannot answer: `threshold` of them in a row open the breaker. A timeout may
-    only mean this machine is saturated, so it takes `timeout_threshold` in a row;
-    a hung node still trips it within a few timeouts' worth of time.
+    only mean this machine stalled for a moment, so it takes `timeout_threshold`
+    in a row, and the requests that were in flight together count once: only a
+    timeout of a request sent after the previous counted timeout counts. A hung
+    node still trips it after about `timeout_threshold` node timeouts.
     """
 
-    def __init__(self, threshold: int = 3, timeout_threshold: int = 10) -> None:
+    def __init__(self, threshold: int = 3, timeout_threshold: int = 5) -> None:
         self.threshold = threshold
         self.timeout_threshold = timeout_threshold
         self.failures = 0
         self.timeouts = 0
+        self.last_timeout_at = float("-inf")
         self.open_since: float | None = None
 
     @property
@@ -65,10 +68,13 @@ class Breaker:
         self.timeouts = 0
         self.open_since = None
 
-    def failure(self, *, timed_out: bool = False) -> bool:
+    def failure(self, *, timed_out: bool = False, sent_at: float | None = None) -> bool:
         """Record a failure; True if this one opened the breaker."""
         if timed_out:
+            if sent_at is not None and sent_at < self.last_timeout_at:
+                return False  # in flight during a stall already counted
             self.timeouts += 1
+            self.last_timeout_at = time.monotonic()
         else:
             self.failures += 1
         tripped = self.failures >= self.threshold or self.timeouts >= self.timeout_threshold
@@ -147,6 +153,7 @@ class NodeChannel:
         self, batch: list[tuple[dict[str, Any], asyncio.Future[dict[str, Any]]]]
     ) -> None:
         ops = [op for op, _ in batch]
+        sent_at = time.monotonic()
         self.requests += 1
         self.ops += len(ops)
         try:
@@ -158,7 +165,7 @@ class NodeChannel:
             if len(results) != len(batch):
                 raise NodeUnavailable("node answered with a different number of results")
         except NodeUnavailable as exc:
-            self._failed(str(exc), timed_out=exc.timed_out)
+            self._failed(str(exc), timed_out=exc.timed_out, sent_at=sent_at)
             for _, future in batch:
                 if not future.done():
                     future.set_exception(NodeUnavailable(str(exc)))
@@ -194,10 +201,10 @@ class NodeChannel:
         except (orjson.JSONDecodeError, OSError, ValueError) as exc:
             raise NodeUnavailable(f"node {self.spec.id}: {type(exc).__name__} {exc}") from exc
 
-    def _failed(self, reason: str, *, timed_out: bool) -> None:
+    def _failed(self, reason: str, *, timed_out: bool, sent_at: float | None = None) -> None:
         self.failures += 1
         self.last_error = reason
-        if self.breaker.failure(timed_out=timed_out):
+        if self.breaker.failure(timed_out=timed_out, sent_at=sent_at):
             log.warning("node %s marked down: %s", self.spec.id, reason)
             self._probe = asyncio.get_running_loop().create_task(self._probe_until_up())
 

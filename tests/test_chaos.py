@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from router.dispatch import Breaker
 from tests.chaos_support import (
     CIRCUIT_OPEN,
     FAULTS,
@@ -70,7 +71,10 @@ async def test_fault_under_load_degrades_only_the_victim_then_recovers(
     assert len(after_open) >= 300
     assert [a for a in after_open if CIRCUIT_OPEN not in (a.reason or "")] == []
     assert run.requests_at_heal == run.requests_at_open
-    assert run.failures_at_open >= (10 if fault == "node_stop" else 3)
+    breaker = Breaker()
+    assert run.failures_at_open >= (
+        breaker.timeout_threshold if fault == "node_stop" else breaker.threshold
+    )
 
     status, ready = run.readyz
     assert status == 503 and ready["nodes"][victim] == "down"
