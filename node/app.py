@@ -17,7 +17,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from cluster.auth import bearer_matches
-from cluster.keys import limit_key_of
+from cluster.keys import REQUEST_ID, limit_key_of
 from cluster.problem import problem, problem_middleware, read_json
 from cluster.topology import Topology
 from node.migration import Migrator, PeerError, decode_entries, encode_entries
@@ -356,13 +356,56 @@ async def readyz(request: web.Request) -> web.Response:
     return _json({"status": "ready", "node": state.node_id, "epoch": state.epoch})
 
 
+@internal(with_body=True)
+async def decide(request: web.Request, state: NodeState, body: Any) -> web.Response:
+    """This node coordinates an all-or-nothing batch: record its decision, first wins."""
+    batch = body.get("batch") if isinstance(body, dict) else None
+    wanted = body.get("decision") if isinstance(body, dict) else None
+    if not isinstance(batch, str) or not REQUEST_ID.match(batch):
+        return problem(400, "bad-decision", "batch must be a batch id")
+    if wanted not in ("commit", "abort"):
+        return problem(400, "bad-decision", "decision must be 'commit' or 'abort'")
+    try:
+        stored = await state.store.decide(batch, wanted)
+    except (RedisError, OSError) as exc:
+        return problem(503, "redis-unavailable", f"node redis unavailable: {exc}")
+    return _json({"batch": batch, "decision": stored})
+
+
+async def _resolve(state: NodeState, batch: str, coordinator: str) -> str | None:
+    """A held batch's fate, asking its coordinator to record "abort" if undecided."""
+    if coordinator == state.node_id:
+        return await state.store.decide(batch, "abort")
+    spec = state.ownership.node_spec(coordinator) if state.ownership else None
+    if spec is None:
+        log.warning("batch %s: coordinator %s is not in the topology; aborting", batch, coordinator)
+        return "abort"
+    headers = {"Authorization": f"Bearer {state.cluster_token}"} if state.cluster_token else {}
+    try:
+        async with state.session().post(
+            spec.url + "/node/v1/decision",
+            json={"batch": batch, "decision": "abort"},
+            headers=headers,
+            timeout=aiohttp.ClientTimeout(total=1.0),
+        ) as resp:
+            if resp.status != 200:
+                return None
+            decision = (await resp.json()).get("decision")
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return None
+    return decision if decision in ("commit", "abort") else None
+
+
 HOLD_SWEEP_S = 0.25
 
 
 async def _sweep_holds_forever(state: NodeState) -> None:
+    async def resolve(batch: str, coordinator: str) -> str | None:
+        return await _resolve(state, batch, coordinator)
+
     while True:
         try:
-            while await state.store.sweep_holds() > 0:
+            while await state.store.sweep_holds(resolve) > 0:
                 pass
         except (RedisError, OSError) as exc:
             log.warning("hold sweep failed, will retry: %s", exc)
@@ -393,6 +436,7 @@ def create_app(
     app = web.Application(client_max_size=MAX_BODY, middlewares=[problem_middleware])
     app[STATE] = NodeState(node_id, redis_url, cluster_token, test_mode=test_mode)
     app.router.add_post("/node/v1/batch", batch)
+    app.router.add_post("/node/v1/decision", decide)
     app.router.add_put("/node/v1/topology", put_topology)
     app.router.add_get("/node/v1/topology", get_topology)
     app.router.add_post("/node/v1/export", export_keys)

@@ -29,6 +29,9 @@ class Op:
     void: bool = False
     record_ttl_ms: int = 0
     hold_ms: int = 0  # all-or-nothing first phase: given back unless committed in time
+    # A held check's batch id and the node holding that batch's commit/abort decision.
+    batch: str | None = None
+    coordinator: str | None = None
 
 
 _limit_cache: dict[str, LimitSpec] = {}
@@ -92,6 +95,16 @@ def parse_op(data: Any) -> Op:
     hold = _int(data, "hold_ms")
     if hold > MAX_HOLD_MS:
         raise BadOp(f"hold_ms must be at most {MAX_HOLD_MS}")
+    batch, coordinator = data.get("batch"), data.get("coordinator")
+    if (batch is None) != (coordinator is None):
+        raise BadOp("batch and coordinator go together")
+    if batch is not None and not (
+        isinstance(batch, str)
+        and REQUEST_ID.match(batch)
+        and isinstance(coordinator, str)
+        and RULE_NAME.match(coordinator)
+    ):
+        raise BadOp("bad batch or coordinator")
     return Op(
         kind=kind,
         key=key,
@@ -104,4 +117,6 @@ def parse_op(data: Any) -> Op:
         void=bool(data.get("void", False)),
         record_ttl_ms=ttl,
         hold_ms=hold,
+        batch=batch,
+        coordinator=coordinator,
     )

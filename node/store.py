@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -18,6 +19,12 @@ from node.scripts import read_lua, script_source
 
 NONE = -1
 HOLDS_KEY = "sl|holds"  # node-local: entries for the hold sweeper, never migrated
+DECISION_PREFIX = "sl|d|"  # + batch id: "commit" or "abort", written once (SET NX)
+DECISION_TTL_MS = 3_600_000
+UNRESOLVED_RETRY_MS = 1_000
+# How a sweeper learns a held batch's fate: (batch, coordinator) -> "commit", "abort",
+# or None when the coordinator cannot be asked right now.
+Resolver = Callable[[str, str], Awaitable[str | None]]
 
 
 class CounterStore:
@@ -93,7 +100,10 @@ class CounterStore:
             args: list[int | str] = [offset_us, n, op.cost, int(op.dry_run), ttl, *limit_args]
             if op.hold_ms and op.request_id is not None:
                 # What the sweeper needs to give the decision back: its refund call.
-                entry = orjson.dumps({"k": [keys[-1], *keys[:-1]], "a": limit_args}).decode()
+                hold: dict[str, Any] = {"k": [keys[-1], *keys[:-1]], "a": limit_args}
+                if op.batch is not None:
+                    hold["b"], hold["c"] = op.batch, op.coordinator
+                entry = orjson.dumps(hold).decode()
                 keys.append(HOLDS_KEY)
                 args += [op.hold_ms, entry]
             return self._script("check.lua", op), keys, args
@@ -105,21 +115,51 @@ class CounterStore:
         args = [offset_us, n, int(op.void), *limit_args, 0]
         return self._script("refund.lua", op), keys, args
 
-    async def sweep_holds(self, batch: int = 200) -> int:
-        """Give back held decisions whose hold ran out (their batch was never committed)."""
+    async def decide(self, batch: str, decision: str) -> str:
+        """Record a batch's decision unless one exists; the decision that stands."""
+        key = DECISION_PREFIX + batch
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.set(key, decision, nx=True, px=DECISION_TTL_MS)
+            pipe.get(key)
+            _, stored = await pipe.execute()
+        return stored.decode() if isinstance(stored, bytes) else str(stored)
+
+    async def sweep_holds(self, resolve: Resolver | None = None, batch: int = 200) -> int:
+        """Settle held decisions whose hold ran out; how many were settled.
+
+        A hold of a batch with a coordinator is settled by the batch's decision: the
+        router records "commit" there before committing anywhere, and a sweeper
+        records "abort" (first writer wins), so every node settles a batch the same
+        way. A hold whose coordinator cannot be asked now is retried later.
+        """
         seconds, micros = await self.client.time()
         now_ms = seconds * 1000 + micros // 1000
         entries = await self.client.zrangebyscore(HOLDS_KEY, "-inf", now_ms, start=0, num=batch)
+        settled = 0
         for raw in entries:
             assert isinstance(raw, bytes | str)
             entry = orjson.loads(raw)
             keys, limit_args = entry["k"], entry["a"]
-            script = self._script_for("refund.lua", set(limit_args[0::8]))
-            n = len(limit_args) // 8
-            args = [self.offset_ms * 1000, n, 1, *limit_args, 1]
-            await script(keys=keys, args=args)
+            decision = "abort"
+            if "b" in entry and resolve is not None:
+                found = await resolve(entry["b"], entry["c"])
+                if found is None:
+                    member = raw.decode() if isinstance(raw, bytes) else raw
+                    await self.client.zadd(
+                        HOLDS_KEY, {member: now_ms + UNRESOLVED_RETRY_MS}, xx=True
+                    )
+                    continue
+                decision = found
+            if decision == "commit":
+                await self.commit_script(keys=[keys[0], HOLDS_KEY], args=[])
+            else:
+                script = self._script_for("refund.lua", set(limit_args[0::8]))
+                n = len(limit_args) // 8
+                args = [self.offset_ms * 1000, n, 1, *limit_args, 1]
+                await script(keys=keys, args=args)
             await self.client.zrem(HOLDS_KEY, raw)
-        return len(entries)
+            settled += 1
+        return settled
 
     async def run(self, ops: list[Op]) -> list[Any]:
         """Results in order; a script error becomes an exception object in its slot."""

@@ -94,10 +94,14 @@ class Router:
         except (ValueError, OSError) as exc:
             log.error("rules reload failed: %s", exc)
 
-    async def check(self, request: CheckRequest, hold_ms: int = 0) -> dict[str, Any]:
+    async def check(
+        self, request: CheckRequest, hold_ms: int = 0, batch: tuple[str, str] | None = None
+    ) -> dict[str, Any]:
         op = request.to_op(self.config.idempotency_ttl_ms)
         if hold_ms:
             op["hold_ms"] = hold_ms
+        if batch is not None:
+            op["batch"], op["coordinator"] = batch
         try:
             node, result = await self.view.execute(request.key, op)
         except NodeUnavailable as exc:
@@ -119,43 +123,80 @@ class Router:
         return result
 
     async def batch(self, requests: list[CheckRequest], all_or_nothing: bool) -> dict[str, Any]:
-        if all_or_nothing:
-            # Every consuming check needs a request id so a denial can roll it back exactly.
-            tag = uuid.uuid4().hex
-            requests = [
-                r
-                if r.request_id is not None
-                else dataclasses.replace(r, request_id=f"~aon:{tag}:{i}")
-                for i, r in enumerate(requests)
-            ]
-        # All-or-nothing is two-phase: every check is first *held* (consumed, but
-        # given back by its node's sweeper unless committed within aon_hold), then
-        # committed if all were allowed, else rolled back. A router that dies in
-        # between leaves only holds, which the nodes give back on their own.
-        hold = self.config.aon_hold_ms if all_or_nothing else 0
-        results = list(await asyncio.gather(*(self.check(r, hold) for r in requests)))
-        all_allowed = all(r["allowed"] for r in results)
-        if all_or_nothing and not (all_allowed and await self._commit(requests, results)):
-            all_allowed = False
+        if not all_or_nothing:
+            results = list(await asyncio.gather(*(self.check(r) for r in requests)))
+            return {"allowed": all(r["allowed"] for r in results), "results": results}
+        # Every consuming check needs a request id so a denial can roll it back exactly.
+        tag = uuid.uuid4().hex
+        requests = [
+            r if r.request_id is not None else dataclasses.replace(r, request_id=f"~aon:{tag}:{i}")
+            for i, r in enumerate(requests)
+        ]
+        # Two-phase: every check is first *held* (consumed, and settled by its node's
+        # sweeper unless committed within aon_hold). If all were allowed, "commit" is
+        # recorded on the batch's coordinator node (SET NX: a sweeper that found the
+        # batch undecided recorded "abort" there first, and then it stays aborted),
+        # and only then are the holds committed; otherwise they are rolled back. A
+        # router dying anywhere in between leaves holds that every node settles by
+        # the coordinator's record: all committed or all given back.
+        owners = [self.view.owner(r.key) for r in requests]
+        up = [o for o in owners if o in self.view.channels and self.view.channels[o].state == "up"]
+        batch = (tag, (up or owners)[0])
+        hold = self.config.aon_hold_ms
+        results = list(await asyncio.gather(*(self.check(r, hold, batch) for r in requests)))
+        decision: str | None = "abort"
+        if all(r["allowed"] for r in results):
+            decision = await self._decide(*batch)
+        if decision == "commit":
+            await self._commit(requests, results)
+        elif decision == "abort":
             await self._roll_back(requests, results)
-        return {"allowed": all_allowed, "results": results}
+        else:
+            # The coordinator could not be reached: the nodes' sweepers will settle
+            # the holds by its record once it answers. Until then, not admitted.
+            for body in results:
+                if body["allowed"]:
+                    body["allowed"] = False
+                    body["degraded"] = True
+        return {"allowed": decision == "commit", "results": results}
 
-    async def _commit(self, requests: list[CheckRequest], results: list[dict[str, Any]]) -> bool:
-        async def commit(request: CheckRequest, body: dict[str, Any]) -> bool:
+    async def _decide(self, batch: str, coordinator: str) -> str | None:
+        """Record "commit" for the batch unless it was aborted; the decision that stands.
+
+        If the answer is lost, asking again to "abort" returns whatever was recorded.
+        """
+        channel = self.view.channels.get(coordinator)
+        if channel is None:
+            return "abort"
+        if channel.breaker.is_open:
+            return None
+        for wanted in ("commit", "abort"):
+            try:
+                body = await channel.post(
+                    "/node/v1/decision", {"batch": batch, "decision": wanted}, timeout_s=1.0
+                )
+            except NodeUnavailable as exc:
+                log.error("batch %s: decision %s not recorded: %s", batch, wanted, exc)
+                continue
+            decision = body.get("decision") if isinstance(body, dict) else None
+            if decision in ("commit", "abort"):
+                return str(decision)
+        return None
+
+    async def _commit(self, requests: list[CheckRequest], results: list[dict[str, Any]]) -> None:
+        """Make the holds final now; any not reached are committed by their node's sweeper."""
+
+        async def commit(request: CheckRequest, body: dict[str, Any]) -> None:
             if body["replayed"] or body["degraded"] or request.dry_run:
-                return True
+                return
             assert request.request_id is not None
             op = RefundRequest(request.key, request.rule, request.request_id).to_op(kind="commit")
             try:
-                _node, result = await self.view.execute(request.key, op)
+                await self.view.execute(request.key, op)
             except NodeUnavailable as exc:
-                log.error("commit of %s failed: %s", request.key, exc)
-                return False
-            # Not held any more: its hold ran out and the node gave it back.
-            return bool(result.get("s") == "ok" and result.get("committed"))
+                log.warning("commit of %s left to its node's sweeper: %s", request.key, exc)
 
-        done = await asyncio.gather(*(commit(r, b) for r, b in zip(requests, results, strict=True)))
-        return all(done)
+        await asyncio.gather(*(commit(r, b) for r, b in zip(requests, results, strict=True)))
 
     async def _roll_back(self, requests: list[CheckRequest], results: list[dict[str, Any]]) -> None:
         async def undo(request: CheckRequest, body: dict[str, Any]) -> None:
