@@ -15,6 +15,7 @@ Pieces (`--only NAME[,NAME]`, `--skip NAME[,NAME]`):
   memory     Redis bytes per counter (bench/memory.py)
   scaling    batch decisions/s with 1, 2 and 4 nodes
   migration  live reshard speed ÷ raw MIGRATE, latency before/during (bench/migration.py)
+  profile    py-spy samples of the router and a node at 1,000 checks/s (bench/profile.py)
 
 Each comparison is a ratio of two measurements taken side by side in this run: the
 machine has 2 shared cores, so absolute numbers are noise and only ratios mean much.
@@ -49,13 +50,16 @@ from bench.wrk import WrkSettings
 from cluster.redis_proc import redis_server_binary
 
 RESULTS = Path(__file__).parent / "results"
-PIECES = ("single", "batch", "sdk", "latency", "quick", "memory", "scaling", "migration")
-ON_SHARED_CLUSTER = {"single", "batch", "sdk", "latency", "quick"}
+PIECES = (
+    "single", "batch", "sdk", "latency", "quick", "profile", "memory", "scaling", "migration",
+)  # fmt: skip
+ON_SHARED_CLUSTER = {"single", "batch", "sdk", "latency", "quick", "profile"}
 NEEDS_TRIVIAL = {"single", "latency"}
 TOOLS = {
     "single": ["wrk"],
     "batch": ["wrk", "redis-benchmark", "redis-cli"],
     "scaling": ["wrk"],
+    "profile": ["py-spy"],
 }
 
 
@@ -112,7 +116,8 @@ def missing_tools(pieces: list[str]) -> list[str]:
     from shutil import which
 
     needed = {tool for piece in pieces for tool in TOOLS.get(piece, [])}
-    return sorted(tool for tool in needed if which(tool) is None)
+    venv_bin = Path(sys.executable).parent  # py-spy comes with the bench extra
+    return sorted(t for t in needed if which(t) is None and not (venv_bin / t).exists())
 
 
 class Suite:
@@ -161,12 +166,23 @@ class Suite:
                 "--batch-concurrency",
                 "2",
             ),
+            "profile": self.profile,
             "memory": lambda: run_module_json("bench.memory", "--keys", str(a.memory_keys)),
             "scaling": lambda: scaling(s),
             "migration": lambda: run_module_json(
                 "bench.migration", "--keys", str(a.migration_keys), timeout=1200
             ),
         }[name]
+
+    def profile(self) -> dict[str, Any]:
+        router = self.router()
+        assert self._cluster is not None
+        node_port = self._cluster["nodes"][0]["url"].rsplit(":", 1)[1]
+        return run_module_json(
+            "bench.profile", "--router", router, "--data-dir", self._cluster["data_dir"],
+            "--node-port", node_port, "--seconds", str(self.args.seconds),
+            "--rate", str(self.args.rate),
+        )  # fmt: skip
 
 
 def run_pieces(args: argparse.Namespace, pieces: list[str], results: dict[str, Any]) -> None:
