@@ -86,13 +86,13 @@ def summarize(raw: str, top: int = 12) -> dict[str, Any]:
 async def profile(
     router: str, pids: dict[str, int], seconds: float, rate: float, out_dir: Path
 ) -> dict[str, Any]:
-    def spy(name: str, pid: int) -> subprocess.Popen[bytes]:
+    def start_spy(name: str, pid: int) -> subprocess.Popen[bytes]:
         output = str(out_dir / f"{name}.txt")
         args = [PY_SPY, "record", "--nonblocking", "--format", "raw", "--rate", "250",
                 "--duration", str(int(seconds)), "--pid", str(pid), "--output", output]  # fmt: skip
         return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-    spies = {name: spy(name, pid) for name, pid in pids.items()}
+    spies = {name: start_spy(name, pid) for name, pid in pids.items()}
     try:
         load = await open_loop(OpenLoopConfig(url=router, rate=rate, seconds=seconds + 1))
     finally:
