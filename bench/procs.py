@@ -14,14 +14,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from cluster.procs import child_preexec
+from cluster.procs import child_preexec, wait_http_ok
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -111,15 +108,4 @@ def tail(path: Path, chars: int = 3000) -> str:
 
 def wait_http(url: str, proc: subprocess.Popen[bytes] | None = None, within: float = 30.0) -> None:
     """Poll `url` until it answers 200 (or the process dies, or `within` s pass)."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode} before {url} was up")
-        try:
-            with urllib.request.urlopen(url, timeout=1) as response:  # noqa: S310 - local URL
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.05)  # polling a condition with a deadline
-    raise RuntimeError(f"{url} not ready within {within:.0f} s")
+    wait_http_ok(url, within, proc)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.openloop import OpenLoopConfig, open_loop
+from cluster.procs import command_lines
 
 PY_SPY = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
 # Innermost frames that mean "waiting in the event loop" (uvloop's poll is native code).
@@ -40,16 +41,10 @@ LAYERS = (
 def pids_of(patterns: dict[str, str]) -> dict[str, int]:
     """First process whose command line contains each pattern."""
     found: dict[str, int] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
+    for pid, cmdline in command_lines():
         for name, pattern in patterns.items():
             if name not in found and pattern in cmdline and "py-spy" not in cmdline:
-                found[name] = int(entry.name)
+                found[name] = pid
     return found
 
 

@@ -10,9 +10,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -21,7 +18,7 @@ import yaml
 
 from cluster import topology as topo
 from cluster.auth import ADMIN_TOKEN_ENV, CLUSTER_TOKEN_ENV
-from cluster.procs import child_preexec
+from cluster.procs import child_preexec, wait_http_ok
 from cluster.redis_proc import RedisProcess, free_port
 
 
@@ -152,20 +149,13 @@ class LocalCluster:
         self.wait_http(self.router_url + "/readyz", "router")
 
     def wait_http(self, url: str, name: str, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
         child = next((c for c in self.children if c.name == name), None)
-        while time.monotonic() < deadline:
-            if child is not None and child.proc.poll() is not None:
-                tail = child.log_path.read_text(errors="replace")[-3000:]
-                raise RuntimeError(f"{name} exited with {child.proc.returncode}:\n{tail}")
-            try:
-                with urllib.request.urlopen(url, timeout=1) as response:  # noqa: S310 - our own URL
-                    if response.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.05)  # polling a condition with a deadline
-        raise RuntimeError(f"{name} did not become ready at {url} within {timeout:.0f}s")
+
+        def log_tail() -> str:
+            assert child is not None
+            return f" ({name}):\n" + child.log_path.read_text(errors="replace")[-3000:]
+
+        wait_http_ok(url, timeout, child.proc if child else None, log_tail)
 
     def summary(self) -> dict[str, Any]:
         return {

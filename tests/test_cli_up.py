@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from cluster.procs import command_lines
 from cluster.redis_proc import free_port
 
 
@@ -37,17 +38,7 @@ def consecutive_free_ports(count: int) -> int:
 
 
 def processes_mentioning(text: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if text in cmdline:
-            found.append(int(entry.name))
-    return found
+    return [pid for pid, cmdline in command_lines() if text in cmdline]
 
 
 def listening_addresses(ports: set[int]) -> dict[int, str]:
