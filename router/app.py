@@ -139,9 +139,13 @@ class Router:
         # and only then are the holds committed; otherwise they are rolled back. A
         # router dying anywhere in between leaves holds that every node settles by
         # the coordinator's record: all committed or all given back.
-        owners = [self.view.owner(r.key) for r in requests]
-        up = [o for o in owners if o in self.view.channels and self.view.channels[o].state == "up"]
-        batch = (tag, (up or owners)[0])
+        owners = (self.view.owner(r.key) for r in requests)
+        channels = self.view.channels
+        coordinator = next(
+            (o for o in owners if o in channels and channels[o].state == "up"),
+            self.view.owner(requests[0].key),
+        )
+        batch = (tag, coordinator)
         hold = self.config.aon_hold_ms
         results = list(await asyncio.gather(*(self.check(r, hold, batch) for r in requests)))
         decision: str | None = "abort"
