@@ -156,3 +156,14 @@ async def test_checks_survive_a_flushed_script_cache(cluster: Cluster) -> None:
         client.close()
     statuses += [(await cluster.check({"key": "flushed", "limits": limits}))[0] for _ in range(2)]
     assert statuses == [200, 200, 200, 429]
+
+
+def test_example_rules_serve_the_readme() -> None:
+    """`make run` serves configs/rules.yaml: every rule the README's examples use is there."""
+    from router.rules import parse_rules_document
+
+    root = Path(__file__).resolve().parent.parent
+    rules = parse_rules_document(yaml.safe_load((root / "configs" / "rules.yaml").read_text()))
+    assert set(rules) >= {"api", "basic", "login", "ocr", "payments", "search", "uploads"}
+    assert [lim.period for lim in rules["ocr"].limits] == ["day", "hour"]
+    assert rules["payments"].on_failure == "deny"
