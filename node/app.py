@@ -380,19 +380,13 @@ async def _resolve(state: NodeState, batch: str, coordinator: str) -> str | None
     if spec is None:
         log.warning("batch %s: coordinator %s is not in the topology; aborting", batch, coordinator)
         return "abort"
-    headers = {"Authorization": f"Bearer {state.cluster_token}"} if state.cluster_token else {}
     try:
-        async with state.session().post(
-            spec.url + "/node/v1/decision",
-            json={"batch": batch, "decision": "abort"},
-            headers=headers,
-            timeout=aiohttp.ClientTimeout(total=1.0),
-        ) as resp:
-            if resp.status != 200:
-                return None
-            decision = (await resp.json()).get("decision")
-    except (aiohttp.ClientError, TimeoutError, ValueError):
+        body = await state.migrator.post(
+            spec.url + "/node/v1/decision", {"batch": batch, "decision": "abort"}, timeout_s=1.0
+        )
+    except PeerError:
         return None
+    decision = body.get("decision") if isinstance(body, dict) else None
     return decision if decision in ("commit", "abort") else None
 
 
@@ -400,9 +394,7 @@ HOLD_SWEEP_S = 0.25
 
 
 async def _sweep_holds_forever(state: NodeState) -> None:
-    async def resolve(batch: str, coordinator: str) -> str | None:
-        return await _resolve(state, batch, coordinator)
-
+    resolve = functools.partial(_resolve, state)
     while True:
         try:
             while await state.store.sweep_holds(resolve) > 0:

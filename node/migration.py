@@ -104,7 +104,8 @@ class Migrator:
         found = await pipe.execute()
         return [key for key, present in zip(keys, found, strict=True) if not present]
 
-    async def _post(self, url: str, payload: Any, timeout_s: float = 10.0) -> Any:
+    async def post(self, url: str, payload: Any, timeout_s: float = 10.0) -> Any:
+        """One node-to-node call with the cluster token; every failure becomes PeerError."""
         session: aiohttp.ClientSession = self._session_factory()
         try:
             async with session.post(
@@ -117,7 +118,7 @@ class Migrator:
                 if response.status != 200:
                     raise PeerError(f"{url} answered {response.status}: {body[:200]!r}")
                 return orjson.loads(body)
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        except (aiohttp.ClientError, TimeoutError, OSError, orjson.JSONDecodeError) as exc:
             raise PeerError(f"{url}: {type(exc).__name__} {exc}") from exc
 
     async def pull(self, ownership: Ownership, source_url: str, keys: Sequence[str]) -> int:
@@ -128,7 +129,7 @@ class Migrator:
         if not missing:
             return 0
         payload = {"keys": missing, "topology": ownership.topology.to_dict()}
-        body = await self._post(source_url + "/node/v1/export", payload, timeout_s=5.0)
+        body = await self.post(source_url + "/node/v1/export", payload, timeout_s=5.0)
         return await self.import_entries(migration_id, decode_entries(body["entries"]))
 
     async def copy_batch(self, ownership: Ownership, cursor: int, count: int) -> dict[str, Any]:
@@ -205,7 +206,7 @@ class Migrator:
 
     async def _send_dumps(self, target_url: str, migration_id: str, keys: list[str]) -> int:
         entries = await self.export(keys)
-        answer = await self._post(
+        answer = await self.post(
             target_url + "/node/v1/import",
             {"migration": migration_id, "entries": encode_entries(entries)},
         )
