@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import aiohttp
 import orjson
 
 from cluster.model import NodeSpec
@@ -102,7 +101,7 @@ class NodeChannel:
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self.pool = HttpPool(spec.url, headers)
-        self.timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self.timeout_s = timeout_s
         self.coalesce_max = coalesce_max
         self.coalesce_wait_s = coalesce_wait_s
         self.probe_interval_s = probe_interval_s
@@ -159,7 +158,7 @@ class NodeChannel:
         try:
             # A node needs longer for a larger coalesced batch; one check keeps the
             # plain node timeout as its bound.
-            allowance = (self.timeout.total or 0) + self.per_op_s * (len(ops) - 1)
+            allowance = self.timeout_s + self.per_op_s * (len(ops) - 1)
             body = await self.post("/node/v1/batch", {"ops": ops}, timeout_s=allowance)
             results = body["results"]
             if len(results) != len(batch):
@@ -190,9 +189,7 @@ class NodeChannel:
     ) -> Any:
         """One request to the node; every failure becomes NodeUnavailable."""
         try:
-            status, raw = await self.pool.request(
-                method, path, data, timeout_s or self.timeout.total or 1.0
-            )
+            status, raw = await self.pool.request(method, path, data, timeout_s or self.timeout_s)
             if status != 200:
                 raise NodeUnavailable(f"node {self.spec.id} answered {status}: {_detail(raw)}")
             return orjson.loads(raw)
@@ -212,7 +209,7 @@ class NodeChannel:
         while self.breaker.is_open:
             await asyncio.sleep(self.probe_interval_s)  # probe cadence, not a wait for a condition
             try:
-                await self.get("/readyz", timeout_s=max(0.25, self.timeout.total or 0.25))
+                await self.get("/readyz", timeout_s=max(0.25, self.timeout_s))
             except NodeUnavailable:
                 continue
             log.warning("node %s is back", self.spec.id)
