@@ -16,6 +16,7 @@ Pieces (`--only NAME[,NAME]`, `--skip NAME[,NAME]`):
   scaling    batch decisions/s with 1, 2 and 4 nodes
   migration  live reshard speed ÷ raw MIGRATE, latency before/during (bench/migration.py)
   profile    py-spy samples of the router and a node at 1,000 checks/s (bench/profile.py)
+  burst      128/256/512 connections at once: degraded answers, admitted == held (bench/burst.py)
 
 Each comparison is a ratio of two measurements taken side by side in this run: the
 machine has 2 shared cores, so absolute numbers are noise and only ratios mean much.
@@ -39,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import compare
+from bench.burst import burst
 from bench.chart import draw
 from bench.compare import Settings, run_module_json
 from bench.localcluster import local_cluster
@@ -51,9 +53,10 @@ from cluster.redis_proc import redis_server_binary
 
 RESULTS = Path(__file__).parent / "results"
 PIECES = (
-    "single", "batch", "sdk", "latency", "quick", "profile", "memory", "scaling", "migration",
+    "single", "batch", "sdk", "latency", "quick", "profile", "burst", "memory", "scaling",
+    "migration",
 )  # fmt: skip
-ON_SHARED_CLUSTER = {"single", "batch", "sdk", "latency", "quick", "profile"}
+ON_SHARED_CLUSTER = {"single", "batch", "sdk", "latency", "quick", "profile", "burst"}
 NEEDS_TRIVIAL = {"single", "latency"}
 TOOLS = {
     "single": ["wrk"],
@@ -167,6 +170,7 @@ class Suite:
                 "2",
             ),
             "profile": self.profile,
+            "burst": lambda: burst(self.router()),
             "memory": lambda: run_module_json("bench.memory", "--keys", str(a.memory_keys)),
             "scaling": lambda: scaling(s),
             "migration": lambda: run_module_json(

@@ -38,6 +38,14 @@ TARGETS: dict[str, tuple[str, tuple[str, ...], str, float, str]] = {
         "migration", ("p99_during_over_before",), "<=", 3.0,
         "open-loop p99 during the reshard ÷ before it",
     ),
+    "burst_degraded": (
+        "burst", ("degraded_total",), "<=", 0.0,
+        "degraded answers over all burst runs (128/256/512 connections x hot, money, many keys)",
+    ),
+    "burst_exact": (
+        "burst", ("all_exact",), ">=", 1.0,
+        "1 when every burst run's admitted answers equal what the counters hold, key by key",
+    ),
 }  # fmt: skip
 
 
