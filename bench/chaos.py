@@ -30,8 +30,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from router.dispatch import CIRCUIT_OPEN
 from tests.chaos_support import (
-    CIRCUIT_OPEN,
     FAULTS,
     Answer,
     ChaosCluster,
@@ -155,7 +155,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         }
         router_kill = await router_kill_figures(root) if only in (None, "router_kill") else None
     return {
-        "node_timeout_ms": 50,
+        "node_deadline_ms": 1000,
         "concurrency": args.concurrency,
         "faults": faults,
         "redis_sigkill_under_writes": durability,

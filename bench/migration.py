@@ -141,7 +141,7 @@ async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         router = f"http://127.0.0.1:{router_port}"
         config = {
             "router": {"port": router_port, "data_dir": str(tmp / "router"),
-                       "node_timeout": "1s", "reshard_step_keys": args.step},
+                       "node_deadline": "1s", "reshard_step_keys": args.step},
             "cluster": {"partitioner": args.partitioner, "nodes": [s.to_dict() for s in specs[:3]]},
         }  # fmt: skip
         (tmp / "cluster.yaml").write_text(yaml.safe_dump(config))

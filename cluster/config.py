@@ -22,8 +22,12 @@ class RouterConfig:
     port: int = DEFAULT_PORT
     data_dir: Path = Path("data/router")
     rules_file: Path | None = None
-    node_timeout_ms: int = 50
-    node_timeout_per_op_us: int = 200
+    # Every batch to a node carries a deadline this far ahead; the router waits for it
+    # until the deadline plus the margin (see cluster/wire.py and the README).
+    node_deadline_ms: int = 1000
+    deadline_margin_ms: int = 250
+    node_inflight: int = 2  # batch requests in flight per node
+    node_queue_max: int = 20_000  # checks waiting per node before `overloaded`
     coalesce_wait_us: int = 0
     coalesce_max: int = 1000
     idempotency_ttl_ms: int = 86_400_000
@@ -39,7 +43,8 @@ class RouterConfig:
 
 # Duration settings of the router section, stored as `<name>_ms`.
 _ROUTER_DURATIONS = (
-    "node_timeout",
+    "node_deadline",
+    "deadline_margin",
     "idempotency_ttl",
     "rules_poll",
     "reshard_lease_ttl",
@@ -47,7 +52,8 @@ _ROUTER_DURATIONS = (
 )
 # Integer settings of the router section: (name, lowest, highest).
 _ROUTER_INTS = (
-    ("node_timeout_per_op_us", 0, 100_000),
+    ("node_inflight", 1, 64),
+    ("node_queue_max", 1, 1_000_000),
     ("coalesce_wait_us", 0, 100_000),
     ("coalesce_max", 1, 10_000),
     ("reshard_parallel", 1, 64),
@@ -81,9 +87,14 @@ def parse_config(doc: Any, base: Path) -> RouterConfig:
     cfg.data_dir = _resolve(base, router.get("data_dir", "data/router"))
     if router.get("rules_file"):
         cfg.rules_file = _resolve(base, router["rules_file"])
+    if "node_timeout" in router and "node_deadline" not in router:
+        # The setting's name before deadlines: a timeout that also bounded the deadline.
+        router = {**router, "node_deadline": router["node_timeout"]}
     for name in _ROUTER_DURATIONS:
         if name in router:
             setattr(cfg, f"{name}_ms", parse_duration(router[name], f"router.{name}", problems))
+    if cfg.node_deadline_ms < 10 or cfg.deadline_margin_ms < 10:
+        problems.add("router.node_deadline", "node_deadline and deadline_margin must be >= 10ms")
     for name, low, high in _ROUTER_INTS:
         value = router.get(name, getattr(cfg, name))
         if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:

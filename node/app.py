@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -20,11 +21,18 @@ from cluster.auth import bearer_matches
 from cluster.keys import REQUEST_ID, limit_key_of
 from cluster.problem import problem, problem_middleware, read_json
 from cluster.topology import Topology
+from cluster.wire import BATCH_PATH, DEADLINE_FIELD, HEALTH_PATH, READY_PATH, Status
 from node.migration import Migrator, PeerError, decode_entries, encode_entries
 from node.ops import BadOp, Op, parse_op
 from node.ownership import Ownership, Role
 from node.scripts import read_lua
-from node.store import CounterStore, check_result, commit_result, refund_result
+from node.store import (
+    CounterStore,
+    check_result,
+    commit_result,
+    is_expired,
+    refund_result,
+)
 
 log = logging.getLogger("shardlimit.node")
 MAX_BODY = 16 * 1024 * 1024
@@ -59,6 +67,8 @@ class NodeState:
         # once every batch validated against an older one has reached Redis.
         self.inflight: Counter[int] = Counter()
         self.drained = asyncio.Condition()
+        self.expired_batches = 0  # batches answered `expired` (late in, or late out)
+        self.undone_checks = 0  # checks taken back because their answer was late
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -116,14 +126,35 @@ def _json(data: Any, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
 
 
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _expired_batch(state: NodeState, count: int) -> web.Response:
+    results = [{"s": Status.EXPIRED}] * count
+    return _json({"epoch": state.epoch, "node": state.node_id, "results": results})
+
+
 @internal(with_body=True)
 async def batch(request: web.Request, state: NodeState, body: Any) -> web.Response:
-    """Run many operations in one Redis pipeline. Ops for keys we do not own: `moved`."""
+    """Run many operations in one Redis pipeline. Ops for keys we do not own: `moved`.
+
+    Nothing is applied after the batch's deadline (cluster/wire.py): a batch that
+    arrives late is answered `expired` untouched; the check script refuses once
+    Redis' clock is past it; and checks whose results are ready only after it are
+    taken back before the answer says `expired`.
+    """
     if not isinstance(body, dict) or not isinstance(body.get("ops"), list):
         return problem(400, "bad-batch", "body must be an object with an 'ops' list")
+    deadline_ms = body.get(DEADLINE_FIELD)
+    if not isinstance(deadline_ms, int) or isinstance(deadline_ms, bool) or deadline_ms <= 0:
+        return problem(400, "bad-batch", f"{DEADLINE_FIELD} must be a positive integer")
     raw_ops: list[Any] = body["ops"]
     if len(raw_ops) > MAX_OPS:
         return problem(413, "too-many-ops", f"at most {MAX_OPS} ops per batch")
+    if _now_ms() > deadline_ms:
+        state.expired_batches += 1
+        return _expired_batch(state, len(raw_ops))
     results: list[Any] = [None] * len(raw_ops)
     runnable: list[Op] = []
     slots: list[int] = []
@@ -134,11 +165,11 @@ async def batch(request: web.Request, state: NodeState, body: Any) -> web.Respon
         try:
             op = parse_op(raw)
         except BadOp as exc:
-            results[index] = {"s": "error", "detail": str(exc)}
+            results[index] = {"s": Status.ERROR, "detail": str(exc)}
             continue
         role, source = ownership.role(op.key) if ownership else (Role.MOVED, None)
         if role is Role.MOVED:
-            results[index] = {"s": "moved", "epoch": epoch}
+            results[index] = {"s": Status.MOVED, "epoch": epoch}
             continue
         if role is Role.IMPORT and source is not None:
             imports[source].extend(state.store.redis_keys(op))
@@ -149,7 +180,18 @@ async def batch(request: web.Request, state: NodeState, body: Any) -> web.Respon
         try:
             if imports and ownership is not None:
                 await _pull(state, ownership, imports)
-            outputs = await state.store.run(runnable)
+            outputs = await state.store.run(runnable, deadline_ms)
+            for index, op, out in zip(slots, runnable, outputs, strict=True):
+                results[index] = _result(op, out)
+            if _now_ms() > deadline_ms:
+                # The router may have given up on this answer: take back what it consumed.
+                taken_back = await state.store.undo(list(zip(runnable, outputs, strict=True)))
+                state.expired_batches += 1
+                state.undone_checks += taken_back
+                log.warning("batch finished past its deadline: %d checks taken back", taken_back)
+                for index, op in zip(slots, runnable, strict=True):
+                    if op.kind == "check":
+                        results[index] = {"s": Status.EXPIRED}
         except (RedisError, OSError) as exc:
             if isinstance(exc, RedisConnectionError | OSError):
                 # Redis went away: the idle pooled connections are dead too. Drop them
@@ -162,16 +204,17 @@ async def batch(request: web.Request, state: NodeState, body: Any) -> web.Respon
             state.inflight[epoch] -= 1
             async with state.drained:
                 state.drained.notify_all()
-        for index, op, out in zip(slots, runnable, outputs, strict=True):
-            if isinstance(out, Exception):
-                results[index] = {"s": "error", "detail": str(out)}
-            elif op.kind == "check":
-                results[index] = check_result(out)
-            elif op.kind == "commit":
-                results[index] = commit_result(out)
-            else:
-                results[index] = refund_result(out)
     return _json({"epoch": state.epoch, "node": state.node_id, "results": results})
+
+
+def _result(op: Op, out: Any) -> dict[str, Any]:
+    if isinstance(out, Exception):
+        return {"s": Status.ERROR, "detail": str(out)}
+    if op.kind == "check":
+        return {"s": Status.EXPIRED} if is_expired(out) else check_result(out)
+    if op.kind == "commit":
+        return commit_result(out)
+    return refund_result(out)
 
 
 async def _pull(state: NodeState, ownership: Ownership, imports: dict[str, list[str]]) -> None:
@@ -293,7 +336,8 @@ async def stats(request: web.Request, state: NodeState, body: Any) -> web.Respon
     address = {"host": kwargs.get("host"), "port": kwargs.get("port"), "db": kwargs.get("db", 0)}
     return _json(
         {"node": state.node_id, "epoch": state.epoch, "keys": keys, "memory": memory,
-         "redis": address}
+         "redis": address, "expired_batches": state.expired_batches,
+         "undone_checks": state.undone_checks}
     )  # fmt: skip
 
 
@@ -427,7 +471,7 @@ def create_app(
 ) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY, middlewares=[problem_middleware])
     app[STATE] = NodeState(node_id, redis_url, cluster_token, test_mode=test_mode)
-    app.router.add_post("/node/v1/batch", batch)
+    app.router.add_post(BATCH_PATH, batch)
     app.router.add_post("/node/v1/decision", decide)
     app.router.add_put("/node/v1/topology", put_topology)
     app.router.add_get("/node/v1/topology", get_topology)
@@ -438,8 +482,8 @@ def create_app(
     app.router.add_post("/node/v1/migration/cleanup", drop_markers)
     app.router.add_get("/node/v1/stats", stats)
     app.router.add_post("/node/v1/test/clock", set_clock)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
+    app.router.add_get(HEALTH_PATH, healthz)
+    app.router.add_get(READY_PATH, readyz)
     app.on_startup.append(_on_startup)
     app.on_cleanup.append(_on_cleanup)
     return app

@@ -25,6 +25,8 @@ UNRESOLVED_RETRY_MS = 1_000
 # How a sweeper learns a held batch's fate: (batch, coordinator) -> "commit", "abort",
 # or None when the coordinator cannot be asked right now.
 Resolver = Callable[[str, str], Awaitable[str | None]]
+# One EVALSHA: the script, its KEYS, its ARGV.
+ScriptCall = tuple[AsyncScript, list[str], list[int | str | bytes]]
 
 
 class CounterStore:
@@ -85,7 +87,7 @@ class CounterStore:
             self._scripts[(entry, codes)] = script
         return script
 
-    def _call(self, op: Op, now_ms: int) -> tuple[Any, list[str], list[int | str]]:
+    def _call(self, op: Op, now_ms: int, deadline_ms: int = 0) -> ScriptCall:
         keys = [counter_key(op.scope, spec.shape, op.key) for spec in op.limits]
         limit_args: list[int | str] = []
         for spec, amount in zip(op.limits, op.amounts, strict=True):
@@ -97,7 +99,9 @@ class CounterStore:
             if op.request_id is not None:
                 keys.append(record_key(op.scope, op.request_id, op.key))
                 ttl = op.record_ttl_ms or self.default_record_ttl_ms
-            args: list[int | str] = [offset_us, n, op.cost, int(op.dry_run), ttl, *limit_args]
+            args: list[int | str | bytes] = [
+                offset_us, n, op.cost, int(op.dry_run), ttl, deadline_ms, *limit_args
+            ]  # fmt: skip
             if op.hold_ms and op.request_id is not None:
                 # What the sweeper needs to give the decision back: its refund call.
                 hold: dict[str, Any] = {"k": [keys[-1], *keys[:-1]], "a": limit_args}
@@ -161,19 +165,15 @@ class CounterStore:
             settled += 1
         return settled
 
-    async def run(self, ops: list[Op]) -> list[Any]:
-        """Results in order; a script error becomes an exception object in its slot."""
+    async def run(self, ops: list[Op], deadline_ms: int = 0) -> list[Any]:
+        """Results in order; a script error becomes an exception object in its slot.
+
+        A check reaching Redis after `deadline_ms` (real Unix ms, 0 = none) is not
+        applied: its raw result is EXPIRED_REPLY.
+        """
         now_ms = self._estimated_now_ms()
-        calls = [self._call(op, now_ms) for op in ops]
+        calls = [self._call(op, now_ms, deadline_ms) for op in ops]
         results = await self._evalsha_all(calls)
-        missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
-        if missing:
-            # Redis lost its script cache (restart, SCRIPT FLUSH); those ops did not run.
-            for script in {calls[i][0].sha: calls[i][0] for i in missing}.values():
-                await self.client.script_load(script.script)
-            retried = await self._evalsha_all([calls[i] for i in missing])
-            for i, r in zip(missing, retried, strict=True):
-                results[i] = r
         skewed = [
             i
             for i, r in enumerate(results)
@@ -182,22 +182,73 @@ class CounterStore:
         if skewed:
             # Our estimate of Redis time was more than a period off: re-measure, retry those.
             await self.measure_skew()
-            retry = await self.run([ops[i] for i in skewed])
+            retry = await self.run([ops[i] for i in skewed], deadline_ms)
             for i, r in zip(skewed, retry, strict=True):
                 results[i] = r
         return results
 
-    async def _evalsha_all(
-        self, calls: list[tuple[AsyncScript, list[str], list[int | str]]]
-    ) -> list[Any]:
+    async def undo(self, done: list[tuple[Op, Any]]) -> int:
+        """Take back checks that consumed (their raw results carry undo entries), in one
+        pipeline: the answer to them is going out too late to count. How many."""
+        calls: list[ScriptCall] = []
+        for op, raw in done:
+            packed = undo_entries(op, raw)
+            if packed is None:
+                continue
+            keys = [counter_key(op.scope, spec.shape, op.key) for spec in op.limits]
+            limit_args: list[int | str] = []
+            for spec, amount in zip(op.limits, op.amounts, strict=True):
+                limit_args.extend(self._limit_args(spec, amount, self._estimated_now_ms()))
+            has_record = op.request_id is not None
+            if op.request_id is not None:
+                keys += [record_key(op.scope, op.request_id, op.key), HOLDS_KEY]
+            args = [self.offset_ms * 1000, len(op.limits), int(has_record), *limit_args, packed]
+            calls.append((self._script("undo.lua", op), keys, args))
+        if not calls:
+            return 0
+        results = await self._evalsha_all(calls)
+        failed = [r for r in results if isinstance(r, Exception)]
+        if failed:
+            raise failed[0]
+        return len(calls)
+
+    async def _evalsha_all(self, calls: list[ScriptCall]) -> list[Any]:
+        """One pipeline of EVALSHA calls; results (or error objects) in order."""
+        results = await self._evalsha_pipeline(calls)
+        missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
+        if missing:
+            # Redis lost its script cache (restart, SCRIPT FLUSH); those calls did not run.
+            for script in {calls[i][0].sha: calls[i][0] for i in missing}.values():
+                await self.client.script_load(script.script)
+            retried = await self._evalsha_pipeline([calls[i] for i in missing])
+            for i, r in zip(missing, retried, strict=True):
+                results[i] = r
+        return results
+
+    async def _evalsha_pipeline(self, calls: list[ScriptCall]) -> list[Any]:
         # EVALSHA directly rather than through Script.__call__: a pipeline holding
         # registered scripts first asks Redis SCRIPT EXISTS, an extra round trip
-        # per batch. A NOSCRIPT answer is handled by run().
+        # per batch. A NOSCRIPT answer is handled by _evalsha_all().
         pipe = self.client.pipeline(transaction=False)
         for script, keys, args in calls:
             pipe.evalsha(script.sha, len(keys), *keys, *args)
         results: list[Any] = await pipe.execute(raise_on_error=False)
         return results
+
+
+EXPIRED_REPLY = -1  # check.lua's first reply item when the deadline had passed
+
+
+def is_expired(raw: Any) -> bool:
+    return isinstance(raw, list) and len(raw) == 1 and raw[0] == EXPIRED_REPLY
+
+
+def undo_entries(op: Op, raw: Any) -> bytes | None:
+    """The packed undo entries of a check that consumed, else None."""
+    if op.kind != "check" or not isinstance(raw, list) or len(raw) <= 3:
+        return None
+    extra = raw[3 + 8 * raw[2] :]
+    return extra[0] if extra and isinstance(extra[0], bytes) else None
 
 
 def check_result(raw: list[int]) -> dict[str, Any]:

@@ -19,10 +19,11 @@ from cluster.keys import RULE_NAME
 from cluster.limits import format_amount
 from cluster.model import NodeSpec
 from cluster.problem import problem, problem_middleware, read_json
+from cluster.wire import Status
 from router.cluster_view import ClusterView
 from router.decisions import decision, degraded_decision, ratelimit_headers
-from router.dispatch import NodeUnavailable
-from router.metrics import Metrics
+from router.dispatch import NodeUnavailable, Reason
+from router.metrics import Metrics, channel_lines
 from router.openapi import openapi_document
 from router.requests import (
     CheckRequest,
@@ -102,15 +103,19 @@ class Router:
             op["hold_ms"] = hold_ms
         if batch is not None:
             op["batch"], op["coordinator"] = batch
+        reason: Reason | None = None
         try:
             node, result = await self.view.execute(request.key, op)
         except NodeUnavailable as exc:
-            body = degraded_decision(request, self.view.owner(request.key), str(exc))
+            reason, node, detail = exc.reason, self.view.owner(request.key), str(exc)
         else:
-            if result.get("s") != "ok":
-                body = degraded_decision(request, node, str(result.get("detail", result)))
-            else:
+            if result.get("s") == Status.OK:
                 body = decision(request, node, result)
+            else:
+                reason, detail = Reason.ERROR, str(result.get("detail", result))
+        if reason is not None:
+            body = degraded_decision(request, node, f"{reason}: {detail}")
+            self.metrics.degraded[reason] += 1
         outcome = "allowed" if body["allowed"] else "denied"
         self.metrics.decisions["degraded_" + outcome if body["degraded"] else outcome] += 1
         return body
@@ -536,21 +541,7 @@ async def readyz(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     router = _router(request)
-    node_lines = [
-        "# HELP shardlimit_node_up 1 if the router's circuit to the node is closed.",
-        "# TYPE shardlimit_node_up gauge",
-    ]
-    for node_id, channel in sorted(router.view.channels.items()):
-        node_lines.append(f'shardlimit_node_up{{node="{node_id}"}} {int(channel.state == "up")}')
-    node_lines += ["# TYPE shardlimit_node_requests_total counter"]
-    for node_id, channel in sorted(router.view.channels.items()):
-        node_lines.append(f'shardlimit_node_requests_total{{node="{node_id}"}} {channel.requests}')
-    node_lines += ["# TYPE shardlimit_node_ops_total counter"]
-    for node_id, channel in sorted(router.view.channels.items()):
-        node_lines.append(f'shardlimit_node_ops_total{{node="{node_id}"}} {channel.ops}')
-    node_lines += ["# TYPE shardlimit_node_failures_total counter"]
-    for node_id, channel in sorted(router.view.channels.items()):
-        node_lines.append(f'shardlimit_node_failures_total{{node="{node_id}"}} {channel.failures}')
+    node_lines = channel_lines(router.view.channels)
     router.metrics.moved_retries = router.view.moved_retries
     extra = [
         "# TYPE shardlimit_topology_epoch gauge",

@@ -13,10 +13,14 @@ from cluster.config import RouterConfig
 from cluster.model import NodeSpec
 from cluster.partition import new_partitioner, partitioner_from_dict
 from cluster.topology import Topology
-from router.dispatch import NodeChannel, NodeUnavailable
+from cluster.wire import Status
+from router.dispatch import NodeChannel, NodeUnavailable, Reason
 
 log = logging.getLogger("shardlimit.router")
 MAX_MOVED_RETRIES = 5
+# An op that expired or timed out on a node that is up was not applied: send it again,
+# up to this many times, before answering degraded.
+MAX_RESENDS = 3
 EPOCH_POLL_S = 0.5
 
 
@@ -73,10 +77,12 @@ class ClusterView:
             self.channels[spec.id] = NodeChannel(
                 spec,
                 self.cluster_token,
-                timeout_s=self.config.node_timeout_ms / 1000,
+                deadline_s=self.config.node_deadline_ms / 1000,
+                margin_s=self.config.deadline_margin_ms / 1000,
+                max_inflight=self.config.node_inflight,
+                queue_max=self.config.node_queue_max,
                 coalesce_max=self.config.coalesce_max,
                 coalesce_wait_s=self.config.coalesce_wait_us / 1_000_000,
-                per_op_s=self.config.node_timeout_per_op_us / 1_000_000,
                 on_epoch=self._saw_epoch,
             )
 
@@ -152,20 +158,43 @@ class ClusterView:
         return self.topology.partitioner.owner(key)
 
     async def execute(self, key: str, op: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        """Send one op to the key's owner; follow `moved` answers. Raises NodeUnavailable."""
-        for _attempt in range(MAX_MOVED_RETRIES + 1):
+        """Send one op to the key's owner; follow `moved` answers and send again an op the
+        node did not apply in time (expired, or no answer by the deadline plus the margin)
+        while the node is up. Raises NodeUnavailable."""
+        moves = resends = 0
+        while True:
             node_id = self.owner(key)
             epoch = self.topology.epoch
-            result: dict[str, Any] = await self.channels[node_id].submit(op)
-            if result.get("s") != "moved":
+            channel = self.channels[node_id]
+            try:
+                result: dict[str, Any] = await channel.submit(op)
+            except NodeUnavailable as exc:
+                if exc.reason is not Reason.TIMEOUT or channel.state != "up":
+                    raise
+                if resends >= MAX_RESENDS:
+                    raise
+                resends += 1
+                continue
+            status = result.get("s")
+            if status == Status.EXPIRED:
+                channel.expired += 1
+                if resends >= MAX_RESENDS or channel.state != "up":
+                    raise NodeUnavailable(
+                        f"node {node_id}: deadline passed before the op could run", Reason.EXPIRED
+                    )
+                resends += 1
+                continue
+            if status != Status.MOVED:
                 return node_id, result
             self.moved_retries += 1
+            moves += 1
+            if moves > MAX_MOVED_RETRIES:
+                raise NodeUnavailable(f"key kept moving after {MAX_MOVED_RETRIES} retries")
             node_epoch = int(result.get("epoch", 0))
             if node_epoch > epoch:
                 await self.refresh_from(node_id)  # we are behind: learn the new layout
             elif self.topology.epoch == epoch:
                 await self.push_topology(node_id)  # the node is behind (e.g. it restarted)
-        raise NodeUnavailable(f"key kept moving after {MAX_MOVED_RETRIES} retries")
 
     async def node_stats(self) -> dict[str, dict[str, Any]]:
         async def one(node_id: str) -> tuple[str, dict[str, Any]]:

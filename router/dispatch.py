@@ -1,9 +1,21 @@
 """The router's one transport boundary to counter nodes.
 
-Concurrent operations bound for the same node are coalesced into one HTTP
-request per tick (or per `coalesce_max` ops). Every transport failure is
-translated here into NodeUnavailable; a circuit breaker stops waiting on a dead
-node and a background probe lets traffic back as soon as it answers again.
+Checks bound for the same node wait in one bounded queue and leave it as batches:
+at most `max_inflight` batch requests are in flight per node, and checks arriving
+meanwhile join the next batch, so under load batches grow instead of requests
+multiplying (Gubernator's peer batching is the model). A full queue refuses at
+once (`overloaded`).
+
+Every batch carries a deadline (cluster/wire.py). The router waits for it until
+the deadline plus a margin, and the node guarantees nothing was applied that it
+did not answer in time, so a batch given up on consumed nothing.
+
+Slowness never marks a node down. A node is down when a connection to it is
+refused or reset, when it answers 503, or when it stays silent while a batch is in
+flight and a liveness probe on a connection of its own gets no answer either. A
+down node fails new checks at once (nothing sent, nothing consumed) and is probed
+in the background until it answers again. Every transport failure is translated
+here into NodeUnavailable.
 """
 
 from __future__ import annotations
@@ -13,22 +25,54 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from enum import StrEnum
 from typing import Any
 
 import orjson
 
 from cluster.model import NodeSpec
+from cluster.wire import BATCH_PATH, DEADLINE_FIELD, HEALTH_PATH, READY_PATH
 from router.transport import HttpPool
 
 log = logging.getLogger("shardlimit.dispatch")
 
+# Liveness: with a batch in flight and nothing heard from the node for PROBE_AFTER_S,
+# probe it on a fresh connection; no answer within PROBE_TIMEOUT_S (and nothing else
+# heard meanwhile) means it hangs. Both stretch to a few times the slowest recent batch
+# round trip, so a node that is merely busy (or a router whose own loop is saturated)
+# is never taken for a hung one. An idle-to-moderately loaded node that hangs is
+# declared down about WATCH_TICK_S + PROBE_AFTER_S + PROBE_TIMEOUT_S (~300 ms) after
+# it stopped answering.
+WATCH_TICK_S = 0.025
+PROBE_AFTER_S = 0.075
+PROBE_TIMEOUT_S = 0.2
+RTT_FACTOR = 3
+RTT_DECAY = 0.9  # per batch: how fast the remembered slowest round trip fades
+RECOVERY_PROBE_S = 0.1  # cadence of readiness probes while a node is down
+CIRCUIT_OPEN = "circuit open"
+
+
+class Reason(StrEnum):
+    """Why a node could not decide: the `reason` label of degraded answers."""
+
+    DOWN = "down"  # the node is known down: nothing was sent
+    UNAVAILABLE = "unavailable"  # refused, reset or 503 on this batch
+    TIMEOUT = "timeout"  # no answer by the deadline plus the margin
+    EXPIRED = "expired"  # the node refused to apply past the deadline, every time
+    OVERLOADED = "overloaded"  # the node's queue in this router was full
+    ERROR = "error"  # the node answered, but not with a usable result
+
 
 class NodeUnavailable(Exception):
-    """The node did not answer usefully within the node timeout."""
+    """The node could not decide; `reason` says why."""
 
-    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+    def __init__(self, message: str, reason: Reason = Reason.UNAVAILABLE) -> None:
         super().__init__(message)
-        self.timed_out = timed_out
+        self.reason = reason
+
+    @property
+    def timed_out(self) -> bool:
+        return self.reason is Reason.TIMEOUT
 
 
 def _detail(raw: bytes) -> str:
@@ -40,47 +84,29 @@ def _detail(raw: bytes) -> str:
 
 
 class Breaker:
-    """Opens after consecutive failures; closed again by a successful probe.
+    """Up or down. Opened by proof that the node cannot answer; closed by any answer."""
 
-    A refused connection or a 503 (node up, its Redis down) is proof the node
-    cannot answer: `threshold` of them in a row open the breaker. A timeout may
-    only mean this machine stalled for a moment, so it takes `timeout_threshold`
-    in a row, and the requests that were in flight together count once: only a
-    timeout of a request sent after the previous counted timeout counts. A hung
-    node still trips it after about `timeout_threshold` node timeouts.
-    """
-
-    def __init__(self, threshold: int = 3, timeout_threshold: int = 5) -> None:
-        self.threshold = threshold
-        self.timeout_threshold = timeout_threshold
-        self.failures = 0
-        self.timeouts = 0
-        self.last_timeout_at = float("-inf")
+    def __init__(self) -> None:
         self.open_since: float | None = None
+        self.opened = 0  # times it opened
 
     @property
     def is_open(self) -> bool:
         return self.open_since is not None
 
     def success(self) -> None:
-        self.failures = 0
-        self.timeouts = 0
         self.open_since = None
 
-    def failure(self, *, timed_out: bool = False, sent_at: float | None = None) -> bool:
-        """Record a failure; True if this one opened the breaker."""
-        if timed_out:
-            if sent_at is not None and sent_at < self.last_timeout_at:
-                return False  # in flight during a stall already counted
-            self.timeouts += 1
-            self.last_timeout_at = time.monotonic()
-        else:
-            self.failures += 1
-        tripped = self.failures >= self.threshold or self.timeouts >= self.timeout_threshold
-        if self.open_since is None and tripped:
-            self.open_since = time.monotonic()
-            return True
-        return False
+    def trip(self) -> bool:
+        """Open it; True if it was closed."""
+        if self.open_since is not None:
+            return False
+        self.open_since = time.monotonic()
+        self.opened += 1
+        return True
+
+
+Pending = tuple[dict[str, Any], "asyncio.Future[dict[str, Any]]"]
 
 
 class NodeChannel:
@@ -89,11 +115,12 @@ class NodeChannel:
         spec: NodeSpec,
         token: str | None,
         *,
-        timeout_s: float,
+        deadline_s: float,
+        margin_s: float,
+        max_inflight: int,
+        queue_max: int,
         coalesce_max: int,
-        coalesce_wait_s: float,
-        probe_interval_s: float = 0.1,
-        per_op_s: float = 0.0002,
+        coalesce_wait_s: float = 0.0,
         on_epoch: Callable[[str, int], None] | None = None,
     ) -> None:
         self.spec = spec
@@ -101,80 +128,223 @@ class NodeChannel:
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self.pool = HttpPool(spec.url, headers)
-        self.timeout_s = timeout_s
+        self.deadline_s = deadline_s
+        self.margin_s = margin_s
+        self.max_inflight = max_inflight
+        self.queue_max = queue_max
         self.coalesce_max = coalesce_max
         self.coalesce_wait_s = coalesce_wait_s
-        self.probe_interval_s = probe_interval_s
-        self.per_op_s = per_op_s
         self.on_epoch = on_epoch
         self.breaker = Breaker()
-        self._pending: list[tuple[dict[str, Any], asyncio.Future[dict[str, Any]]]] = []
+        self._pending: list[Pending] = []
         self._flush_handle: asyncio.Handle | None = None
+        self._sent_at: dict[int, float] = {}  # in-flight batch id -> loop time sent
+        self._batch_ids = 0
         self._tasks: set[asyncio.Task[None]] = set()
-        self._probe: asyncio.Task[None] | None = None
+        self._watchdog: asyncio.Task[None] | None = None
+        self._recovery: asyncio.Task[None] | None = None
+        self._last_heard = 0.0
+        self._rtt_peak = 0.0  # slowest recent batch round trip, decaying
+        # Counters for /metrics.
         self.requests = 0
         self.ops = 0
         self.failures = 0
+        self.timeouts = 0
+        self.expired = 0
+        self.overloaded = 0
         self.last_error: str | None = None
 
     @property
     def state(self) -> str:
         return "down" if self.breaker.is_open else "up"
 
+    @property
+    def inflight(self) -> int:
+        return len(self._sent_at)
+
+    @property
+    def queued(self) -> int:
+        return len(self._pending)
+
     def submit(self, op: dict[str, Any]) -> asyncio.Future[dict[str, Any]]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[dict[str, Any]] = loop.create_future()
         if self.breaker.is_open:
-            future.set_exception(NodeUnavailable(f"node {self.spec.id} is down (circuit open)"))
-            return future
-        self._pending.append((op, future))
-        if len(self._pending) >= self.coalesce_max:
-            self._flush()
-        elif self._flush_handle is None:
-            if self.coalesce_wait_s > 0:
-                self._flush_handle = loop.call_later(self.coalesce_wait_s, self._flush)
-            else:
-                self._flush_handle = loop.call_soon(self._flush)
+            future.set_exception(
+                NodeUnavailable(f"node {self.spec.id} is down ({CIRCUIT_OPEN})", Reason.DOWN)
+            )
+        elif len(self._pending) >= self.queue_max:
+            self.overloaded += 1
+            future.set_exception(
+                NodeUnavailable(
+                    f"node {self.spec.id}: {self.queue_max} checks already queued",
+                    Reason.OVERLOADED,
+                )
+            )
+        else:
+            self._pending.append((op, future))
+            self._schedule()
         return future
 
+    def _schedule(self) -> None:
+        if self._flush_handle is not None or not self._pending:
+            return
+        if self.inflight >= self.max_inflight:
+            return  # a finishing batch reschedules
+        loop = asyncio.get_running_loop()
+        if self.coalesce_wait_s > 0:
+            self._flush_handle = loop.call_later(self.coalesce_wait_s, self._flush)
+        else:
+            self._flush_handle = loop.call_soon(self._flush)
+
     def _flush(self) -> None:
-        if self._flush_handle is not None:
-            self._flush_handle.cancel()
-            self._flush_handle = None
-        while self._pending:
+        self._flush_handle = None
+        loop = asyncio.get_running_loop()
+        while self._pending and self.inflight < self.max_inflight:
             batch = self._pending[: self.coalesce_max]
             del self._pending[: self.coalesce_max]
-            task = asyncio.get_running_loop().create_task(self._send(batch))
+            self._batch_ids += 1
+            batch_id = self._batch_ids
+            self._sent_at[batch_id] = loop.time()
+            task = loop.create_task(self._send(batch_id, batch))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+        if self._sent_at and (self._watchdog is None or self._watchdog.done()):
+            self._watchdog = loop.create_task(self._watch())
 
-    async def _send(
-        self, batch: list[tuple[dict[str, Any], asyncio.Future[dict[str, Any]]]]
-    ) -> None:
-        ops = [op for op, _ in batch]
-        sent_at = time.monotonic()
-        self.requests += 1
-        self.ops += len(ops)
+    async def _send(self, batch_id: int, batch: list[Pending]) -> None:
         try:
-            # A node needs longer for a larger coalesced batch; one check keeps the
-            # plain node timeout as its bound.
-            allowance = self.timeout_s + self.per_op_s * (len(ops) - 1)
-            body = await self.post("/node/v1/batch", {"ops": ops}, timeout_s=allowance)
-            results = body["results"]
-            if len(results) != len(batch):
-                raise NodeUnavailable("node answered with a different number of results")
+            results, epoch = await self._exchange([op for op, _ in batch])
         except NodeUnavailable as exc:
-            self._failed(str(exc), timed_out=exc.timed_out, sent_at=sent_at)
             for _, future in batch:
                 if not future.done():
-                    future.set_exception(NodeUnavailable(str(exc)))
-            return
+                    future.set_exception(NodeUnavailable(str(exc), exc.reason))
+        else:
+            if self.on_epoch is not None:
+                self.on_epoch(self.spec.id, epoch)
+            for (_, future), result in zip(batch, results, strict=True):
+                if not future.done():
+                    future.set_result(result)
+        finally:
+            del self._sent_at[batch_id]
+            self._schedule()
+
+    async def _exchange(self, ops: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+        """One batch request: (results in order, the node's epoch)."""
+        self.requests += 1
+        self.ops += len(ops)
+        deadline_ms = int(time.time() * 1000 + self.deadline_s * 1000)
+        payload = orjson.dumps({DEADLINE_FIELD: deadline_ms, "ops": ops})
+        started = asyncio.get_running_loop().time()
+        try:
+            status, raw = await self.pool.request(
+                "POST", BATCH_PATH, payload, self.deadline_s + self.margin_s
+            )
+        except TimeoutError as exc:
+            self.timeouts += 1
+            self._note_failure(f"node {self.spec.id}: no answer by the deadline")
+            raise NodeUnavailable(
+                f"node {self.spec.id}: timed out (no answer by deadline + margin)", Reason.TIMEOUT
+            ) from exc
+        except OSError as exc:
+            reason = f"node {self.spec.id}: {type(exc).__name__} {exc}"
+            self._note_failure(reason)
+            self._check_liveness(reason)
+            raise NodeUnavailable(reason) from exc
+        self._heard()
+        self._rtt_peak = max(self._last_heard - started, self._rtt_peak * RTT_DECAY)
+        if status == 503:
+            reason = f"node {self.spec.id} answered 503: {_detail(raw)}"
+            self._note_failure(reason)
+            self._mark_down(reason)
+            raise NodeUnavailable(reason)
+        try:
+            if status != 200:
+                raise ValueError(f"answered {status}: {_detail(raw)}")
+            body = orjson.loads(raw)
+            results = body["results"]
+            if not isinstance(results, list) or len(results) != len(ops):
+                raise ValueError("answered with a different number of results")
+            epoch = int(body.get("epoch", 0))
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            reason = f"node {self.spec.id}: {exc}"
+            self._note_failure(reason)
+            raise NodeUnavailable(reason, Reason.ERROR) from exc
         self.breaker.success()
-        if self.on_epoch is not None:
-            self.on_epoch(self.spec.id, int(body.get("epoch", 0)))
-        for (_, future), result in zip(batch, results, strict=True):
+        return results, epoch
+
+    def _note_failure(self, reason: str) -> None:
+        self.failures += 1
+        self.last_error = reason
+
+    def _heard(self) -> None:
+        self._last_heard = asyncio.get_running_loop().time()
+
+    def _mark_down(self, reason: str) -> None:
+        if not self.breaker.trip():
+            return
+        log.warning("node %s marked down: %s", self.spec.id, reason)
+        # Queued checks were never sent: they fail now, having consumed nothing.
+        pending, self._pending = self._pending, []
+        for _, future in pending:
             if not future.done():
-                future.set_result(result)
+                future.set_exception(
+                    NodeUnavailable(f"node {self.spec.id} is down ({CIRCUIT_OPEN})", Reason.DOWN)
+                )
+        if self._recovery is None or self._recovery.done():
+            self._recovery = asyncio.get_running_loop().create_task(self._recover())
+
+    def _check_liveness(self, reason: str) -> None:
+        """After a refused or reset connection: down unless a fresh probe answers."""
+
+        async def probe() -> None:
+            if not await self._probe():
+                self._mark_down(reason)
+
+        task = asyncio.get_running_loop().create_task(probe())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _probe(self) -> bool:
+        """A liveness probe on a connection of its own: is the node process answering?"""
+        started = asyncio.get_running_loop().time()
+        timeout = max(PROBE_TIMEOUT_S, RTT_FACTOR * self._rtt_peak)
+        try:
+            status, _ = await self.pool.request("GET", HEALTH_PATH, None, timeout, fresh=True)
+        except TimeoutError:
+            return self._last_heard > started  # a batch answered meanwhile: alive
+        except OSError:
+            return False
+        self._heard()
+        return status == 200
+
+    async def _watch(self) -> None:
+        """While batches are in flight: a node silent for too long is probed."""
+        loop = asyncio.get_running_loop()
+        while self._sent_at and not self.breaker.is_open:
+            await asyncio.sleep(WATCH_TICK_S)  # watch cadence, not a wait for a condition
+            if not self._sent_at:
+                return
+            waiting_since = max(self._last_heard, min(self._sent_at.values()))
+            if loop.time() - waiting_since < max(PROBE_AFTER_S, RTT_FACTOR * self._rtt_peak):
+                continue
+            if not await self._probe():
+                self._mark_down(f"node {self.spec.id}: no answer to a liveness probe")
+
+    async def _recover(self) -> None:
+        """While down: probe readiness (node and its Redis) until it answers."""
+        while self.breaker.is_open:
+            await asyncio.sleep(RECOVERY_PROBE_S)  # probe cadence
+            try:
+                status, _ = await self.pool.request(
+                    "GET", READY_PATH, None, max(0.25, PROBE_TIMEOUT_S), fresh=True
+                )
+            except (OSError, TimeoutError):
+                continue
+            if status == 200:
+                log.warning("node %s is back", self.spec.id)
+                self._heard()
+                self.breaker.success()
 
     async def post(
         self, path: str, payload: Any, method: str = "POST", timeout_s: float | None = None
@@ -187,43 +357,26 @@ class NodeChannel:
     async def _request(
         self, method: str, path: str, data: bytes | None, timeout_s: float | None
     ) -> Any:
-        """One request to the node; every failure becomes NodeUnavailable."""
+        """One control request (not a batch); every failure becomes NodeUnavailable."""
+        timeout = timeout_s if timeout_s is not None else self.deadline_s + self.margin_s
         try:
-            status, raw = await self.pool.request(method, path, data, timeout_s or self.timeout_s)
+            status, raw = await self.pool.request(method, path, data, timeout)
             if status != 200:
                 raise NodeUnavailable(f"node {self.spec.id} answered {status}: {_detail(raw)}")
             return orjson.loads(raw)
         except TimeoutError as exc:
-            raise NodeUnavailable(f"node {self.spec.id}: timed out", timed_out=True) from exc
+            raise NodeUnavailable(f"node {self.spec.id}: timed out", Reason.TIMEOUT) from exc
         except (orjson.JSONDecodeError, OSError, ValueError) as exc:
             raise NodeUnavailable(f"node {self.spec.id}: {type(exc).__name__} {exc}") from exc
-
-    def _failed(self, reason: str, *, timed_out: bool, sent_at: float | None = None) -> None:
-        self.failures += 1
-        self.last_error = reason
-        if self.breaker.failure(timed_out=timed_out, sent_at=sent_at):
-            log.warning("node %s marked down: %s", self.spec.id, reason)
-            self._probe = asyncio.get_running_loop().create_task(self._probe_until_up())
-
-    async def _probe_until_up(self) -> None:
-        while self.breaker.is_open:
-            await asyncio.sleep(self.probe_interval_s)  # probe cadence, not a wait for a condition
-            try:
-                await self.get("/readyz", timeout_s=max(0.25, self.timeout_s))
-            except NodeUnavailable:
-                continue
-            log.warning("node %s is back", self.spec.id)
-            self.breaker.success()
 
     async def close(self) -> None:
         if self._flush_handle is not None:
             self._flush_handle.cancel()
-        if self._probe is not None:
-            self._probe.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._probe
-        for task in list(self._tasks):
-            task.cancel()
+        for task in (self._watchdog, self._recovery, *self._tasks):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for _, future in self._pending:
             if not future.done():
                 future.set_exception(NodeUnavailable("router shutting down"))

@@ -111,14 +111,29 @@ class _Connection(asyncio.Protocol):
                 raise ProtocolError("response too large")
             at = chunk_start + size + 2
 
-    async def exchange(self, request: bytes) -> tuple[int, bytes]:
+    async def exchange(self, request: bytes, give_up_at: float) -> tuple[int, bytes]:
+        """Write one request; its response, or TimeoutError once the loop time passes
+        `give_up_at` without one.
+
+        The timer fails the waiter only if no response completed it first: after a stall
+        of this process, the response already in the socket buffer is read (I/O callbacks
+        run before due timers) and wins, instead of a timeout measuring our own stall.
+        """
         assert self.transport is not None
         loop = asyncio.get_running_loop()
-        self.waiter = loop.create_future()
+        waiter: asyncio.Future[tuple[int, bytes]] = loop.create_future()
+        self.waiter = waiter
+
+        def expire() -> None:
+            if not waiter.done():
+                waiter.set_exception(TimeoutError())
+
+        timer = loop.call_at(give_up_at, expire)
         self.transport.write(request)
         try:
-            return await self.waiter
+            return await waiter
         finally:
+            timer.cancel()
             self.waiter = None
 
     def close(self) -> None:
@@ -128,7 +143,11 @@ class _Connection(asyncio.Protocol):
 
 
 class HttpPool:
-    """Keep-alive connections to one node; at most `max_idle` are kept open."""
+    """Keep-alive connections to one node; at most `max_idle` are kept open, none longer
+    than IDLE_S (well under aiohttp's 75 s keep-alive, so the node never closes a
+    connection we are about to reuse: a reset always means the node went away)."""
+
+    IDLE_S = 30.0
 
     def __init__(self, base_url: str, headers: dict[str, str], max_idle: int = 64) -> None:
         url = urlsplit(base_url)
@@ -141,7 +160,7 @@ class HttpPool:
         self._head_tail = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
         self._host_line = f"Host: {host_header}\r\n"
         self.max_idle = max_idle
-        self._idle: list[_Connection] = []
+        self._idle: list[tuple[float, _Connection]] = []
 
     def _frame(self, method: str, path: str, body: bytes | None) -> bytes:
         head = f"{method} {self.prefix}{path} HTTP/1.1\r\n{self._host_line}{self._head_tail}"
@@ -149,41 +168,55 @@ class HttpPool:
             return (head + "\r\n").encode()
         return (head + f"Content-Length: {len(body)}\r\n\r\n").encode() + body
 
-    async def _connection(self) -> _Connection:
-        while self._idle:
-            conn = self._idle.pop()
-            if not conn.closed:
-                return conn
+    async def _connection(self, fresh: bool) -> _Connection:
         loop = asyncio.get_running_loop()
+        while self._idle and not fresh:
+            since, conn = self._idle.pop()
+            if not conn.closed and loop.time() - since < self.IDLE_S:
+                return conn
+            conn.close()
         _, conn = await loop.create_connection(_Connection, self.host, self.port)
         return conn
 
     async def request(
-        self, method: str, path: str, body: bytes | None, timeout_s: float
+        self,
+        method: str,
+        path: str,
+        body: bytes | None,
+        timeout_s: float,
+        *,
+        fresh: bool = False,
     ) -> tuple[int, bytes]:
-        """Send one request; (status, body). Raises OSError or TimeoutError."""
+        """Send one request; (status, body). Raises OSError or TimeoutError.
+
+        `fresh`: on a new connection of its own, closed afterwards (liveness probes must
+        not queue behind a pooled connection's request).
+        """
+        loop = asyncio.get_running_loop()
+        give_up_at = loop.time() + timeout_s
         conn: _Connection | None = None
         try:
-            async with asyncio.timeout(timeout_s):
-                conn = await self._connection()
-                status, raw = await conn.exchange(self._frame(method, path, body))
+            async with asyncio.timeout_at(give_up_at):
+                conn = await self._connection(fresh)
+            status, raw = await conn.exchange(self._frame(method, path, body), give_up_at)
         except BaseException:
             # A connection left mid-exchange (timeout, cancel, error) can't be reused.
             if conn is not None:
                 conn.close()
             raise
         if (
-            conn.reusable
+            not fresh
+            and conn.reusable
             and not conn.closed
             and not conn.buffer
             and len(self._idle) < self.max_idle
         ):
-            self._idle.append(conn)
+            self._idle.append((loop.time(), conn))
         else:
             conn.close()
         return status, raw
 
     def close(self) -> None:
-        for conn in self._idle:
+        for _, conn in self._idle:
             conn.close()
         self._idle.clear()

@@ -60,7 +60,6 @@ RULES: dict[str, Any] = {
                             "max_count": LIMIT, "max_amount": "100000000.00"}]},
     }
 }  # fmt: skip
-CIRCUIT_OPEN = "circuit open"  # in degraded_reason when the breaker answered, not the node
 Fault = Literal["redis_kill", "node_kill", "node_stop"]
 FAULTS: tuple[Fault, ...] = ("redis_kill", "node_kill", "node_stop")
 
@@ -244,7 +243,7 @@ class ChaosCluster:
         *,
         nodes: int = 3,
         appendfsync: str = "always",
-        node_timeout: str = "50ms",
+        node_deadline: str = "1s",
         aon_hold: str = "10s",
     ) -> ChaosCluster:
         env = dict(os.environ, SHARDLIMIT_CLUSTER_TOKEN=CLUSTER_TOKEN,
@@ -264,7 +263,7 @@ class ChaosCluster:
         router_port = free_port()
         config = {
             "router": {"host": "127.0.0.1", "port": router_port, "data_dir": str(root / "router"),
-                       "rules_file": str(root / "rules.yaml"), "node_timeout": node_timeout,
+                       "rules_file": str(root / "rules.yaml"), "node_deadline": node_deadline,
                        "aon_hold": aon_hold},
             "cluster": {"partitioner": "ring", "nodes": [s.to_dict() for s in specs]},
         }  # fmt: skip

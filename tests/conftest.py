@@ -121,7 +121,7 @@ async def start_cluster(
     tmp_path: Path,
     *,
     partitioner: str = "ring",
-    node_timeout_ms: int = 2000,
+    node_deadline_ms: int = 2000,
     rules_yaml: str | None = None,
     nodes: int = 3,
 ) -> Cluster:
@@ -139,7 +139,7 @@ async def start_cluster(
     config = RouterConfig(
         data_dir=tmp_path / "router",
         rules_file=rules_file,
-        node_timeout_ms=node_timeout_ms,
+        node_deadline_ms=node_deadline_ms,
         partitioner=partitioner,
         nodes=specs,
         rules_poll_ms=50,

@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from router.dispatch import Breaker
+from router.dispatch import CIRCUIT_OPEN
 from tests.chaos_support import (
-    CIRCUIT_OPEN,
     FAULTS,
     QUOTA,
     WINDOW,
@@ -26,14 +25,10 @@ from tests.chaos_support import (
     run_router_kill,
 )
 
-# Generous on purpose: a noisy machine must not make healthy nodes look slow. Waits on a
-# failed node are bounded by the breaker (asserted below), not by this timeout.
-NODE_TIMEOUT = "500ms"
-
 
 @pytest.fixture
 async def chaos(tmp_path: Path) -> AsyncIterator[ChaosCluster]:
-    cluster = await ChaosCluster.start(tmp_path / "chaos", node_timeout=NODE_TIMEOUT)
+    cluster = await ChaosCluster.start(tmp_path / "chaos")
     try:
         yield cluster
     finally:
@@ -71,10 +66,9 @@ async def test_fault_under_load_degrades_only_the_victim_then_recovers(
     assert len(after_open) >= 300
     assert [a for a in after_open if CIRCUIT_OPEN not in (a.reason or "")] == []
     assert run.requests_at_heal == run.requests_at_open
-    breaker = Breaker()
-    assert run.failures_at_open >= (
-        breaker.timeout_threshold if fault == "node_stop" else breaker.threshold
-    )
+    # A crash fails a batch before the breaker opens; a hang is caught by the liveness
+    # probe, usually before any batch to it reaches its deadline.
+    assert run.failures_at_open >= (0 if fault == "node_stop" else 1)
 
     status, ready = run.readyz
     assert status == 503 and ready["nodes"][victim] == "down"
@@ -93,9 +87,10 @@ async def test_fault_under_load_degrades_only_the_victim_then_recovers(
         f"{run.failures_at_open} failures, {len(resumed)} normal answers after recovery"
     )
 
-    # Exact counts. Other nodes: usage == admitted checks. The victim (AOF always): every
-    # admitted check survived; at most the degraded answers that did reach the node (not
-    # the breaker's) were applied on top.
+    # Exact counts. Other nodes: usage == admitted checks. A hung victim applied nothing
+    # it did not answer in time (deadlines): exact too. A crashed victim (AOF always):
+    # every admitted check survived; at most the degraded answers that did reach the
+    # node (not the breaker's) were applied on top, by a batch the crash cut off.
     admitted: Counter[tuple[str, str]] = Counter()
     maybe: Counter[tuple[str, str]] = Counter()
     for a in run.answers:
@@ -106,7 +101,7 @@ async def test_fault_under_load_degrades_only_the_victim_then_recovers(
             maybe[(a.key, a.rule)] += 1
     assert sum(admitted.values()) > 0 and len(run.usage) == 2 * len(run.owners)
     for (key, rule), used in run.usage.items():
-        if run.owners[key] != victim:
+        if run.owners[key] != victim or fault == "node_stop":
             assert used == admitted[(key, rule)], (key, rule)
         else:
             assert admitted[(key, rule)] <= used <= admitted[(key, rule)] + maybe[(key, rule)]
@@ -117,9 +112,7 @@ async def test_fault_under_load_degrades_only_the_victim_then_recovers(
 async def test_redis_sigkilled_under_writes_keeps_acknowledged_counts_and_amounts(
     tmp_path: Path, appendfsync: str
 ) -> None:
-    cluster = await ChaosCluster.start(
-        tmp_path / "dur", appendfsync=appendfsync, node_timeout=NODE_TIMEOUT
-    )
+    cluster = await ChaosCluster.start(tmp_path / "dur", appendfsync=appendfsync)
     try:
         run = await run_durability(cluster)
     finally:
@@ -149,7 +142,7 @@ async def test_redis_sigkilled_under_writes_keeps_acknowledged_counts_and_amount
 async def test_router_sigkilled_mid_all_or_nothing_batches_leaves_no_partial_batch(
     tmp_path: Path,
 ) -> None:
-    cluster = await ChaosCluster.start(tmp_path / "aon", node_timeout=NODE_TIMEOUT, aon_hold="1s")
+    cluster = await ChaosCluster.start(tmp_path / "aon", aon_hold="1s")
     try:
         run = await run_router_kill(cluster)
     finally:

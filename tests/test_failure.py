@@ -16,8 +16,8 @@ WINDOW = {"algorithm": "fixed_window", "limit": 100, "window": "1m"}
 
 @pytest.fixture
 async def fast_cluster(redis_servers: list[RedisProcess], tmp_path: Path) -> AsyncIterator[Cluster]:
-    # The default 50 ms node timeout, as in production.
-    started = await start_cluster(redis_servers, tmp_path, node_timeout_ms=50, rules_yaml=RULES)
+    # The default node deadline, as in production.
+    started = await start_cluster(redis_servers, tmp_path, node_deadline_ms=1000, rules_yaml=RULES)
     try:
         yield started
     finally:

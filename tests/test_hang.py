@@ -53,7 +53,7 @@ async def test_sigstopped_node_degrades_fast_and_recovers(
                     return False
 
             await eventually(n3_up, within=20)
-        config = RouterConfig(data_dir=tmp_path / "router", nodes=specs, node_timeout_ms=50)
+        config = RouterConfig(data_dir=tmp_path / "router", nodes=specs)
         app = create_router_app(config, ADMIN, CLUSTER)
         router_runner, router_port = await _start(app)
         runners.append(router_runner)

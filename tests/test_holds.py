@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import redis
@@ -17,7 +18,7 @@ async def node_batch(cluster: Cluster, node: str, ops: list[dict[str, Any]]) -> 
     """Speak the node protocol the way a router does."""
     async with cluster.http.post(
         cluster.node_urls[node] + "/node/v1/batch",
-        json={"ops": ops},
+        json={"deadline_ms": int(time.time() * 1000) + 5000, "ops": ops},
         headers={"Authorization": f"Bearer {CLUSTER}"},
     ) as resp:
         assert resp.status == 200, await resp.text()

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import aiohttp
@@ -75,7 +76,10 @@ async def test_node_without_topology_is_brought_up_to_date(cluster: Cluster) -> 
 
 async def test_node_endpoints_need_the_cluster_token(cluster: Cluster) -> None:
     url = next(iter(cluster.node_urls.values()))
-    op = {"ops": [{"op": "check", "key": "k", "scope": "~inline", "limits": [], "cost": 1}]}
+    op = {
+        "deadline_ms": int(time.time() * 1000) + 5000,
+        "ops": [{"op": "check", "key": "k", "scope": "~inline", "limits": [], "cost": 1}],
+    }
     async with cluster.http.post(url + "/node/v1/batch", json=op) as resp:
         assert resp.status == 401
     headers = {"Authorization": "Bearer wrong"}

@@ -1,0 +1,32 @@
+-- undo: take back a check whose answer the router may no longer be waiting for
+-- (its results were ready only after the batch's deadline). Nothing of it stays:
+-- the counters get back what it consumed and its idempotency record (with its
+-- hold) is dropped, so the router may send the check again as a new decision.
+-- KEYS: counter key per limit, then (when has_record) the idempotency record key
+--       and the node's holds set.
+-- ARGV: offset_us, n, has_record (0/1), then per limit 8 values as in check.lua,
+--       then the undo entries check.lua returned (cmsgpack).
+-- Returns the number of counters given back to.
+local offset = tonumber(ARGV[1])
+local n = tonumber(ARGV[2])
+local undo = cmsgpack.unpack(ARGV[4 + n * 8])
+local t = clock(offset)
+local given = 0
+for i = 1, n do
+  local key = KEYS[i]
+  for _, u in ipairs(undo) do
+    if u[1] == key then
+      ALG[u[2]].refund(key, params(4 + (i - 1) * 8 + 2), t, u)
+      given = given + 1
+    end
+  end
+end
+if ARGV[3] == '1' then
+  local stored = redis.call('GET', KEYS[n + 1])
+  if stored then
+    local record = cmsgpack.unpack(stored)
+    if record.hold_entry then redis.call('ZREM', KEYS[n + 2], record.hold_entry) end
+    redis.call('DEL', KEYS[n + 1])
+  end
+end
+return given
