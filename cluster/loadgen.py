@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -53,6 +54,7 @@ class LoadConfig:
     per_key: bool = False
     headers: dict[str, str] = field(default_factory=dict)
     timeout_s: float = 30.0
+    bodies: tuple[str, ...] = ()  # explicit bodies, sent round robin (instead of body/keys)
 
 
 class HttpError(Exception):
@@ -69,11 +71,13 @@ def encode_requests(config: LoadConfig) -> list[bytes]:
     headers = {"Host": f"{parts.hostname}:{parts.port or 80}", "Content-Type": "application/json"}
     headers.update(config.headers)
     head = f"POST {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-    out = []
-    for index in range(config.keys):
-        body = config.body.replace("{i}", str(index)).encode()
-        out.append(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
-    return out
+    bodies = config.bodies or tuple(
+        config.body.replace("{i}", str(index)) for index in range(config.keys)
+    )
+    return [
+        f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body
+        for body in (text.encode() for text in bodies)
+    ]
 
 
 def _content_length(lowered: bytes) -> int:
@@ -314,7 +318,13 @@ class LoadRun:
                 if conn is not None and conn.waiter is not None and late:
                     conn.fail(TimeoutError())
 
+    def stop(self) -> None:
+        """Send nothing more; the requests in flight still get their answers counted."""
+        self.deadline = 0.0
+
     async def run(self) -> dict[str, Any]:
+        # SIGTERM ends a run early but cleanly: its report still covers every answer.
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, self.stop)
         # A connection that fails here is retried, and counted, by its slot's first request.
         first = [self._try_connect(count=False) for _ in range(self.config.connections)]
         self.conns = list(await asyncio.gather(*first))
@@ -354,7 +364,9 @@ def build_parser() -> argparse.ArgumentParser:
     amount = parser.add_mutually_exclusive_group(required=True)
     amount.add_argument("--requests", type=int, help="send this many requests in total")
     amount.add_argument("--duration", type=float, help="send for this many seconds")
-    parser.add_argument("--body", required=True, help="JSON body; {i} = request number mod K")
+    bodies = parser.add_mutually_exclusive_group(required=True)
+    bodies.add_argument("--body", help="JSON body; {i} = request number mod K")
+    bodies.add_argument("--bodies-file", help="one JSON body per line, sent round robin")
     parser.add_argument("--keys", type=int, default=1, help="K distinct bodies (default 1)")
     parser.add_argument("--per-key", action="store_true", help="report allowed_by_key")
     parser.add_argument("--header", type=_header, action="append", default=[])
@@ -366,10 +378,20 @@ def _config(args: argparse.Namespace) -> LoadConfig:
     if args.connections < 1 or args.keys < 1 or args.timeout <= 0:
         raise SystemExit("--connections and --keys must be >= 1, --timeout > 0")
     return LoadConfig(
-        url=args.url, connections=args.connections, body=args.body, requests=args.requests,
+        url=args.url, connections=args.connections, body=args.body or "",
+        bodies=_read_bodies(args.bodies_file), requests=args.requests,
         duration_s=args.duration, keys=args.keys, per_key=args.per_key,
         headers=dict(args.header), timeout_s=args.timeout,
     )  # fmt: skip
+
+
+def _read_bodies(path: str | None) -> tuple[str, ...]:
+    if path is None:
+        return ()
+    bodies = tuple(line for line in Path(path).read_text().splitlines() if line.strip())
+    if not bodies:
+        raise SystemExit(f"--bodies-file {path}: no bodies")
+    return bodies
 
 
 def _raise_fd_limit(wanted: int) -> None:
@@ -413,13 +435,15 @@ def loadgen_args(
     per_key: bool = False,
     headers: dict[str, str] | None = None,
     timeout_s: float = 30.0,
+    bodies_file: str | None = None,
 ) -> list[str]:
-    """The command line of one loadgen child process."""
+    """The command line of one loadgen child process (`bodies_file` replaces `body`)."""
     if (requests is None) == (duration_s is None):
         raise ValueError("give exactly one of requests and duration_s")
     args = [sys.executable, "-m", "cluster.loadgen", "--url", url,
-            "--connections", str(connections), "--body", body, "--keys", str(keys),
+            "--connections", str(connections), "--keys", str(keys),
             "--timeout", str(timeout_s)]  # fmt: skip
+    args += ["--bodies-file", bodies_file] if bodies_file is not None else ["--body", body]
     args += (
         ["--requests", str(requests)] if requests is not None else ["--duration", str(duration_s)]
     )
@@ -475,6 +499,47 @@ async def run_loadgen(
         await proc.wait()
         raise
     return _parse(proc.returncode, stdout, stderr)
+
+
+class LoadProcess:
+    """A loadgen child that runs until stopped (load for as long as a scenario lasts)."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+
+    async def stop(self) -> dict[str, Any]:
+        """SIGTERM: it sends nothing more, waits for the answers in flight, reports."""
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(signal.SIGTERM)
+        stdout, stderr = await self.proc.communicate()
+        return _parse(self.proc.returncode, stdout, stderr)
+
+    async def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()
+        await self.proc.wait()
+
+
+async def start_loadgen(
+    url: str,
+    *,
+    connections: int,
+    body: str,
+    keys: int = 1,
+    per_key: bool = False,
+    headers: dict[str, str] | None = None,
+    timeout_s: float = 30.0,
+    bodies_file: str | None = None,
+) -> LoadProcess:
+    """Start a loadgen child that sends until `stop()` (at most a day)."""
+    args = loadgen_args(url, connections=connections, body=body, duration_s=86_400.0,
+                        keys=keys, per_key=per_key, headers=headers, timeout_s=timeout_s,
+                        bodies_file=bodies_file)  # fmt: skip
+    proc = await asyncio.create_subprocess_exec(
+        *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env=_child_env(), preexec_fn=child_preexec,
+    )  # fmt: skip
+    return LoadProcess(proc)
 
 
 def run_loadgen_sync(

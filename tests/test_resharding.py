@@ -21,6 +21,7 @@ import redis as sync_redis
 import yaml
 
 from cluster.keys import limit_key_of
+from cluster.loadgen import LoadProcess, start_loadgen
 from cluster.redis_proc import RedisProcess, free_port
 from node.app import create_app as create_node_app
 from tests.conftest import (
@@ -112,37 +113,43 @@ async def wait_migration_done(cluster: Cluster) -> dict[str, Any]:
 
 
 class Load:
-    """Concurrent clients checking random keys; counts what was admitted per key."""
+    """Checks of random keys from a load generator in its own process (64 connections);
+    counts what was admitted per key once stopped."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    CONNECTIONS = 64
+
+    def __init__(self, cluster: Cluster, workdir: Path) -> None:
         self.cluster = cluster
-        self.admitted: Counter[str] = Counter()
-        self.amounts: Counter[str] = Counter()  # minor units
-        self.problems: list[Any] = []
-        self._stop = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
-
-    async def _client(self, seed: int) -> None:
-        rng = random.Random(seed)
-        while not self._stop.is_set():
-            key = rng.choice(KEYS)
+        self.bodies = workdir / "bodies.jsonl"
+        rng = random.Random(11)
+        lines = []
+        for key in rng.sample(KEYS, len(KEYS)):
             body: dict[str, Any] = {"key": key, "limits": limits_for(key)}
             if key.startswith("{"):
                 body["amount"] = "0.50"
-            status, data = await self.cluster.check(body)
-            if status not in (200, 429) or data.get("degraded"):
-                self.problems.append((status, data))
-            elif status == 200:
-                self.admitted[key] += 1
-                if key.startswith("{"):
-                    self.amounts[key] += 50
+            lines.append(json.dumps(body))
+        self.bodies.write_text("\n".join(lines) + "\n")
+        self.admitted: Counter[str] = Counter()
+        self.amounts: Counter[str] = Counter()  # minor units
+        self.report: dict[str, Any] = {}
+        self._process: LoadProcess | None = None
 
-    def start(self, clients: int) -> None:
-        self._tasks = [asyncio.create_task(self._client(i)) for i in range(clients)]
+    async def start(self) -> None:
+        self._process = await start_loadgen(
+            self.cluster.router_url + "/v1/check",
+            connections=self.CONNECTIONS,
+            body="",
+            bodies_file=str(self.bodies),
+            per_key=True,
+        )
 
     async def stop(self) -> None:
-        self._stop.set()
-        await asyncio.gather(*self._tasks)
+        assert self._process is not None
+        self.report = await self._process.stop()
+        self.admitted.update(self.report["allowed_by_key"])
+        for key, count in self.admitted.items():
+            if key.startswith("{"):
+                self.amounts[key] = 50 * count
 
 
 async def assert_totals(cluster: Cluster, used: dict[str, int], load: Load) -> None:
@@ -176,12 +183,18 @@ def redis_key_counts(cluster: Cluster) -> dict[str, int]:
 
 
 @pytest.mark.timeout(180)
-async def test_add_then_remove_under_load(big_cluster: tuple[Cluster, str]) -> None:
+async def test_add_then_remove_under_load(big_cluster: tuple[Cluster, str], tmp_path: Path) -> None:
     cluster, n4_url = big_cluster
     used = await preload(cluster)
-    load = Load(cluster)
+    load = Load(cluster, tmp_path)
     before = owners(cluster)
-    load.start(50)
+    await load.start()
+    checks = cluster.router.metrics.requests
+
+    async def flowing() -> bool:
+        return checks["check"] >= 500
+
+    await eventually(flowing)  # the load is on before the move starts
     admin = ADMIN
     status, started = await cluster.post("/v1/cluster/nodes", {"url": n4_url, "id": "n4"}, admin)
     assert status == 202, started
@@ -203,9 +216,13 @@ async def test_add_then_remove_under_load(big_cluster: tuple[Cluster, str]) -> N
     assert all(after_add[k] == "n2" for k in changed)  # only n2's keys move
     assert second["keys_moved"] == len(changed) == Counter(after_add.values())["n2"]
 
+    during = checks["check"]
     await load.stop()
-    assert load.problems == [], [p[1].get("degraded_reason") for p in load.problems[:5]]
-    assert sum(load.admitted.values()) > 0
+    report = load.report
+    print(f"{report['answered']} checks, {during} of them before the second move ended")
+    assert report["errors"] == 0, report["error_samples"]
+    assert report["degraded"] == 0, report["degraded_reasons"]
+    assert report["allowed"] == sum(load.admitted.values()) > 0
     await assert_totals(cluster, used, load)
     counts = redis_key_counts(cluster)
     assert counts["n2"] == 0  # the removed node was drained
