@@ -269,7 +269,7 @@ async def test_sigkilled_orchestrator_resumes_and_a_second_router_follows(
     router_a = start_router_process(config_path)
     try:
         used = await preload(cluster)
-        load = Load(cluster)
+        load = Load(cluster, tmp_path)
 
         async def a_get(path: str) -> Any:
             async with cluster.http.get(a_url + path) as resp:
@@ -283,7 +283,7 @@ async def test_sigkilled_orchestrator_resumes_and_a_second_router_follows(
 
         await eventually(a_up, within=30)
         before = owners(cluster)
-        load.start(50)
+        await load.start()
         headers = {"Authorization": f"Bearer {ADMIN}"}
         body = {"url": f"http://127.0.0.1:{n4_port}", "id": "n4"}
         async with cluster.http.post(
@@ -330,7 +330,8 @@ async def test_sigkilled_orchestrator_resumes_and_a_second_router_follows(
 
         await eventually(b_final, within=10)
         await load.stop()
-        assert load.problems == []
+        assert load.report["errors"] == 0, load.report["error_samples"]
+        assert load.report["degraded"] == 0, load.report["degraded_reasons"]
         after = owners(cluster)
         changed = [k for k in KEYS if before[k] != after[k]]
         assert changed and all(after[k] == "n4" for k in changed)
