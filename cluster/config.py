@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from cluster.model import NodeSpec
 from cluster.partition import DEFAULT_VNODES
 
 DEFAULT_PORT = 8080
+log = logging.getLogger("shardlimit.config")
 
 
 @dataclass
@@ -61,6 +63,11 @@ _ROUTER_INTS = (
 )
 
 
+# Settings of the node timeout that deadlines replaced: a 50 ms timeout measured
+# queueing, not failure, so it is not carried over as a deadline.
+_RETIRED = frozenset({"node_timeout", "node_timeout_per_op_us"})
+
+
 def _resolve(base: Path, value: Any) -> Path:
     path = Path(str(value)).expanduser()
     return path if path.is_absolute() else (base / path)
@@ -87,9 +94,8 @@ def parse_config(doc: Any, base: Path) -> RouterConfig:
     cfg.data_dir = _resolve(base, router.get("data_dir", "data/router"))
     if router.get("rules_file"):
         cfg.rules_file = _resolve(base, router["rules_file"])
-    if "node_timeout" in router and "node_deadline" not in router:
-        # The setting's name before deadlines: a timeout that also bounded the deadline.
-        router = {**router, "node_deadline": router["node_timeout"]}
+    for old in _RETIRED & set(router):
+        log.warning("router.%s is retired and ignored: see node_deadline, deadline_margin", old)
     for name in _ROUTER_DURATIONS:
         if name in router:
             setattr(cfg, f"{name}_ms", parse_duration(router[name], f"router.{name}", problems))
