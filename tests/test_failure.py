@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -82,3 +83,25 @@ async def test_dead_node_process_degrades_its_keys(fast_cluster: Cluster) -> Non
     key = keys["n2"][0]
     status, body = await cluster.check({"key": key, "limits": [CALENDAR], "on_failure": "allow"})
     assert status == 200 and body["degraded"] is True
+
+
+async def test_full_node_queue_answers_overloaded_and_consumes_nothing(cluster: Cluster) -> None:
+    """Backpressure: one batch in flight per node and at most 3 checks waiting; the rest
+    are answered at once with on_failure, reason `overloaded`, and consume nothing."""
+    for channel in cluster.router.view.channels.values():
+        channel.max_inflight, channel.queue_max = 1, 3
+    key = "burst:1"
+    payload = {"key": key, "limits": [WINDOW]}
+    results = await asyncio.gather(*(cluster.check(payload) for _ in range(60)))
+    overloaded = [b for _, b in results if b["degraded"]]
+    admitted = [b for _, b in results if b["allowed"] and not b["degraded"]]
+    assert overloaded and admitted
+    assert {b["degraded_reason"].split(":")[0] for b in overloaded} == {"overloaded"}
+    assert all(status == 200 for status, b in results if b["degraded"])  # fixed_window: open
+    owner = cluster.router.view.owner(key)
+    assert cluster.router.view.channels[owner].overloaded == len(overloaded)
+    assert cluster.router.metrics.degraded["overloaded"] == len(overloaded)
+    for channel in cluster.router.view.channels.values():
+        channel.queue_max = 1000
+    status, body = await cluster.check({**payload, "cost": 0})
+    assert status == 200 and body["limits"][0]["remaining"] == 100 - len(admitted)
