@@ -416,9 +416,17 @@ def main(argv: list[str] | None = None) -> int:
     config = _config(build_parser().parse_args(argv))
     _raise_fd_limit(config.connections + 64)
     result = _event_loop_runner()(LoadRun(config).run())
-    sys.stdout.buffer.write(orjson.dumps(result) + b"\n")
-    sys.stdout.flush()
+    _write_all(sys.stdout.fileno(), orjson.dumps(result) + b"\n")
     return 0
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """All of it, even to a pipe the event loop left non-blocking (a report of a few
+    hundred KiB was cut at 128 KiB when written through sys.stdout)."""
+    os.set_blocking(fd, True)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 # ---------------------------------------------------------------- callers in other processes
