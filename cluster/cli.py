@@ -131,7 +131,7 @@ def cmd_node(args: argparse.Namespace) -> int:
     cluster_token = token_from(CLUSTER_TOKEN_ENV, args.cluster_token_file)
     if cluster_token is None:
         logging.warning("no cluster token set (%s): node endpoints are open", CLUSTER_TOKEN_ENV)
-    app = create_app(args.id, args.redis, cluster_token, test_mode=args.test_clock)
+    app = create_app(args.id, args.redis, cluster_token, test_mode=args.test_clock, host=args.host)
     run_app(app, args.host, args.port)
     return 0
 

@@ -22,6 +22,7 @@ from cluster.keys import REQUEST_ID, limit_key_of
 from cluster.problem import problem, problem_middleware, read_json
 from cluster.topology import Topology
 from cluster.wire import BATCH_PATH, DEADLINE_FIELD, HEALTH_PATH, READY_PATH, Status
+from node.liveness import LivenessResponder
 from node.migration import Migrator, PeerError, decode_entries, encode_entries
 from node.ops import BadOp, Op, parse_op
 from node.ownership import Ownership, Role
@@ -50,8 +51,10 @@ class NodeState:
         cluster_token: str | None,
         *,
         test_mode: bool = False,
+        host: str = "127.0.0.1",
     ) -> None:
         self.node_id = node_id
+        self.liveness = LivenessResponder(host)
         self.cluster_token = cluster_token
         self.test_mode = test_mode
         self.redis = aioredis.from_url(
@@ -131,8 +134,7 @@ def _now_ms() -> int:
 
 
 def _expired_batch(state: NodeState, count: int) -> web.Response:
-    results = [{"s": Status.EXPIRED}] * count
-    return _json({"epoch": state.epoch, "node": state.node_id, "results": results})
+    return _batch_answer(state, [{"s": Status.EXPIRED}] * count)
 
 
 @internal(with_body=True)
@@ -204,7 +206,14 @@ async def batch(request: web.Request, state: NodeState, body: Any) -> web.Respon
             state.inflight[epoch] -= 1
             async with state.drained:
                 state.drained.notify_all()
-    return _json({"epoch": state.epoch, "node": state.node_id, "results": results})
+    return _batch_answer(state, results)
+
+
+def _batch_answer(state: NodeState, results: list[Any]) -> web.Response:
+    return _json(
+        {"epoch": state.epoch, "node": state.node_id, "live": state.liveness.port,
+         "results": results}
+    )  # fmt: skip
 
 
 def _result(op: Op, out: Any) -> dict[str, Any]:
@@ -388,7 +397,8 @@ async def lease(request: web.Request, state: NodeState, body: Any) -> web.Respon
 
 
 async def healthz(request: web.Request) -> web.Response:
-    return _json({"status": "ok", "node": request.app[STATE].node_id})
+    state = request.app[STATE]
+    return _json({"status": "ok", "node": state.node_id, "live": state.liveness.port})
 
 
 async def readyz(request: web.Request) -> web.Response:
@@ -455,22 +465,30 @@ async def _on_startup(app: web.Application) -> None:
     except (RedisError, OSError):
         log.warning("redis not reachable at start-up; clock skew assumed 0")
     state.sweeper = asyncio.get_running_loop().create_task(_sweep_holds_forever(state))
+    state.liveness.start()
 
 
 async def _on_cleanup(app: web.Application) -> None:
     state = app[STATE]
     if state.sweeper is not None:
         state.sweeper.cancel()
+    await state.liveness.close()
     if state._session is not None:
         await state._session.close()
     await state.redis.aclose()
 
 
 def create_app(
-    node_id: str, redis_url: str, cluster_token: str | None, *, test_mode: bool = False
+    node_id: str,
+    redis_url: str,
+    cluster_token: str | None,
+    *,
+    test_mode: bool = False,
+    host: str = "127.0.0.1",
 ) -> web.Application:
+    """The node app; `host` is the address it serves on (its liveness port binds there)."""
     app = web.Application(client_max_size=MAX_BODY, middlewares=[problem_middleware])
-    app[STATE] = NodeState(node_id, redis_url, cluster_token, test_mode=test_mode)
+    app[STATE] = NodeState(node_id, redis_url, cluster_token, test_mode=test_mode, host=host)
     app.router.add_post(BATCH_PATH, batch)
     app.router.add_post("/node/v1/decision", decide)
     app.router.add_put("/node/v1/topology", put_topology)

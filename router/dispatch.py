@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -145,6 +146,8 @@ class NodeChannel:
         self._recovery: asyncio.Task[None] | None = None
         self._last_heard = 0.0
         self._rtt_peak = 0.0  # slowest recent batch round trip, decaying
+        self._live_port: int | None = None
+        self._live_pool: HttpPool | None = None
         # Counters for /metrics.
         self.requests = 0
         self.ops = 0
@@ -266,12 +269,22 @@ class NodeChannel:
             if not isinstance(results, list) or len(results) != len(ops):
                 raise ValueError("answered with a different number of results")
             epoch = int(body.get("epoch", 0))
+            self._learn_liveness_port(body.get("live"))
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             reason = f"node {self.spec.id}: {exc}"
             self._note_failure(reason)
             raise NodeUnavailable(reason, Reason.ERROR) from exc
         self.breaker.success()
         return results, epoch
+
+    def _learn_liveness_port(self, port: Any) -> None:
+        """Nodes answer liveness probes on a port of their own (node/liveness.py),
+        announced in each batch answer; until known, probes go to the main port."""
+        if not isinstance(port, int) or port == self._live_port or not 0 < port < 65536:
+            return
+        self._live_port = port
+        url = urlsplit(self.spec.url)
+        self._live_pool = HttpPool(f"http://{url.hostname}:{port}", {})
 
     def _note_failure(self, reason: str) -> None:
         self.failures += 1
@@ -306,13 +319,29 @@ class NodeChannel:
         task.add_done_callback(self._tasks.discard)
 
     async def _probe(self) -> bool:
-        """A liveness probe on a connection of its own: is the node process answering?"""
+        """A liveness probe on a connection of its own: is the node process answering?
+
+        Its liveness thread (node/liveness.py) answers however busy its event loop is.
+        A refused liveness port may only mean the node restarted on a new one: then
+        the main port's /healthz decides.
+        """
         started = asyncio.get_running_loop().time()
         timeout = max(PROBE_TIMEOUT_S, RTT_FACTOR * self._rtt_peak)
+        if self._live_pool is not None:
+            try:
+                status, _ = await self._live_pool.request("GET", "/", None, timeout, fresh=True)
+            except TimeoutError:
+                return self._last_heard > started  # a batch answered meanwhile: alive
+            except OSError:
+                self._live_pool.close()
+                self._live_pool = self._live_port = None
+            else:
+                self._heard()
+                return status == 200
         try:
             status, _ = await self.pool.request("GET", HEALTH_PATH, None, timeout, fresh=True)
         except TimeoutError:
-            return self._last_heard > started  # a batch answered meanwhile: alive
+            return self._last_heard > started
         except OSError:
             return False
         self._heard()
@@ -382,3 +411,5 @@ class NodeChannel:
                 future.set_exception(NodeUnavailable("router shutting down"))
         self._pending.clear()
         self.pool.close()
+        if self._live_pool is not None:
+            self._live_pool.close()
