@@ -25,12 +25,14 @@ from cluster.redis_proc import (
 from node.ops import parse_op
 from node.store import CounterStore
 
+# Day-long windows: a counter expires when its window ends, and a run that crossed a
+# minute boundary with 1-minute windows once counted 42,049 of 100,000 keys.
 SPECS = {
-    "fixed_window": LimitSpec("fixed_window", limit=100, window_ms=60_000),
-    "sliding_window": LimitSpec("sliding_window", limit=100, window_ms=60_000),
+    "fixed_window": LimitSpec("fixed_window", limit=100, window_ms=86_400_000),
+    "sliding_window": LimitSpec("sliding_window", limit=100, window_ms=86_400_000),
     "token_bucket": LimitSpec("token_bucket", limit=20, window_ms=3_600_000, rate=10),
     "calendar": LimitSpec("calendar", limit=100, period="day", timezone="Europe/Paris"),
-    "sliding_log (1 hit)": LimitSpec("sliding_log", limit=100, window_ms=60_000),
+    "sliding_log (1 hit)": LimitSpec("sliding_log", limit=100, window_ms=86_400_000),
 }
 
 
