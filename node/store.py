@@ -6,10 +6,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import msgspec
 import orjson
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError
 
 from cluster.calendar import boundaries, load_timezone
 from cluster.keys import counter_key, record_key
@@ -87,36 +88,53 @@ class CounterStore:
             self._scripts[(entry, codes)] = script
         return script
 
-    def _call(self, op: Op, now_ms: int, deadline_ms: int = 0) -> ScriptCall:
+    def _check_entry(self, op: Op, now_ms: int) -> tuple[list[str], list[Any]]:
+        """A check's KEYS and its packed entry for batch.lua."""
         keys = [counter_key(op.scope, spec.shape, op.key) for spec in op.limits]
-        limit_args: list[int | str] = []
-        for spec, amount in zip(op.limits, op.amounts, strict=True):
-            limit_args.extend(self._limit_args(spec, amount, now_ms))
-        offset_us = self.offset_ms * 1000
-        n = len(op.limits)
-        if op.kind == "check":
-            ttl = 0
-            if op.request_id is not None:
-                keys.append(record_key(op.scope, op.request_id, op.key))
-                ttl = op.record_ttl_ms or self.default_record_ttl_ms
-            args: list[int | str | bytes] = [
-                offset_us, n, op.cost, int(op.dry_run), ttl, deadline_ms, *limit_args
-            ]  # fmt: skip
-            if op.hold_ms and op.request_id is not None:
+        limits = [
+            self._limit_args(spec, amount, now_ms)
+            for spec, amount in zip(op.limits, op.amounts, strict=True)
+        ]
+        ttl, hold_ms, entry = 0, 0, ""
+        if op.request_id is not None:
+            keys.append(record_key(op.scope, op.request_id, op.key))
+            ttl = op.record_ttl_ms or self.default_record_ttl_ms
+            if op.hold_ms:
                 # What the sweeper needs to give the decision back: its refund call.
-                hold: dict[str, Any] = {"k": [keys[-1], *keys[:-1]], "a": limit_args}
+                flat = [value for limit in limits for value in limit]
+                hold: dict[str, Any] = {"k": [keys[-1], *keys[:-1]], "a": flat}
                 if op.batch is not None:
                     hold["b"], hold["c"] = op.batch, op.coordinator
-                entry = orjson.dumps(hold).decode()
+                hold_ms, entry = op.hold_ms, orjson.dumps(hold).decode()
                 keys.append(HOLDS_KEY)
-                args += [op.hold_ms, entry]
-            return self._script("check.lua", op), keys, args
+        return keys, [len(keys), op.cost, int(op.dry_run), ttl, hold_ms, entry, limits]
+
+    def _batch_call(self, checks: list[Op], now_ms: int, deadline_ms: int) -> ScriptCall:
+        """ONE EVALSHA for every check of a batch (node/lua/batch.lua)."""
+        keys: list[str] = []
+        entries: list[list[Any]] = []
+        codes: set[int] = set()
+        for op in checks:
+            op_keys, entry = self._check_entry(op, now_ms)
+            keys += op_keys
+            entries.append(entry)
+            codes.update(ALGORITHM_CODES[spec.algorithm] for spec in op.limits)
+        args: list[int | str | bytes] = [
+            self.offset_ms * 1000, deadline_ms, msgspec.msgpack.encode(entries)
+        ]  # fmt: skip
+        return self._script_for("batch.lua", codes), keys, args
+
+    def _call(self, op: Op, now_ms: int) -> ScriptCall:
+        """The EVALSHA of a refund or a commit."""
         assert op.request_id is not None
         record = record_key(op.scope, op.request_id, op.key)
         if op.kind == "commit":
             return self.commit_script, [record, HOLDS_KEY], []
-        keys.insert(0, record)
-        args = [offset_us, n, int(op.void), *limit_args, 0]
+        keys = [record, *(counter_key(op.scope, spec.shape, op.key) for spec in op.limits)]
+        limit_args: list[int | str | bytes] = []
+        for spec, amount in zip(op.limits, op.amounts, strict=True):
+            limit_args.extend(self._limit_args(spec, amount, now_ms))
+        args = [self.offset_ms * 1000, len(op.limits), int(op.void), *limit_args, 0]
         return self._script("refund.lua", op), keys, args
 
     async def decide(self, batch: str, decision: str) -> str:
@@ -166,19 +184,25 @@ class CounterStore:
         return settled
 
     async def run(self, ops: list[Op], deadline_ms: int = 0) -> list[Any]:
-        """Results in order; a script error becomes an exception object in its slot.
-
-        A check reaching Redis after `deadline_ms` (real Unix ms, 0 = none) is not
-        applied: its raw result is EXPIRED_REPLY.
-        """
+        """Raw results in order, from ONE pipeline: one batch.lua call for all checks,
+        one call per refund or commit. A script error becomes an exception object in
+        its op's slot. A check reaching Redis after `deadline_ms` (real Unix ms, 0 =
+        none) is not applied: its raw result is EXPIRED_REPLY."""
         now_ms = self._estimated_now_ms()
-        calls = [self._call(op, now_ms, deadline_ms) for op in ops]
-        results = await self._evalsha_all(calls)
-        skewed = [
-            i
-            for i, r in enumerate(results)
-            if isinstance(r, ResponseError) and "CLOCK_SKEW" in str(r)
-        ]
+        checks = [i for i, op in enumerate(ops) if op.kind == "check"]
+        others = [i for i, op in enumerate(ops) if op.kind != "check"]
+        calls = [self._call(ops[i], now_ms) for i in others]
+        if checks:
+            calls.insert(0, self._batch_call([ops[i] for i in checks], now_ms, deadline_ms))
+        replies = await self._evalsha_all(calls)
+        results: list[Any] = [None] * len(ops)
+        if checks:
+            batch = replies.pop(0)
+            for position, i in enumerate(checks):
+                results[i] = batch if isinstance(batch, Exception) else batch[position]
+        for i, reply in zip(others, replies, strict=True):
+            results[i] = reply
+        skewed = [i for i, r in enumerate(results) if r == SKEWED_REPLY]
         if skewed:
             # Our estimate of Redis time was more than a period off: re-measure, retry those.
             await self.measure_skew()
@@ -236,11 +260,12 @@ class CounterStore:
         return results
 
 
-EXPIRED_REPLY = -1  # check.lua's first reply item when the deadline had passed
+EXPIRED_REPLY = [-1]  # batch.lua: the deadline had passed, nothing applied
+SKEWED_REPLY = [-2]  # batch.lua: a calendar period did not contain Redis' clock
 
 
 def is_expired(raw: Any) -> bool:
-    return isinstance(raw, list) and len(raw) == 1 and raw[0] == EXPIRED_REPLY
+    return bool(raw == EXPIRED_REPLY)
 
 
 def undo_entries(op: Op, raw: Any) -> bytes | None:

@@ -1,5 +1,5 @@
 -- Shared helpers. Every script is assembled as: common.lua, the algorithm files,
--- then its entry file (check.lua or refund.lua). All integers stay below 2^53 so
+-- then its entry file (batch.lua, refund.lua, undo.lua). All integers stay below 2^53 so
 -- Lua doubles hold them exactly; they are formatted with %d, never tostring().
 local ALG = {}
 

@@ -1,7 +1,7 @@
 -- refund: give back exactly what one recorded decision consumed, once.
 -- KEYS: the idempotency record key, then the counter key of each current limit.
 -- ARGV: offset_us, n, void (1 = a rollback: replays of the request then answer
---       "denied"), then per limit 8 values as in check.lua, then only_held
+--       "denied"), then per limit 8 values (algorithm code, amount, p1..p6), then only_held
 --       (1 = the hold sweeper: act only on a decision still held).
 -- Returns {status, n, then per limit: count given back, amount given back};
 -- status 1 refunded, 0 no such decision, 2 already refunded, 3 consumed nothing,

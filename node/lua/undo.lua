@@ -4,8 +4,8 @@
 -- hold) is dropped, so the router may send the check again as a new decision.
 -- KEYS: counter key per limit, then (when has_record) the idempotency record key
 --       and the node's holds set.
--- ARGV: offset_us, n, has_record (0/1), then per limit 8 values as in check.lua,
---       then the undo entries check.lua returned (cmsgpack).
+-- ARGV: offset_us, n, has_record (0/1), then per limit 8 values (algorithm code, amount, p1..p6),
+--       then the undo entries batch.lua returned (cmsgpack).
 -- Returns the number of counters given back to.
 local offset = tonumber(ARGV[1])
 local n = tonumber(ARGV[2])

@@ -1,0 +1,100 @@
+-- batch: every check of one node batch in ONE script call. Each check is still
+-- evaluated and applied on its own, all of its limits or none; the script as a
+-- whole is atomic too. TIME is read once for the batch.
+-- KEYS: per check, its counter key per limit, then (when it has a record) its
+--       idempotency record key, then (when it holds) the node's holds set.
+-- ARGV: offset_us, deadline_ms (real Unix ms; 0 = none), then the checks packed
+--       with msgpack: a list of {nkeys, cost, dry_run (0/1), record_ttl_ms,
+--       hold_ms, hold_entry or "", limits}, limits being a list of
+--       {algorithm code, amount (minor units), p1..p6}.
+-- Returns one reply per check, in order:
+--   {allowed, replayed, n, then per limit: ok, limit, remaining, reset_after_ms,
+--    retry_after_ms, delay_ms, max_amount, amount_remaining} with -1 for "none",
+--   followed, when the check consumed, by its undo entries packed with cmsgpack
+--   (what undo.lua needs to take it back if the node's answer comes too late);
+--   {-1} when this Redis' clock is already past the deadline (nothing applied);
+--   {-2} when a calendar period did not contain Redis' clock (the node's
+--   estimate of it was off: it re-measures and sends the check again).
+local offset = tonumber(ARGV[1])
+local deadline = tonumber(ARGV[2])
+local checks = cmsgpack.unpack(ARGV[3])
+local t = clock(offset)
+local expired = deadline > 0 and t.us - offset > deadline * 1000
+
+local function check(first, c)
+  local limits = c[7]
+  local n = #limits
+  local cost, dry_run, record_ttl = c[2], c[3] == 1, c[4]
+  local record_key = record_ttl > 0 and KEYS[first + n] or nil
+
+  if record_key then
+    local stored = redis.call('GET', record_key)
+    if stored then
+      local record = cmsgpack.unpack(stored)
+      local out = record.result
+      out[2] = 1
+      return out
+    end
+  end
+
+  local evaluated = {}
+  local allowed = true
+  for i = 1, n do
+    local l = limits[i]
+    local r = ALG[l[1]].eval(KEYS[first + i - 1], { l[3], l[4], l[5], l[6], l[7], l[8] },
+      t, cost, l[2])
+    if r == nil then return { -2 } end
+    evaluated[i] = r
+    if not r.ok then allowed = false end
+  end
+
+  local out = { allowed and 1 or 0, 0, n }
+  local undo = {}
+  for i = 1, n do
+    local r = evaluated[i]
+    if allowed and not dry_run and r.consumes then
+      local u = r.commit()
+      table.insert(u, 1, limits[i][1])
+      table.insert(u, 1, KEYS[first + i - 1])
+      undo[#undo + 1] = u
+    end
+    local rem, reset, arem = r.rem_now, r.reset_now, r.arem_now
+    if allowed then rem, reset, arem = r.rem_after, r.reset_after, r.arem_after end
+    local k = #out
+    out[k + 1] = r.ok and 1 or 0
+    out[k + 2] = r.limit or -1
+    out[k + 3] = rem
+    out[k + 4] = reset
+    out[k + 5] = r.ok and -1 or r.retry
+    out[k + 6] = allowed and r.delay or -1
+    out[k + 7] = r.alimit
+    out[k + 8] = arem
+  end
+
+  if record_key and not dry_run then
+    local record = { result = out, undo = undo, refunded = 0, held = 0 }
+    local hold_ms = c[5]
+    if hold_ms > 0 and #undo > 0 then
+      local entry = c[6]
+      record.held = 1
+      record.hold_entry = entry
+      redis.call('ZADD', KEYS[first + n + 1], math.floor((t.us - offset) / 1000) + hold_ms, entry)
+    end
+    redis.call('SET', record_key, cmsgpack.pack(record), 'PX', record_ttl)
+  end
+  if #undo > 0 then out[#out + 1] = cmsgpack.pack(undo) end
+  return out
+end
+
+local replies = {}
+local first = 1
+for j = 1, #checks do
+  local c = checks[j]
+  if expired then
+    replies[j] = { -1 }
+  else
+    replies[j] = check(first, c)
+  end
+  first = first + c[1]
+end
+return replies
