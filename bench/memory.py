@@ -22,6 +22,7 @@ from cluster.redis_proc import (
     free_port,
     redis_server_binary,
 )
+from cluster.wire import Op as WireOp
 from node.ops import parse_op
 from node.store import CounterStore
 
@@ -78,8 +79,7 @@ async def _measure(keys: int, tmp: Path, binary: str) -> dict[str, Any]:
             before = (await client.info("memory"))["used_memory"]
             for start in range(0, keys, 2000):
                 ops = [
-                    parse_op({"op": "check", "key": f"user:{i}", "scope": "api",
-                              "limits": [spec.to_wire()], "amounts": [0], "cost": 1})
+                    parse_op(WireOp("check", f"user:{i}", "api", [spec.to_wire()], [0], cost=1))
                     for i in range(start, min(keys, start + 2000))
                 ]  # fmt: skip
                 results = await store.run(ops)

@@ -21,6 +21,7 @@ import redis.asyncio as aioredis
 
 from bench.memory import SPECS
 from cluster.redis_proc import RedisProcess, free_port
+from cluster.wire import Op as WireOp
 from node.ops import parse_op
 from node.store import CounterStore
 
@@ -45,8 +46,7 @@ async def _per_decision(
     await client.config_resetstat()
     for start in range(0, decisions, batch):
         ops = [
-            parse_op({"op": "check", "key": f"user:{i}", "scope": "api", "limits": [wire],
-                      "amounts": [0], "cost": 1})
+            parse_op(WireOp("check", f"user:{i}", "api", [wire], [0], cost=1))
             for i in range(start, min(decisions, start + batch))
         ]  # fmt: skip
         results = await store.run(ops)

@@ -1,33 +1,147 @@
-"""The router↔node batch protocol: one definition both sides import.
+"""The router↔node batch protocol: one typed definition both sides import.
 
-A batch is one HTTP request `POST BATCH_PATH` with a JSON body
-`{"deadline_ms": D, "ops": [...]}`. D is a Unix time in milliseconds on the
-router's clock. The node applies no op after D: it answers `expired` for a batch
-that reached it late (including one that waited in its socket buffer while the
-process was stopped), the check script refuses to run when Redis' clock is past
-D, and a batch whose results are ready only after D is rolled back before the
-node answers `expired`. The router gives up on a batch only at D + its margin,
-so an answer it gave up on never consumed anything (as long as the clocks of the
-router and the node hosts differ by less than that margin; see the README).
+A batch is one HTTP request `POST BATCH_PATH` whose body is a msgpack-encoded
+`Batch` (positional arrays, no field names on the wire). `deadline_ms` is a Unix
+time in milliseconds on the router's clock. The node applies no op after it: it
+answers `Expired` for a batch that reached it late (including one that waited in
+its socket buffer while the process was stopped), the batch script refuses to run
+when Redis' clock is past it, and a batch whose results are ready only after it is
+taken back before the node answers `Expired`. The router gives up on a batch only
+at the deadline + its margin, so an answer it gave up on never consumed anything
+(as long as the router's clock runs ahead of the node's by less than that margin;
+see the README).
 
-Each op gets one result object in order; its `s` field is a Status.
+The answer is a `BatchReply`: one result per op, in order, each one of the tagged
+types of `Result`.
 """
 
 from __future__ import annotations
 
-from enum import StrEnum
-from typing import Final
+from typing import Annotated, Any, Final
 
-__all__ = ["BATCH_PATH", "DEADLINE_FIELD", "HEALTH_PATH", "READY_PATH", "Status"]
+import msgspec
+
+__all__ = [
+    "BATCH_PATH",
+    "CONTENT_TYPE",
+    "HEALTH_PATH",
+    "READY_PATH",
+    "Batch",
+    "BatchReply",
+    "Checked",
+    "Committed",
+    "Expired",
+    "Failed",
+    "LimitRow",
+    "Moved",
+    "Op",
+    "Refunded",
+    "Result",
+    "decode_batch",
+    "decode_reply",
+    "encode",
+]
 
 BATCH_PATH: Final = "/node/v1/batch"
-HEALTH_PATH: Final = "/healthz"  # liveness: answered by the node process itself
-READY_PATH: Final = "/readyz"  # readiness: the node and its Redis answer
-DEADLINE_FIELD: Final = "deadline_ms"
+HEALTH_PATH: Final = "/healthz"  # the node process answers
+READY_PATH: Final = "/readyz"  # the node and its Redis answer
+CONTENT_TYPE: Final = "application/msgpack"
+
+NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 
 
-class Status(StrEnum):
-    OK = "ok"
-    MOVED = "moved"  # the node does not own the key under its topology (carries "epoch")
-    EXPIRED = "expired"  # not applied: the deadline passed first (safe to send again)
-    ERROR = "error"  # a bad op or a script error (carries "detail")
+class Op(msgspec.Struct, array_like=True, frozen=True):
+    """One operation on one limit key. `limits` are LimitSpec.to_wire() lists."""
+
+    kind: str  # "check", "refund" or "commit"
+    key: str
+    scope: str
+    limits: list[list[Any]]
+    amounts: list[NonNegative]
+    cost: NonNegative = 0
+    request_id: str | None = None
+    dry_run: bool = False
+    void: bool = False  # refund: a rollback, replays then answer "denied"
+    record_ttl_ms: NonNegative = 0
+    hold_ms: NonNegative = 0  # all-or-nothing first phase
+    batch: str | None = None  # a held check's batch id ...
+    coordinator: str | None = None  # ... and the node holding its decision
+
+
+class Batch(msgspec.Struct, array_like=True, frozen=True):
+    deadline_ms: Annotated[int, msgspec.Meta(gt=0)]
+    ops: list[Op]
+
+
+class LimitRow(msgspec.Struct, array_like=True, frozen=True):
+    """One limit's state in a check's result; -1 stands for "none"."""
+
+    ok: int
+    limit: int
+    remaining: int
+    reset_after_ms: int
+    retry_after_ms: int
+    delay_ms: int
+    max_amount: int
+    amount_remaining: int
+
+
+class Checked(msgspec.Struct, array_like=True, frozen=True, tag="checked"):
+    allowed: bool
+    replayed: bool
+    limits: list[LimitRow]
+
+
+class Refunded(msgspec.Struct, array_like=True, frozen=True, tag="refunded"):
+    # 1 refunded, 0 no such decision, 2 already refunded, 3 consumed nothing
+    status: int
+    given: list[tuple[int, int]]  # per limit: count, amount (minor units)
+
+
+class Committed(msgspec.Struct, array_like=True, frozen=True, tag="committed"):
+    committed: bool
+
+
+class Moved(msgspec.Struct, array_like=True, frozen=True, tag="moved"):
+    """The node does not own the key under its topology of this epoch."""
+
+    epoch: int
+
+
+class Expired(msgspec.Struct, array_like=True, frozen=True, tag="expired"):
+    """Not applied: the deadline passed first. Safe to send again."""
+
+
+class Failed(msgspec.Struct, array_like=True, frozen=True, tag="error"):
+    """A bad op or a script error."""
+
+    detail: str
+
+
+Result = Checked | Refunded | Committed | Moved | Expired | Failed
+
+
+class BatchReply(msgspec.Struct, array_like=True, frozen=True):
+    epoch: int
+    node: str
+    live: int  # the node's liveness port (node/liveness.py)
+    results: list[Result]
+
+
+_encoder = msgspec.msgpack.Encoder()
+_batch_decoder = msgspec.msgpack.Decoder(Batch)
+_reply_decoder = msgspec.msgpack.Decoder(BatchReply)
+
+
+def encode(message: Batch | BatchReply) -> bytes:
+    return _encoder.encode(message)
+
+
+def decode_batch(data: bytes) -> Batch:
+    """Raises msgspec.ValidationError / msgspec.DecodeError."""
+    return _batch_decoder.decode(data)
+
+
+def decode_reply(data: bytes) -> BatchReply:
+    """Raises msgspec.ValidationError / msgspec.DecodeError."""
+    return _reply_decoder.decode(data)

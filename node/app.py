@@ -11,17 +11,18 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
+import msgspec
 import orjson
 import redis.asyncio as aioredis
 from aiohttp import web
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
+from cluster import wire
 from cluster.auth import bearer_matches
 from cluster.keys import REQUEST_ID, limit_key_of
 from cluster.problem import problem, problem_middleware, read_json
 from cluster.topology import Topology
-from cluster.wire import BATCH_PATH, DEADLINE_FIELD, HEALTH_PATH, READY_PATH, Status
 from node.liveness import LivenessResponder
 from node.migration import Migrator, PeerError, decode_entries, encode_entries
 from node.ops import BadOp, Op, parse_op
@@ -133,45 +134,45 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _expired_batch(state: NodeState, count: int) -> web.Response:
-    return _batch_answer(state, [{"s": Status.EXPIRED}] * count)
+def _reply(state: NodeState, results: list[wire.Result]) -> web.Response:
+    reply = wire.BatchReply(state.epoch, state.node_id, state.liveness.port, results)
+    return web.Response(body=wire.encode(reply), content_type=wire.CONTENT_TYPE)
 
 
-@internal(with_body=True)
+@internal(with_body=False)
 async def batch(request: web.Request, state: NodeState, body: Any) -> web.Response:
-    """Run many operations in one Redis pipeline. Ops for keys we do not own: `moved`.
+    """Run many operations in one Redis pipeline. Ops for keys we do not own: `Moved`.
 
     Nothing is applied after the batch's deadline (cluster/wire.py): a batch that
-    arrives late is answered `expired` untouched; the check script refuses once
+    arrives late is answered `Expired` untouched; the batch script refuses once
     Redis' clock is past it; and checks whose results are ready only after it are
-    taken back before the answer says `expired`.
+    taken back before the answer says `Expired`.
     """
-    if not isinstance(body, dict) or not isinstance(body.get("ops"), list):
-        return problem(400, "bad-batch", "body must be an object with an 'ops' list")
-    deadline_ms = body.get(DEADLINE_FIELD)
-    if not isinstance(deadline_ms, int) or isinstance(deadline_ms, bool) or deadline_ms <= 0:
-        return problem(400, "bad-batch", f"{DEADLINE_FIELD} must be a positive integer")
-    raw_ops: list[Any] = body["ops"]
-    if len(raw_ops) > MAX_OPS:
+    try:
+        message = wire.decode_batch(await request.read())
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        return problem(400, "bad-batch", f"not a batch: {exc}")
+    if len(message.ops) > MAX_OPS:
         return problem(413, "too-many-ops", f"at most {MAX_OPS} ops per batch")
+    deadline_ms = message.deadline_ms
     if _now_ms() > deadline_ms:
         state.expired_batches += 1
-        return _expired_batch(state, len(raw_ops))
-    results: list[Any] = [None] * len(raw_ops)
+        return _reply(state, [wire.Expired()] * len(message.ops))
+    results: list[wire.Result] = [wire.Expired()] * len(message.ops)
     runnable: list[Op] = []
     slots: list[int] = []
     ownership = state.ownership
     epoch = state.epoch
     imports: dict[str, list[str]] = defaultdict(list)
-    for index, raw in enumerate(raw_ops):
+    for index, raw in enumerate(message.ops):
         try:
             op = parse_op(raw)
         except BadOp as exc:
-            results[index] = {"s": Status.ERROR, "detail": str(exc)}
+            results[index] = wire.Failed(str(exc))
             continue
         role, source = ownership.role(op.key) if ownership else (Role.MOVED, None)
         if role is Role.MOVED:
-            results[index] = {"s": Status.MOVED, "epoch": epoch}
+            results[index] = wire.Moved(epoch)
             continue
         if role is Role.IMPORT and source is not None:
             imports[source].extend(state.store.redis_keys(op))
@@ -193,7 +194,7 @@ async def batch(request: web.Request, state: NodeState, body: Any) -> web.Respon
                 log.warning("batch finished past its deadline: %d checks taken back", taken_back)
                 for index, op in zip(slots, runnable, strict=True):
                     if op.kind == "check":
-                        results[index] = {"s": Status.EXPIRED}
+                        results[index] = wire.Expired()
         except (RedisError, OSError) as exc:
             if isinstance(exc, RedisConnectionError | OSError):
                 # Redis went away: the idle pooled connections are dead too. Drop them
@@ -206,21 +207,14 @@ async def batch(request: web.Request, state: NodeState, body: Any) -> web.Respon
             state.inflight[epoch] -= 1
             async with state.drained:
                 state.drained.notify_all()
-    return _batch_answer(state, results)
+    return _reply(state, results)
 
 
-def _batch_answer(state: NodeState, results: list[Any]) -> web.Response:
-    return _json(
-        {"epoch": state.epoch, "node": state.node_id, "live": state.liveness.port,
-         "results": results}
-    )  # fmt: skip
-
-
-def _result(op: Op, out: Any) -> dict[str, Any]:
+def _result(op: Op, out: Any) -> wire.Result:
     if isinstance(out, Exception):
-        return {"s": Status.ERROR, "detail": str(out)}
+        return wire.Failed(str(out))
     if op.kind == "check":
-        return {"s": Status.EXPIRED} if is_expired(out) else check_result(out)
+        return wire.Expired() if is_expired(out) else check_result(out)
     if op.kind == "commit":
         return commit_result(out)
     return refund_result(out)
@@ -489,7 +483,7 @@ def create_app(
     """The node app; `host` is the address it serves on (its liveness port binds there)."""
     app = web.Application(client_max_size=MAX_BODY, middlewares=[problem_middleware])
     app[STATE] = NodeState(node_id, redis_url, cluster_token, test_mode=test_mode, host=host)
-    app.router.add_post(BATCH_PATH, batch)
+    app.router.add_post(wire.BATCH_PATH, batch)
     app.router.add_post("/node/v1/decision", decide)
     app.router.add_put("/node/v1/topology", put_topology)
     app.router.add_get("/node/v1/topology", get_topology)
@@ -500,8 +494,8 @@ def create_app(
     app.router.add_post("/node/v1/migration/cleanup", drop_markers)
     app.router.add_get("/node/v1/stats", stats)
     app.router.add_post("/node/v1/test/clock", set_clock)
-    app.router.add_get(HEALTH_PATH, healthz)
-    app.router.add_get(READY_PATH, readyz)
+    app.router.add_get(wire.HEALTH_PATH, healthz)
+    app.router.add_get(wire.READY_PATH, readyz)
     app.on_startup.append(_on_startup)
     app.on_cleanup.append(_on_cleanup)
     return app

@@ -15,6 +15,7 @@ from redis.exceptions import NoScriptError
 from cluster.calendar import boundaries, load_timezone
 from cluster.keys import counter_key, record_key
 from cluster.limits import ALGORITHM_CODES, LimitSpec
+from cluster.wire import Checked, Committed, LimitRow, Refunded
 from node.ops import Op
 from node.scripts import read_lua, script_source
 
@@ -276,18 +277,17 @@ def undo_entries(op: Op, raw: Any) -> bytes | None:
     return extra[0] if extra and isinstance(extra[0], bytes) else None
 
 
-def check_result(raw: list[int]) -> dict[str, Any]:
-    """Script reply -> node wire result."""
-    n = raw[2]
-    limits = [raw[3 + 8 * i : 11 + 8 * i] for i in range(n)]
-    return {"s": "ok", "allowed": raw[0] == 1, "replayed": raw[1] == 1, "limits": limits}
+def check_result(raw: list[Any]) -> Checked:
+    """batch.lua's reply for one check -> its wire result."""
+    rows = [LimitRow(*raw[3 + 8 * i : 11 + 8 * i]) for i in range(raw[2])]
+    return Checked(raw[0] == 1, raw[1] == 1, rows)
 
 
-def commit_result(raw: int) -> dict[str, Any]:
-    return {"s": "ok", "committed": raw == 1}
+def commit_result(raw: int) -> Committed:
+    return Committed(raw == 1)
 
 
-def refund_result(raw: list[int]) -> dict[str, Any]:
+def refund_result(raw: list[int]) -> Refunded:
     n = raw[1]
-    given = [raw[2 + 2 * i : 4 + 2 * i] for i in range(n)] if raw[0] == 1 else []
-    return {"s": "ok", "status": raw[0], "given": given}
+    given = [(raw[2 + 2 * i], raw[3 + 2 * i]) for i in range(n)] if raw[0] == 1 else []
+    return Refunded(raw[0], given)

@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from cluster import wire
 from cluster.auth import bearer_matches
 from cluster.config import RouterConfig
 from cluster.errors import FieldError, Problems, ValidationError
@@ -19,7 +20,6 @@ from cluster.keys import RULE_NAME
 from cluster.limits import format_amount
 from cluster.model import NodeSpec
 from cluster.problem import problem, problem_middleware, read_json
-from cluster.wire import Status
 from router.cluster_view import ClusterView
 from router.decisions import decision, degraded_decision, ratelimit_headers
 from router.dispatch import NodeUnavailable, Reason
@@ -98,21 +98,17 @@ class Router:
     async def check(
         self, request: CheckRequest, hold_ms: int = 0, batch: tuple[str, str] | None = None
     ) -> dict[str, Any]:
-        op = request.to_op(self.config.idempotency_ttl_ms)
-        if hold_ms:
-            op["hold_ms"] = hold_ms
-        if batch is not None:
-            op["batch"], op["coordinator"] = batch
+        op = request.to_op(self.config.idempotency_ttl_ms, hold_ms, batch)
         reason: Reason | None = None
         try:
             node, result = await self.view.execute(request.key, op)
         except NodeUnavailable as exc:
             reason, node, detail = exc.reason, self.view.owner(request.key), str(exc)
         else:
-            if result.get("s") == Status.OK:
+            if isinstance(result, wire.Checked):
                 body = decision(request, node, result)
             else:
-                reason, detail = Reason.ERROR, str(result.get("detail", result))
+                reason, detail = Reason.ERROR, _not_expected(result)
         if reason is not None:
             body = degraded_decision(request, node, f"{reason}: {detail}")
             self.metrics.degraded[reason] += 1
@@ -120,11 +116,11 @@ class Router:
         self.metrics.decisions["degraded_" + outcome if body["degraded"] else outcome] += 1
         return body
 
-    async def refund(self, request: RefundRequest, *, void: bool = False) -> dict[str, Any]:
+    async def refund(self, request: RefundRequest, *, void: bool = False) -> wire.Refunded:
         """Raises NodeUnavailable; returns the node's refund result."""
         _node, result = await self.view.execute(request.key, request.to_op(void=void))
-        if result.get("s") != "ok":
-            raise NodeUnavailable(str(result.get("detail", result)))
+        if not isinstance(result, wire.Refunded):
+            raise NodeUnavailable(_not_expected(result), Reason.ERROR)
         return result
 
     async def batch(self, requests: list[CheckRequest], all_or_nothing: bool) -> dict[str, Any]:
@@ -224,6 +220,10 @@ class Router:
         await asyncio.gather(*(undo(r, b) for r, b in zip(requests, results, strict=True)))
 
 
+def _not_expected(result: wire.Result) -> str:
+    return result.detail if isinstance(result, wire.Failed) else f"unexpected {result!r}"
+
+
 def _router(request: web.Request) -> Router:
     return request.app[ROUTER]
 
@@ -283,7 +283,7 @@ async def post_refund(request: web.Request) -> web.Response:
         result = await router.refund(parsed)
     except NodeUnavailable as exc:
         return problem(503, "node-unavailable", f"the key's node is unavailable: {exc}")
-    status = result["status"]
+    status = result.status
     if status == 0:
         return problem(
             404,
@@ -295,7 +295,7 @@ async def post_refund(request: web.Request) -> web.Response:
         return problem(409, "already-refunded", "this decision was already refunded")
     given = []
     if status == 1:
-        for spec, (count, amount) in zip(parsed.rule.limits, result["given"], strict=True):
+        for spec, (count, amount) in zip(parsed.rule.limits, result.given, strict=True):
             item: dict[str, Any] = {"algorithm": spec.algorithm, "count": count}
             if spec.algorithm == "calendar":
                 item["amount"] = format_amount(amount, spec.amount_scale)

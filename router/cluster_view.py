@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from cluster import topology as topo
+from cluster import wire
 from cluster.config import RouterConfig
 from cluster.model import NodeSpec
 from cluster.partition import new_partitioner, partitioner_from_dict
 from cluster.topology import Topology
-from cluster.wire import Status
 from router.dispatch import NodeChannel, NodeUnavailable, Reason
 
 log = logging.getLogger("shardlimit.router")
@@ -157,7 +157,7 @@ class ClusterView:
     def owner(self, key: str) -> str:
         return self.topology.partitioner.owner(key)
 
-    async def execute(self, key: str, op: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    async def execute(self, key: str, op: wire.Op) -> tuple[str, wire.Result]:
         """Send one op to the key's owner; follow `moved` answers and send again an op the
         node did not apply in time (expired, or no answer by the deadline plus the margin)
         while the node is up. Raises NodeUnavailable."""
@@ -167,7 +167,7 @@ class ClusterView:
             epoch = self.topology.epoch
             channel = self.channels[node_id]
             try:
-                result: dict[str, Any] = await channel.submit(op)
+                result = await channel.submit(op)
             except NodeUnavailable as exc:
                 if exc.reason is not Reason.TIMEOUT or channel.state != "up":
                     raise
@@ -175,8 +175,7 @@ class ClusterView:
                     raise
                 resends += 1
                 continue
-            status = result.get("s")
-            if status == Status.EXPIRED:
+            if isinstance(result, wire.Expired):
                 channel.expired += 1
                 if resends >= MAX_RESENDS or channel.state != "up":
                     raise NodeUnavailable(
@@ -184,14 +183,13 @@ class ClusterView:
                     )
                 resends += 1
                 continue
-            if status != Status.MOVED:
+            if not isinstance(result, wire.Moved):
                 return node_id, result
             self.moved_retries += 1
             moves += 1
             if moves > MAX_MOVED_RETRIES:
                 raise NodeUnavailable(f"key kept moving after {MAX_MOVED_RETRIES} retries")
-            node_epoch = int(result.get("epoch", 0))
-            if node_epoch > epoch:
+            if result.epoch > epoch:
                 await self.refresh_from(node_id)  # we are behind: learn the new layout
             elif self.topology.epoch == epoch:
                 await self.push_topology(node_id)  # the node is behind (e.g. it restarted)

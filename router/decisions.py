@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from cluster.limits import LimitSpec, format_amount
+from cluster.wire import Checked, LimitRow
 from router.requests import CheckRequest
 
 NONE = -1
@@ -23,34 +24,35 @@ def _opt(value: int) -> int | None:
     return None if value == NONE else value
 
 
-def _limit_view(spec: LimitSpec, row: list[int]) -> dict[str, Any]:
-    _ok, limit, remaining, reset, _retry, delay, max_amount, amount_left = row
+def _limit_view(spec: LimitSpec, row: LimitRow) -> dict[str, Any]:
     view: dict[str, Any] = {
         "algorithm": spec.algorithm,
-        "limit": _opt(limit),
-        "remaining": _opt(remaining),
-        "reset_after_ms": reset,
+        "limit": _opt(row.limit),
+        "remaining": _opt(row.remaining),
+        "reset_after_ms": row.reset_after_ms,
     }
     if spec.algorithm == "calendar":
         view["period"] = spec.period
         view["timezone"] = spec.timezone
         scale = spec.amount_scale
-        view["max_amount"] = None if max_amount == NONE else format_amount(max_amount, scale)
+        view["max_amount"] = (
+            None if row.max_amount == NONE else format_amount(row.max_amount, scale)
+        )
         view["amount_remaining"] = (
-            None if amount_left == NONE else format_amount(amount_left, scale)
+            None if row.amount_remaining == NONE else format_amount(row.amount_remaining, scale)
         )
     elif spec.algorithm == "leaky_bucket":
-        view["delay_ms"] = _opt(delay)
+        view["delay_ms"] = _opt(row.delay_ms)
     return view
 
 
-def decision(request: CheckRequest, node: str, result: dict[str, Any]) -> dict[str, Any]:
-    rows: list[list[int]] = result["limits"]
-    allowed: bool = result["allowed"]
-    denied_by = [i for i, row in enumerate(rows) if row[0] == 0]
+def decision(request: CheckRequest, node: str, result: Checked) -> dict[str, Any]:
+    rows = result.limits
+    allowed = result.allowed
+    denied_by = [i for i, row in enumerate(rows) if row.ok == 0]
     retry: int | None = None
     if not allowed:
-        waits = [rows[i][4] for i in denied_by]
+        waits = [rows[i].retry_after_ms for i in denied_by]
         # A cost that can never fit has no retry time.
         retry = None if not waits or NONE in waits else max(waits)
     return {
@@ -61,7 +63,7 @@ def decision(request: CheckRequest, node: str, result: dict[str, Any]) -> dict[s
         "retry_after_ms": retry,
         "limits": [_limit_view(s, r) for s, r in zip(request.rule.limits, rows, strict=True)],
         "denied_by": denied_by if not allowed else [],
-        "replayed": result.get("replayed", False),
+        "replayed": result.replayed,
         "dry_run": request.dry_run,
         "degraded": False,
     }

@@ -29,10 +29,12 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit
 
+import msgspec
 import orjson
 
+from cluster import wire
 from cluster.model import NodeSpec
-from cluster.wire import BATCH_PATH, DEADLINE_FIELD, HEALTH_PATH, READY_PATH
+from cluster.wire import BATCH_PATH, HEALTH_PATH, READY_PATH
 from router.transport import HttpPool
 
 log = logging.getLogger("shardlimit.dispatch")
@@ -107,7 +109,7 @@ class Breaker:
         return True
 
 
-Pending = tuple[dict[str, Any], "asyncio.Future[dict[str, Any]]"]
+Pending = tuple[wire.Op, "asyncio.Future[wire.Result]"]
 
 
 class NodeChannel:
@@ -125,7 +127,7 @@ class NodeChannel:
         on_epoch: Callable[[str, int], None] | None = None,
     ) -> None:
         self.spec = spec
-        headers = {"Content-Type": "application/json"}
+        headers = {"Content-Type": wire.CONTENT_TYPE}
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self.pool = HttpPool(spec.url, headers)
@@ -169,9 +171,9 @@ class NodeChannel:
     def queued(self) -> int:
         return len(self._pending)
 
-    def submit(self, op: dict[str, Any]) -> asyncio.Future[dict[str, Any]]:
+    def submit(self, op: wire.Op) -> asyncio.Future[wire.Result]:
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[dict[str, Any]] = loop.create_future()
+        future: asyncio.Future[wire.Result] = loop.create_future()
         if self.breaker.is_open:
             future.set_exception(
                 NodeUnavailable(f"node {self.spec.id} is down ({CIRCUIT_OPEN})", Reason.DOWN)
@@ -232,12 +234,12 @@ class NodeChannel:
             del self._sent_at[batch_id]
             self._schedule()
 
-    async def _exchange(self, ops: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    async def _exchange(self, ops: list[wire.Op]) -> tuple[list[wire.Result], int]:
         """One batch request: (results in order, the node's epoch)."""
         self.requests += 1
         self.ops += len(ops)
         deadline_ms = int(time.time() * 1000 + self.deadline_s * 1000)
-        payload = orjson.dumps({DEADLINE_FIELD: deadline_ms, "ops": ops})
+        payload = wire.encode(wire.Batch(deadline_ms, ops))
         started = asyncio.get_running_loop().time()
         try:
             status, raw = await self.pool.request(
@@ -264,18 +266,16 @@ class NodeChannel:
         try:
             if status != 200:
                 raise ValueError(f"answered {status}: {_detail(raw)}")
-            body = orjson.loads(raw)
-            results = body["results"]
-            if not isinstance(results, list) or len(results) != len(ops):
+            reply = wire.decode_reply(raw)
+            if len(reply.results) != len(ops):
                 raise ValueError("answered with a different number of results")
-            epoch = int(body.get("epoch", 0))
-            self._learn_liveness_port(body.get("live"))
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            self._learn_liveness_port(reply.live)
+        except (msgspec.ValidationError, msgspec.DecodeError, ValueError) as exc:
             reason = f"node {self.spec.id}: {exc}"
             self._note_failure(reason)
             raise NodeUnavailable(reason, Reason.ERROR) from exc
         self.breaker.success()
-        return results, epoch
+        return reply.results, reply.epoch
 
     def _learn_liveness_port(self, port: Any) -> None:
         """Nodes answer liveness probes on a port of their own (node/liveness.py),

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from cluster import wire
 from cluster.errors import Problems
 from cluster.keys import INLINE_SCOPE, MAX_KEY_BYTES, REQUEST_ID
 from cluster.limits import MAX_COUNT, parse_decimal, parse_limits, to_minor_units
@@ -25,18 +26,26 @@ class CheckRequest:
     request_id: str | None
     dry_run: bool
 
-    def to_op(self, record_ttl_ms: int) -> dict[str, Any]:
-        return {
-            "op": "check",
-            "key": self.key,
-            "scope": self.rule.name,
-            "limits": self.rule.wire,
-            "amounts": self.amounts,
-            "cost": self.cost,
-            "request_id": self.request_id,
-            "dry_run": self.dry_run,
-            "record_ttl_ms": record_ttl_ms,
-        }
+    def to_op(
+        self, record_ttl_ms: int, hold_ms: int = 0, batch: tuple[str, str] | None = None
+    ) -> wire.Op:
+        """The node op; `hold_ms` and `batch` (id, coordinator) for all-or-nothing holds."""
+        batch_id, coordinator = batch if batch is not None else (None, None)
+        return wire.Op(
+            "check",
+            self.key,
+            self.rule.name,
+            list(self.rule.wire),
+            list(self.amounts),
+            self.cost,
+            self.request_id,
+            self.dry_run,
+            False,
+            record_ttl_ms,
+            hold_ms,
+            batch_id,
+            coordinator,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,17 +54,17 @@ class RefundRequest:
     rule: Rule
     request_id: str
 
-    def to_op(self, *, void: bool = False, kind: str = "refund") -> dict[str, Any]:
+    def to_op(self, *, void: bool = False, kind: str = "refund") -> wire.Op:
         """A refund op, or (kind="commit") the op that makes a held decision final."""
-        return {
-            "op": kind,
-            "key": self.key,
-            "scope": self.rule.name,
-            "limits": self.rule.wire,
-            "amounts": [0] * len(self.rule.limits),
-            "request_id": self.request_id,
-            "void": void,
-        }
+        return wire.Op(
+            kind,
+            self.key,
+            self.rule.name,
+            list(self.rule.wire),
+            [0] * len(self.rule.limits),
+            request_id=self.request_id,
+            void=void,
+        )
 
 
 def parse_key(value: Any, path: str, problems: Problems) -> str:

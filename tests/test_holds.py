@@ -7,6 +7,7 @@ from typing import Any
 
 import redis
 
+from cluster import wire
 from node.store import HOLDS_KEY
 from tests.conftest import CLUSTER, Cluster, eventually
 
@@ -14,26 +15,27 @@ FW = {"algorithm": "fixed_window", "limit": 10, "window": "1h"}
 MONEY = {"algorithm": "calendar", "period": "day", "timezone": "UTC", "max_amount": "100.00"}
 
 
-async def node_batch(cluster: Cluster, node: str, ops: list[dict[str, Any]]) -> list[Any]:
+async def node_batch(cluster: Cluster, node: str, ops: list[wire.Op]) -> list[wire.Result]:
     """Speak the node protocol the way a router does."""
+    batch = wire.Batch(int(time.time() * 1000) + 5000, ops)
     async with cluster.http.post(
-        cluster.node_urls[node] + "/node/v1/batch",
-        json={"deadline_ms": int(time.time() * 1000) + 5000, "ops": ops},
-        headers={"Authorization": f"Bearer {CLUSTER}"},
+        cluster.node_urls[node] + wire.BATCH_PATH,
+        data=wire.encode(batch),
+        headers={"Authorization": f"Bearer {CLUSTER}", "Content-Type": wire.CONTENT_TYPE},
     ) as resp:
         assert resp.status == 200, await resp.text()
-        results: list[Any] = (await resp.json())["results"]
-        return results
+        return wire.decode_reply(await resp.read()).results
 
 
-def held_check(key: str, request_id: str, hold_ms: int) -> dict[str, Any]:
-    limits = [[
-        "fixed_window", 10, 3_600_000, 0, "", "", None, 2,
-    ], ["calendar", None, 0, 0, "day", "UTC", 10_000, 2]]  # fmt: skip
-    return {
-        "op": "check", "key": key, "scope": "~inline", "limits": limits, "amounts": [0, 2500],
-        "cost": 3, "request_id": request_id, "record_ttl_ms": 60_000, "hold_ms": hold_ms,
-    }  # fmt: skip
+LIMITS: list[list[Any]] = [
+    ["fixed_window", 10, 3_600_000, 0, "", "", None, 2],
+    ["calendar", None, 0, 0, "day", "UTC", 10_000, 2],
+]
+
+
+def held_check(key: str, request_id: str, hold_ms: int, **extra: Any) -> wire.Op:
+    return wire.Op("check", key, "~inline", LIMITS, [0, 2500], cost=3, request_id=request_id,
+                   record_ttl_ms=60_000, hold_ms=hold_ms, **extra)  # fmt: skip
 
 
 async def test_uncommitted_hold_is_given_back_by_the_node(cluster: Cluster) -> None:
@@ -41,7 +43,7 @@ async def test_uncommitted_hold_is_given_back_by_the_node(cluster: Cluster) -> N
     node = cluster.router.view.owner(key)
     # Phase one of an all-or-nothing batch, then the router "dies": no commit.
     [result] = await node_batch(cluster, node, [held_check(key, "aon-1", hold_ms=2000)])
-    assert result["allowed"] is True
+    assert isinstance(result, wire.Checked) and result.allowed is True
     _, body = await cluster.check({"key": key, "limits": [FW, MONEY], "cost": 0})
     assert body["limits"][0]["remaining"] == 7 and body["limits"][1]["amount_remaining"] == "75.00"
 
@@ -58,19 +60,19 @@ async def test_uncommitted_hold_is_given_back_by_the_node(cluster: Cluster) -> N
     direct.close()
     # A replay of the given-back request answers "denied" and consumes nothing.
     [replay] = await node_batch(cluster, node, [held_check(key, "aon-1", hold_ms=2000)])
-    assert replay["allowed"] is False and replay["replayed"] is True
+    assert isinstance(replay, wire.Checked)
+    assert replay.allowed is False and replay.replayed is True
 
 
 async def test_committed_hold_stays(cluster: Cluster) -> None:
     key = "hold:2"
     node = cluster.router.view.owner(key)
     await node_batch(cluster, node, [held_check(key, "aon-2", hold_ms=5000)])
-    commit = {"op": "commit", "key": key, "scope": "~inline", "request_id": "aon-2",
-              "limits": held_check(key, "x", 0)["limits"], "amounts": [0, 0]}  # fmt: skip
+    commit = wire.Op("commit", key, "~inline", LIMITS, [0, 0], request_id="aon-2")
     [done] = await node_batch(cluster, node, [commit])
-    assert done == {"s": "ok", "committed": True}
+    assert done == wire.Committed(True)
     [again] = await node_batch(cluster, node, [commit])
-    assert again["committed"] is False  # committing twice is not a second commit
+    assert again == wire.Committed(False)  # committing twice is not a second commit
     index = int(node[1:]) - 1
     direct = redis.Redis(port=cluster.redis[index].port)
 
@@ -126,9 +128,9 @@ async def test_holds_of_a_committed_batch_are_committed_by_the_sweepers(cluster:
     key_a, key_b = keys_on_distinct_nodes(cluster, "dec-c")
     node_a, node_b = (cluster.router.view.owner(k) for k in (key_a, key_b))
     for key, node, rid in ((key_a, node_a, "c-a"), (key_b, node_b, "c-b")):
-        op = {**held_check(key, rid, hold_ms=300), "batch": "b-commit", "coordinator": node_a}
+        op = held_check(key, rid, hold_ms=300, batch="b-commit", coordinator=node_a)
         [held] = await node_batch(cluster, node, [op])
-        assert held["allowed"] is True
+        assert isinstance(held, wire.Checked) and held.allowed is True
     assert await decide(cluster, node_a, "b-commit", "commit") == "commit"
 
     async def settled() -> bool:
@@ -151,7 +153,7 @@ async def test_holds_of_an_undecided_batch_are_all_given_back(cluster: Cluster) 
     key_a, key_b = keys_on_distinct_nodes(cluster, "dec-a")
     node_a, node_b = (cluster.router.view.owner(k) for k in (key_a, key_b))
     for key, node, rid in ((key_a, node_a, "a-a"), (key_b, node_b, "a-b")):
-        op = {**held_check(key, rid, hold_ms=300), "batch": "b-undecided", "coordinator": node_b}
+        op = held_check(key, rid, hold_ms=300, batch="b-undecided", coordinator=node_b)
         await node_batch(cluster, node, [op])
 
     async def given_back() -> bool:
@@ -175,6 +177,6 @@ async def test_bad_decisions_are_refused(cluster: Cluster) -> None:
             headers={"Authorization": f"Bearer {CLUSTER}"},
         ) as resp:
             assert resp.status == 400, body
-    op = {**held_check("k", "r", hold_ms=300), "batch": "b"}  # no coordinator
+    op = held_check("k", "r", hold_ms=300, batch="b")  # no coordinator
     [result] = await node_batch(cluster, "n1", [op])
-    assert result["s"] == "error" and "coordinator" in result["detail"]
+    assert isinstance(result, wire.Failed) and "coordinator" in result.detail

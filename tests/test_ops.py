@@ -15,6 +15,7 @@ import aiohttp
 import redis
 import yaml
 
+from cluster import wire
 from cluster.redis_proc import RedisProcess, free_port
 from node.app import STATE
 from tests.conftest import CLUSTER, Cluster, eventually
@@ -75,20 +76,22 @@ async def test_node_without_topology_is_brought_up_to_date(cluster: Cluster) -> 
 
 
 async def test_node_endpoints_need_the_cluster_token(cluster: Cluster) -> None:
-    url = next(iter(cluster.node_urls.values()))
-    op = {
-        "deadline_ms": int(time.time() * 1000) + 5000,
-        "ops": [{"op": "check", "key": "k", "scope": "~inline", "limits": [], "cost": 1}],
-    }
-    async with cluster.http.post(url + "/node/v1/batch", json=op) as resp:
+    url = next(iter(cluster.node_urls.values())) + wire.BATCH_PATH
+    op = wire.Op("check", "k", "~inline", [], [], cost=1)
+    body = wire.encode(wire.Batch(int(time.time() * 1000) + 5000, [op]))
+    async with cluster.http.post(url, data=body) as resp:
         assert resp.status == 401
     headers = {"Authorization": "Bearer wrong"}
-    async with cluster.http.post(url + "/node/v1/batch", json=op, headers=headers) as resp:
+    async with cluster.http.post(url, data=body, headers=headers) as resp:
         assert resp.status == 401
     headers = {"Authorization": f"Bearer {CLUSTER}"}
-    async with cluster.http.post(url + "/node/v1/batch", json=op, headers=headers) as resp:
-        body = await resp.json()
-        assert resp.status == 200 and body["results"][0]["s"] == "error"
+    async with cluster.http.post(url, data=body, headers=headers) as resp:
+        assert resp.status == 200
+        [result] = wire.decode_reply(await resp.read()).results
+        assert isinstance(result, wire.Failed)
+    # Not a batch: a clear 400, nothing run.
+    async with cluster.http.post(url, data=b"\x93junk", headers=headers) as resp:
+        assert resp.status == 400
 
 
 def test_sighup_reloads_rules_in_a_router_process(

@@ -19,6 +19,7 @@ from cluster.errors import Problems
 from cluster.keys import record_key
 from cluster.limits import parse_limit
 from cluster.redis_proc import RedisProcess
+from cluster.wire import Op as WireOp
 from node.ops import Op, parse_op
 from node.store import HOLDS_KEY, CounterStore, is_expired, undo_entries
 
@@ -59,9 +60,8 @@ def op(limits: list[dict[str, Any]], cost: int, **extra: Any) -> Op:
     problems.raise_if_any()
     wire = [spec.to_wire() for spec in specs if spec is not None]
     amounts = [250 if spec.algorithm == "calendar" else 0 for spec in specs if spec is not None]
-    return parse_op({"op": "check", "key": "undo:1", "scope": "~inline", "limits": wire,
-                     "amounts": amounts if cost else [0] * len(wire), "cost": cost,
-                     **extra})  # fmt: skip
+    return parse_op(WireOp("check", "undo:1", "~inline", wire,
+                            amounts if cost else [0] * len(wire), cost=cost, **extra))  # fmt: skip
 
 
 async def state(store: CounterStore, limits: list[dict[str, Any]]) -> list[list[int]]:
