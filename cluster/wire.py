@@ -24,6 +24,7 @@ import msgspec
 __all__ = [
     "BATCH_PATH",
     "CONTENT_TYPE",
+    "DECISION_PATH",
     "HEALTH_PATH",
     "READY_PATH",
     "Batch",
@@ -43,6 +44,7 @@ __all__ = [
 ]
 
 BATCH_PATH: Final = "/node/v1/batch"
+DECISION_PATH: Final = "/node/v1/decision"  # an all-or-nothing batch's decision record
 HEALTH_PATH: Final = "/healthz"  # the node process answers
 READY_PATH: Final = "/readyz"  # the node and its Redis answer
 CONTENT_TYPE: Final = "application/msgpack"

@@ -15,7 +15,6 @@ import msgspec
 import orjson
 import redis.asyncio as aioredis
 from aiohttp import web
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from cluster import wire
@@ -23,6 +22,7 @@ from cluster.auth import bearer_matches
 from cluster.keys import REQUEST_ID, limit_key_of
 from cluster.problem import problem, problem_middleware, read_json
 from cluster.topology import Topology
+from node.boundary import redis_boundary
 from node.liveness import LivenessResponder
 from node.migration import Migrator, PeerError, decode_entries, encode_entries
 from node.ops import BadOp, Op, parse_op
@@ -195,12 +195,6 @@ async def batch(request: web.Request, state: NodeState, body: Any) -> web.Respon
                 for index, op in zip(slots, runnable, strict=True):
                     if op.kind == "check":
                         results[index] = wire.Expired()
-        except (RedisError, OSError) as exc:
-            if isinstance(exc, RedisConnectionError | OSError):
-                # Redis went away: the idle pooled connections are dead too. Drop them
-                # now, or each would fail one more batch after Redis is back.
-                await state.redis.connection_pool.disconnect(inuse_connections=False)
-            return problem(503, "redis-unavailable", f"node redis unavailable: {exc}")
         except PeerError as exc:
             return problem(503, "import-failed", f"could not import moving keys: {exc}")
         finally:
@@ -283,10 +277,7 @@ async def export_keys(request: web.Request, state: NodeState, body: Any) -> web.
         lk is None or ownership.role(lk)[0] is not Role.MOVED for lk in limit_keys
     ):
         return problem(409, "not-moving", "only keys this node no longer serves can be exported")
-    try:
-        entries = await state.migrator.export(keys)
-    except (RedisError, OSError) as exc:
-        return problem(503, "redis-unavailable", f"node redis unavailable: {exc}")
+    entries = await state.migrator.export(keys)
     return _json({"entries": encode_entries(entries)})
 
 
@@ -301,10 +292,7 @@ async def import_keys(request: web.Request, state: NodeState, body: Any) -> web.
         entries = decode_entries(body.get("entries"))
     except (ValueError, TypeError) as exc:
         return problem(400, "bad-import", str(exc))
-    try:
-        restored = await state.migrator.import_entries(migration, entries)
-    except (RedisError, OSError) as exc:
-        return problem(503, "redis-unavailable", f"node redis unavailable: {exc}")
+    restored = await state.migrator.import_entries(migration, entries)
     return _json({"restored": restored, "received": len(entries)})
 
 
@@ -321,8 +309,6 @@ async def migrate_step(request: web.Request, state: NodeState, body: Any) -> web
         return problem(409, "wrong-migration", "this node is not in that migration")
     try:
         step = await state.migrator.copy_batch(ownership, cursor, count)
-    except (RedisError, OSError) as exc:
-        return problem(503, "redis-unavailable", f"node redis unavailable: {exc}")
     except PeerError as exc:
         return problem(503, "peer-unavailable", str(exc))
     return _json(step)
@@ -330,11 +316,8 @@ async def migrate_step(request: web.Request, state: NodeState, body: Any) -> web
 
 @internal(with_body=False)
 async def stats(request: web.Request, state: NodeState, body: Any) -> web.Response:
-    try:
-        keys = await state.redis.dbsize()
-        memory = (await state.redis.info("memory"))["used_memory"]
-    except (RedisError, OSError) as exc:
-        return problem(503, "redis-unavailable", f"node redis unavailable: {exc}")
+    keys = await state.redis.dbsize()
+    memory = (await state.redis.info("memory"))["used_memory"]
     kwargs = state.redis.connection_pool.connection_kwargs
     address = {"host": kwargs.get("host"), "port": kwargs.get("port"), "db": kwargs.get("db", 0)}
     return _json(
@@ -363,10 +346,7 @@ async def drop_markers(request: web.Request, state: NodeState, body: Any) -> web
         return problem(400, "bad-migration", "migration id required")
     if state.ownership is not None and state.ownership.migration_id == migration:
         return problem(409, "migration-running", "that migration is still in progress here")
-    try:
-        dropped = await state.migrator.drop_markers(migration)
-    except (RedisError, OSError) as exc:
-        return problem(503, "redis-unavailable", f"node redis unavailable: {exc}")
+    dropped = await state.migrator.drop_markers(migration)
     return _json({"dropped": dropped})
 
 
@@ -383,10 +363,7 @@ async def lease(request: web.Request, state: NodeState, body: Any) -> web.Respon
         return problem(400, "bad-lease", "action acquire|renew|release and a token are required")
     if not isinstance(ttl, int) or not 100 <= ttl <= 600_000:
         return problem(400, "bad-lease", "ttl_ms must be 100..600000")
-    try:
-        held = await state.lease_script(keys=[LEASE_KEY], args=[action, token, ttl])
-    except (RedisError, OSError) as exc:
-        return problem(503, "redis-unavailable", f"node redis unavailable: {exc}")
+    held = await state.lease_script(keys=[LEASE_KEY], args=[action, token, ttl])
     return _json({"held": held == 1})
 
 
@@ -397,10 +374,7 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def readyz(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    try:
-        await state.redis.ping()
-    except (RedisError, OSError) as exc:
-        return problem(503, "redis-unavailable", f"node redis unavailable: {exc}")
+    await state.redis.ping()
     return _json({"status": "ready", "node": state.node_id, "epoch": state.epoch})
 
 
@@ -413,10 +387,7 @@ async def decide(request: web.Request, state: NodeState, body: Any) -> web.Respo
         return problem(400, "bad-decision", "batch must be a batch id")
     if wanted not in ("commit", "abort"):
         return problem(400, "bad-decision", "decision must be 'commit' or 'abort'")
-    try:
-        stored = await state.store.decide(batch, wanted)
-    except (RedisError, OSError) as exc:
-        return problem(503, "redis-unavailable", f"node redis unavailable: {exc}")
+    stored = await state.store.decide(batch, wanted)
     return _json({"batch": batch, "decision": stored})
 
 
@@ -430,7 +401,7 @@ async def _resolve(state: NodeState, batch: str, coordinator: str) -> str | None
         return "abort"
     try:
         body = await state.migrator.post(
-            spec.url + "/node/v1/decision", {"batch": batch, "decision": "abort"}, timeout_s=1.0
+            spec.url + wire.DECISION_PATH, {"batch": batch, "decision": "abort"}, timeout_s=1.0
         )
     except PeerError:
         return None
@@ -481,10 +452,13 @@ def create_app(
     host: str = "127.0.0.1",
 ) -> web.Application:
     """The node app; `host` is the address it serves on (its liveness port binds there)."""
-    app = web.Application(client_max_size=MAX_BODY, middlewares=[problem_middleware])
-    app[STATE] = NodeState(node_id, redis_url, cluster_token, test_mode=test_mode, host=host)
+    state = NodeState(node_id, redis_url, cluster_token, test_mode=test_mode, host=host)
+    app = web.Application(
+        client_max_size=MAX_BODY, middlewares=[problem_middleware, redis_boundary(state.redis)]
+    )
+    app[STATE] = state
     app.router.add_post(wire.BATCH_PATH, batch)
-    app.router.add_post("/node/v1/decision", decide)
+    app.router.add_post(wire.DECISION_PATH, decide)
     app.router.add_put("/node/v1/topology", put_topology)
     app.router.add_get("/node/v1/topology", get_topology)
     app.router.add_post("/node/v1/export", export_keys)

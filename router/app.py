@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
-import uuid
 from typing import Any
 
 import orjson
@@ -20,6 +18,7 @@ from cluster.keys import RULE_NAME
 from cluster.limits import format_amount
 from cluster.model import NodeSpec
 from cluster.problem import problem, problem_middleware, read_json
+from router.allornothing import AllOrNothing
 from router.cluster_view import ClusterView
 from router.decisions import decision, degraded_decision, ratelimit_headers
 from router.dispatch import NodeUnavailable, Reason
@@ -65,6 +64,9 @@ class Router:
         self.resharder = Resharder(self.view)
         self.rules = RuleBook(config.rules_file)
         self.metrics = Metrics()
+        self.all_or_nothing = AllOrNothing(
+            self.view, self.check, self.refund, hold_ms=config.aon_hold_ms
+        )
         self._reloader: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -124,100 +126,10 @@ class Router:
         return result
 
     async def batch(self, requests: list[CheckRequest], all_or_nothing: bool) -> dict[str, Any]:
-        if not all_or_nothing:
-            results = list(await asyncio.gather(*(self.check(r) for r in requests)))
-            return {"allowed": all(r["allowed"] for r in results), "results": results}
-        # Every consuming check needs a request id so a denial can roll it back exactly.
-        tag = uuid.uuid4().hex
-        requests = [
-            r if r.request_id is not None else dataclasses.replace(r, request_id=f"~aon:{tag}:{i}")
-            for i, r in enumerate(requests)
-        ]
-        # Two-phase: every check is first *held* (consumed, and settled by its node's
-        # sweeper unless committed within aon_hold). If all were allowed, "commit" is
-        # recorded on the batch's coordinator node (SET NX: a sweeper that found the
-        # batch undecided recorded "abort" there first, and then it stays aborted),
-        # and only then are the holds committed; otherwise they are rolled back. A
-        # router dying anywhere in between leaves holds that every node settles by
-        # the coordinator's record: all committed or all given back.
-        owners = (self.view.owner(r.key) for r in requests)
-        channels = self.view.channels
-        coordinator = next(
-            (o for o in owners if o in channels and channels[o].state == "up"),
-            self.view.owner(requests[0].key),
-        )
-        batch = (tag, coordinator)
-        hold = self.config.aon_hold_ms
-        results = list(await asyncio.gather(*(self.check(r, hold, batch) for r in requests)))
-        decision: str | None = "abort"
-        if all(r["allowed"] for r in results):
-            decision = await self._decide(*batch)
-        if decision == "commit":
-            await self._commit(requests, results)
-        elif decision == "abort":
-            await self._roll_back(requests, results)
-        else:
-            # The coordinator could not be reached: the nodes' sweepers will settle
-            # the holds by its record once it answers. Until then, not admitted.
-            for body in results:
-                if body["allowed"]:
-                    body["allowed"] = False
-                    body["degraded"] = True
-        return {"allowed": decision == "commit", "results": results}
-
-    async def _decide(self, batch: str, coordinator: str) -> str | None:
-        """Record "commit" for the batch unless it was aborted; the decision that stands.
-
-        If the answer is lost, asking again to "abort" returns whatever was recorded.
-        """
-        channel = self.view.channels.get(coordinator)
-        if channel is None:
-            return "abort"
-        if channel.breaker.is_open:
-            return None
-        for wanted in ("commit", "abort"):
-            try:
-                body = await channel.post(
-                    "/node/v1/decision", {"batch": batch, "decision": wanted}, timeout_s=1.0
-                )
-            except NodeUnavailable as exc:
-                log.error("batch %s: decision %s not recorded: %s", batch, wanted, exc)
-                continue
-            decision = body.get("decision") if isinstance(body, dict) else None
-            if decision in ("commit", "abort"):
-                return str(decision)
-        return None
-
-    async def _commit(self, requests: list[CheckRequest], results: list[dict[str, Any]]) -> None:
-        """Make the holds final now; any not reached are committed by their node's sweeper."""
-
-        async def commit(request: CheckRequest, body: dict[str, Any]) -> None:
-            if body["replayed"] or body["degraded"] or request.dry_run:
-                return
-            assert request.request_id is not None
-            op = RefundRequest(request.key, request.rule, request.request_id).to_op(kind="commit")
-            try:
-                await self.view.execute(request.key, op)
-            except NodeUnavailable as exc:
-                log.warning("commit of %s left to its node's sweeper: %s", request.key, exc)
-
-        await asyncio.gather(*(commit(r, b) for r, b in zip(requests, results, strict=True)))
-
-    async def _roll_back(self, requests: list[CheckRequest], results: list[dict[str, Any]]) -> None:
-        async def undo(request: CheckRequest, body: dict[str, Any]) -> None:
-            consumed = not (body["replayed"] or body["degraded"] or request.dry_run)
-            if body["allowed"] and consumed and request.request_id is not None:
-                refund = RefundRequest(request.key, request.rule, request.request_id)
-                try:
-                    await self.refund(refund, void=True)
-                except NodeUnavailable as exc:
-                    log.error("rollback of %s failed: %s", request.key, exc)
-                    body["rollback_failed"] = True
-            if body["allowed"]:
-                body["allowed"] = False
-                body["rolled_back"] = True
-
-        await asyncio.gather(*(undo(r, b) for r, b in zip(requests, results, strict=True)))
+        if all_or_nothing:
+            return await self.all_or_nothing.run(requests)
+        results = list(await asyncio.gather(*(self.check(r) for r in requests)))
+        return {"allowed": all(r["allowed"] for r in results), "results": results}
 
 
 def _not_expected(result: wire.Result) -> str:
