@@ -38,6 +38,7 @@ __all__ = [
     "Op",
     "Refunded",
     "Result",
+    "Undone",
     "decode_batch",
     "decode_reply",
     "encode",
@@ -53,9 +54,14 @@ NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 
 
 class Op(msgspec.Struct, array_like=True, frozen=True):
-    """One operation on one limit key. `limits` are LimitSpec.to_wire() lists."""
+    """One operation on one limit key. `limits` are LimitSpec.to_wire() lists.
 
-    kind: str  # "check", "refund" or "commit"
+    kind "undo" takes back a check the router answered degraded after giving up on
+    its batch, whose answer came late and said it consumed: `undo` carries what
+    that answer's `Checked.undo` said.
+    """
+
+    kind: str  # "check", "refund", "commit" or "undo"
     key: str
     scope: str
     limits: list[list[Any]]
@@ -68,6 +74,7 @@ class Op(msgspec.Struct, array_like=True, frozen=True):
     hold_ms: NonNegative = 0  # all-or-nothing first phase
     batch: str | None = None  # a held check's batch id ...
     coordinator: str | None = None  # ... and the node holding its decision
+    undo: bytes | None = None  # kind "undo": the undo entries of the check to take back
 
 
 class Batch(msgspec.Struct, array_like=True, frozen=True):
@@ -92,6 +99,7 @@ class Checked(msgspec.Struct, array_like=True, frozen=True, tag="checked"):
     allowed: bool
     replayed: bool
     limits: list[LimitRow]
+    undo: bytes | None = None  # what it consumed, when it did (opaque: for an "undo" op)
 
 
 class Refunded(msgspec.Struct, array_like=True, frozen=True, tag="refunded"):
@@ -102,6 +110,10 @@ class Refunded(msgspec.Struct, array_like=True, frozen=True, tag="refunded"):
 
 class Committed(msgspec.Struct, array_like=True, frozen=True, tag="committed"):
     committed: bool
+
+
+class Undone(msgspec.Struct, array_like=True, frozen=True, tag="undone"):
+    counters: int  # counters given back to
 
 
 class Moved(msgspec.Struct, array_like=True, frozen=True, tag="moved"):
@@ -120,7 +132,7 @@ class Failed(msgspec.Struct, array_like=True, frozen=True, tag="error"):
     detail: str
 
 
-Result = Checked | Refunded | Committed | Moved | Expired | Failed
+Result = Checked | Refunded | Committed | Undone | Moved | Expired | Failed
 
 
 class BatchReply(msgspec.Struct, array_like=True, frozen=True):

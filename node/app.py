@@ -61,7 +61,16 @@ class NodeState:
         self.redis = aioredis.from_url(
             redis_url, socket_connect_timeout=0.25, socket_timeout=1.0, max_connections=64
         )
-        self.store = CounterStore(self.redis)
+        # Counter scripts get a client of their own WITHOUT a read timeout: a reply is
+        # read however late it comes. A read timeout would answer "unavailable" for a
+        # batch that Redis did apply (the node was only stopped while waiting, and its
+        # clock jumped on SIGCONT); read late, the batch is taken back by the deadline
+        # rule instead. A stopped Redis applies nothing past the deadline either
+        # (batch.lua checks), and a dead one breaks the connection.
+        self.counters = aioredis.from_url(
+            redis_url, socket_connect_timeout=0.25, socket_timeout=None, max_connections=64
+        )
+        self.store = CounterStore(self.counters)
         self.ownership: Ownership | None = None
         self._session: aiohttp.ClientSession | None = None
         self.migrator = Migrator(self.redis, self.session, cluster_token)
@@ -211,6 +220,8 @@ def _result(op: Op, out: Any) -> wire.Result:
         return wire.Expired() if is_expired(out) else check_result(out)
     if op.kind == "commit":
         return commit_result(out)
+    if op.kind == "undo":
+        return wire.Undone(int(out))
     return refund_result(out)
 
 
@@ -441,6 +452,7 @@ async def _on_cleanup(app: web.Application) -> None:
     if state._session is not None:
         await state._session.close()
     await state.redis.aclose()
+    await state.counters.aclose()
 
 
 def create_app(
@@ -454,7 +466,8 @@ def create_app(
     """The node app; `host` is the address it serves on (its liveness port binds there)."""
     state = NodeState(node_id, redis_url, cluster_token, test_mode=test_mode, host=host)
     app = web.Application(
-        client_max_size=MAX_BODY, middlewares=[problem_middleware, redis_boundary(state.redis)]
+        client_max_size=MAX_BODY,
+        middlewares=[problem_middleware, redis_boundary(state.redis, state.counters)],
     )
     app[STATE] = state
     app.router.add_post(wire.BATCH_PATH, batch)

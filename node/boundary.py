@@ -24,14 +24,15 @@ __all__ = ["redis_boundary"]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def redis_boundary(client: aioredis.Redis) -> Middleware:
+def redis_boundary(*clients: aioredis.Redis) -> Middleware:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
             return await handler(request)
         except (RedisError, OSError) as exc:
             if isinstance(exc, RedisConnectionError | OSError):
-                await client.connection_pool.disconnect(inuse_connections=False)
+                for client in clients:
+                    await client.connection_pool.disconnect(inuse_connections=False)
             return problem(503, "redis-unavailable", f"node redis unavailable: {exc}")
 
     return middleware

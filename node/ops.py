@@ -19,7 +19,7 @@ class BadOp(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Op:
-    kind: str  # "check" or "refund"
+    kind: str  # "check", "refund", "commit" or "undo"
     key: str
     scope: str
     limits: tuple[LimitSpec, ...]
@@ -33,6 +33,7 @@ class Op:
     # A held check's batch id and the node holding that batch's commit/abort decision.
     batch: str | None = None
     coordinator: str | None = None
+    undo: bytes | None = None  # kind "undo": the undo entries of the check to take back
 
 
 _limit_cache: dict[str, LimitSpec] = {}
@@ -55,8 +56,10 @@ def _limit(wire: Any) -> LimitSpec:
 
 def parse_op(wire: WireOp) -> Op:
     """A decoded wire op (types already checked by msgspec) -> a validated Op."""
-    if wire.kind not in ("check", "refund", "commit"):
-        raise BadOp("op must be 'check', 'refund' or 'commit'")
+    if wire.kind not in ("check", "refund", "commit", "undo"):
+        raise BadOp("op must be 'check', 'refund', 'commit' or 'undo'")
+    if (wire.kind == "undo") != (wire.undo is not None):
+        raise BadOp("an undo op, and only an undo op, carries undo entries")
     key = wire.key
     if not key or len(key.encode()) > MAX_KEY_BYTES:
         raise BadOp("key must be a non-empty string of at most 512 bytes")
@@ -73,7 +76,7 @@ def parse_op(wire: WireOp) -> Op:
         raise BadOp("bad request_id")
     if wire.record_ttl_ms > MAX_TTL_MS:
         raise BadOp("record_ttl_ms too large")
-    if wire.kind != "check" and request_id is None:
+    if wire.kind in ("refund", "commit") and request_id is None:
         raise BadOp(f"{wire.kind} needs a request_id")
     if wire.hold_ms > MAX_HOLD_MS:
         raise BadOp(f"hold_ms must be at most {MAX_HOLD_MS}")
@@ -98,4 +101,5 @@ def parse_op(wire: WireOp) -> Op:
         hold_ms=wire.hold_ms,
         batch=batch,
         coordinator=coordinator,
+        undo=wire.undo,
     )

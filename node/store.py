@@ -125,8 +125,23 @@ class CounterStore:
         ]  # fmt: skip
         return self._script_for("batch.lua", codes), keys, args
 
+    def _undo_call(self, op: Op, packed: bytes, now_ms: int) -> ScriptCall:
+        """undo.lua: take back what a check consumed, as its undo entries say."""
+        keys = [counter_key(op.scope, spec.shape, op.key) for spec in op.limits]
+        limit_args: list[int | str | bytes] = []
+        for spec, amount in zip(op.limits, op.amounts, strict=True):
+            limit_args.extend(self._limit_args(spec, amount, now_ms))
+        has_record = op.request_id is not None
+        if op.request_id is not None:
+            keys += [record_key(op.scope, op.request_id, op.key), HOLDS_KEY]
+        args = [self.offset_ms * 1000, len(op.limits), int(has_record), *limit_args, packed]
+        return self._script("undo.lua", op), keys, args
+
     def _call(self, op: Op, now_ms: int) -> ScriptCall:
-        """The EVALSHA of a refund or a commit."""
+        """The EVALSHA of a refund, a commit or an undo."""
+        if op.kind == "undo":
+            assert op.undo is not None
+            return self._undo_call(op, op.undo, now_ms)
         assert op.request_id is not None
         record = record_key(op.scope, op.request_id, op.key)
         if op.kind == "commit":
@@ -215,20 +230,12 @@ class CounterStore:
     async def undo(self, done: list[tuple[Op, Any]]) -> int:
         """Take back checks that consumed (their raw results carry undo entries), in one
         pipeline: the answer to them is going out too late to count. How many."""
+        now_ms = self._estimated_now_ms()
         calls: list[ScriptCall] = []
         for op, raw in done:
             packed = undo_entries(op, raw)
-            if packed is None:
-                continue
-            keys = [counter_key(op.scope, spec.shape, op.key) for spec in op.limits]
-            limit_args: list[int | str] = []
-            for spec, amount in zip(op.limits, op.amounts, strict=True):
-                limit_args.extend(self._limit_args(spec, amount, self._estimated_now_ms()))
-            has_record = op.request_id is not None
-            if op.request_id is not None:
-                keys += [record_key(op.scope, op.request_id, op.key), HOLDS_KEY]
-            args = [self.offset_ms * 1000, len(op.limits), int(has_record), *limit_args, packed]
-            calls.append((self._script("undo.lua", op), keys, args))
+            if packed is not None:
+                calls.append(self._undo_call(op, packed, now_ms))
         if not calls:
             return 0
         results = await self._evalsha_all(calls)
@@ -278,9 +285,11 @@ def undo_entries(op: Op, raw: Any) -> bytes | None:
 
 
 def check_result(raw: list[Any]) -> Checked:
-    """batch.lua's reply for one check -> its wire result."""
-    rows = [LimitRow(*raw[3 + 8 * i : 11 + 8 * i]) for i in range(raw[2])]
-    return Checked(raw[0] == 1, raw[1] == 1, rows)
+    """batch.lua's reply for one check -> its wire result (with its undo entries)."""
+    n = raw[2]
+    rows = [LimitRow(*raw[3 + 8 * i : 11 + 8 * i]) for i in range(n)]
+    undo = raw[3 + 8 * n] if len(raw) > 3 + 8 * n else None
+    return Checked(raw[0] == 1, raw[1] == 1, rows, undo)
 
 
 def commit_result(raw: int) -> Committed:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -52,6 +53,7 @@ PROBE_TIMEOUT_S = 0.2
 RTT_FACTOR = 3
 RTT_DECAY = 0.9  # per batch: how fast the remembered slowest round trip fades
 RECOVERY_PROBE_S = 0.1  # cadence of readiness probes while a node is down
+LATE_UNDO_PATIENCE_S = 600.0  # how long a late check is offered back to its node
 CIRCUIT_OPEN = "circuit open"
 
 
@@ -157,6 +159,8 @@ class NodeChannel:
         self.timeouts = 0
         self.expired = 0
         self.overloaded = 0
+        self.late_undos = 0  # checks of late answers taken back
+        self.late_undo_failures = 0
         self.last_error: str | None = None
 
     @property
@@ -243,7 +247,11 @@ class NodeChannel:
         started = asyncio.get_running_loop().time()
         try:
             status, raw = await self.pool.request(
-                "POST", BATCH_PATH, payload, self.deadline_s + self.margin_s
+                "POST",
+                BATCH_PATH,
+                payload,
+                self.deadline_s + self.margin_s,
+                on_late=functools.partial(self._late_answer, ops),
             )
         except TimeoutError as exc:
             self.timeouts += 1
@@ -276,6 +284,48 @@ class NodeChannel:
             raise NodeUnavailable(reason, Reason.ERROR) from exc
         self.breaker.success()
         return reply.results, reply.epoch
+
+    def _late_answer(self, ops: list[wire.Op], status: int, raw: bytes) -> None:
+        """An answer to a batch we gave up on (so its checks were answered degraded)
+        came after all: a node stopped between finishing it and answering. Whatever
+        those checks consumed is taken back, so that a degraded answer consumed nothing.
+        """
+        try:
+            reply = wire.decode_reply(raw) if status == 200 else None
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            reply = None
+        if reply is None or len(reply.results) != len(ops):
+            log.error("node %s: unreadable late answer (HTTP %d)", self.spec.id, status)
+            return
+        for op, result in zip(ops, reply.results, strict=True):
+            if isinstance(result, wire.Checked) and result.undo is not None:
+                undo = msgspec.structs.replace(op, kind="undo", undo=result.undo)
+                task = asyncio.get_running_loop().create_task(self._take_back(undo))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+    async def _take_back(self, undo: wire.Op) -> None:
+        """Send an undo op until the node takes it (it has just come back: it may still
+        be marked down for a moment)."""
+        loop = asyncio.get_running_loop()
+        give_up_at = loop.time() + LATE_UNDO_PATIENCE_S
+        while True:
+            try:
+                result = await self.submit(undo)
+            except NodeUnavailable as exc:
+                result, error = None, str(exc)
+            else:
+                error = f"answered {result!r}"
+            if isinstance(result, wire.Undone):
+                self.late_undos += 1
+                return
+            if loop.time() > give_up_at:
+                # Not taken back: the one case where a degraded answer did consume.
+                self.late_undo_failures += 1
+                log.error("node %s: a late check could not be taken back: %s", self.spec.id,
+                          error)  # fmt: skip
+                return
+            await asyncio.sleep(RECOVERY_PROBE_S)  # retry cadence while the node is down
 
     def _learn_liveness_port(self, port: Any) -> None:
         """Nodes answer liveness probes on a port of their own (node/liveness.py),

@@ -11,6 +11,7 @@ OSError (ConnectionError) or TimeoutError; dispatch.py translates them.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import cast
 from urllib.parse import urlsplit
 
@@ -111,35 +112,35 @@ class _Connection(asyncio.Protocol):
                 raise ProtocolError("response too large")
             at = chunk_start + size + 2
 
-    async def exchange(self, request: bytes, give_up_at: float) -> tuple[int, bytes]:
-        """Write one request; its response, or TimeoutError once the loop time passes
-        `give_up_at` without one.
-
-        The timer fails the waiter only if no response completed it first: after a stall
-        of this process, the response already in the socket buffer is read (I/O callbacks
-        run before due timers) and wins, instead of a timeout measuring our own stall.
-        """
+    def send(self, request: bytes) -> asyncio.Future[tuple[int, bytes]]:
+        """Write one request; the future of its response (status, body)."""
         assert self.transport is not None
-        loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[tuple[int, bytes]] = loop.create_future()
-        self.waiter = waiter
-
-        def expire() -> None:
-            if not waiter.done():
-                waiter.set_exception(TimeoutError())
-
-        timer = loop.call_at(give_up_at, expire)
+        self.waiter = asyncio.get_running_loop().create_future()
         self.transport.write(request)
-        try:
-            return await waiter
-        finally:
-            timer.cancel()
-            self.waiter = None
+        return self.waiter
 
     def close(self) -> None:
         self.closed = True
         if self.transport is not None:
             self.transport.close()
+
+
+Answer = asyncio.Future[tuple[int, bytes]]
+LateAnswer = Callable[[int, bytes], None]
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _late(conn: _Connection, on_late: LateAnswer) -> Callable[[Answer], None]:
+    def done(answer: Answer) -> None:
+        conn.close()
+        if not answer.cancelled() and answer.exception() is None:
+            on_late(*answer.result())
+
+    return done
 
 
 class HttpPool:
@@ -172,7 +173,7 @@ class HttpPool:
         loop = asyncio.get_running_loop()
         while self._idle and not fresh:
             since, conn = self._idle.pop()
-            if not conn.closed and loop.time() - since < self.IDLE_S:
+            if not conn.closed and conn.reusable and loop.time() - since < self.IDLE_S:
                 return conn
             conn.close()
         _, conn = await loop.create_connection(_Connection, self.host, self.port)
@@ -186,22 +187,43 @@ class HttpPool:
         timeout_s: float,
         *,
         fresh: bool = False,
+        on_late: LateAnswer | None = None,
     ) -> tuple[int, bytes]:
         """Send one request; (status, body). Raises OSError or TimeoutError.
 
         `fresh`: on a new connection of its own, closed afterwards (liveness probes must
-        not queue behind a pooled connection's request).
+        not queue behind a pooled connection's request). `on_late`: after a timeout the
+        connection stays open and an answer that still comes is handed to it.
+
+        The timeout fails the request only if no answer completed it first: after a
+        stall of this process, an answer already in the socket buffer is read and wins,
+        instead of a timeout measuring our own stall.
         """
         loop = asyncio.get_running_loop()
         give_up_at = loop.time() + timeout_s
         conn: _Connection | None = None
+        answer: Answer | None = None
         try:
             async with asyncio.timeout_at(give_up_at):
                 conn = await self._connection(fresh)
-            status, raw = await conn.exchange(self._frame(method, path, body), give_up_at)
+            answer = conn.send(self._frame(method, path, body))
+            gave_up: asyncio.Future[None] = loop.create_future()
+            timer = loop.call_at(give_up_at, _resolve, gave_up)
+            try:
+                await asyncio.wait((answer, gave_up), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                timer.cancel()
+            if not answer.done():
+                if on_late is not None:
+                    answer.add_done_callback(_late(conn, on_late))
+                    conn = None  # stays open for the late answer
+                raise TimeoutError()
+            status, raw = answer.result()
         except BaseException:
             # A connection left mid-exchange (timeout, cancel, error) can't be reused.
             if conn is not None:
+                if answer is not None and not answer.done():
+                    answer.cancel()  # nobody will read what closing it would say
                 conn.close()
             raise
         if (
@@ -211,6 +233,7 @@ class HttpPool:
             and not conn.buffer
             and len(self._idle) < self.max_idle
         ):
+            conn.waiter = None
             self._idle.append((loop.time(), conn))
         else:
             conn.close()

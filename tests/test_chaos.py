@@ -102,7 +102,13 @@ async def test_fault_under_load_degrades_only_the_victim_then_recovers(
     assert sum(admitted.values()) > 0 and len(run.usage) == 2 * len(run.owners)
     for (key, rule), used in run.usage.items():
         if run.owners[key] != victim or fault == "node_stop":
-            assert used == admitted[(key, rule)], (key, rule)
+            if used != admitted[(key, rule)]:
+                metrics = await chaos.metrics()
+                late = {m: v for m, v in metrics.items() if "node_" in m}
+                deg = [a for a in run.answers if a.key == key and a.rule == rule and a.degraded]
+                reasons = Counter(a.reason for a in deg)
+                pytest.fail(f"{key} {rule} on {run.owners[key]}: used {used}, admitted "
+                            f"{admitted[(key, rule)]}; {reasons}; {late}")  # fmt: skip
         else:
             assert admitted[(key, rule)] <= used <= admitted[(key, rule)] + maybe[(key, rule)]
 

@@ -17,11 +17,13 @@ import redis.asyncio as aioredis
 
 from cluster.errors import Problems
 from cluster.keys import record_key
-from cluster.limits import parse_limit
+from cluster.limits import LimitSpec, parse_limit
 from cluster.redis_proc import RedisProcess
+from cluster.wire import BatchReply, Checked, encode
 from cluster.wire import Op as WireOp
 from node.ops import Op, parse_op
 from node.store import HOLDS_KEY, CounterStore, is_expired, undo_entries
+from tests.conftest import Cluster, eventually
 
 LIMITS: dict[str, list[dict[str, Any]]] = {
     "fixed_window": [{"algorithm": "fixed_window", "limit": 10, "window": "1h"}],
@@ -54,12 +56,17 @@ async def store(redis_servers: list[RedisProcess]) -> AsyncIterator[CounterStore
         await client.aclose()
 
 
-def op(limits: list[dict[str, Any]], cost: int, **extra: Any) -> Op:
+def specs(limits: list[dict[str, Any]]) -> list[LimitSpec]:
     problems = Problems()
-    specs = [parse_limit(limit, "limit", problems) for limit in limits]
+    parsed = [parse_limit(limit, "limit", problems) for limit in limits]
     problems.raise_if_any()
-    wire = [spec.to_wire() for spec in specs if spec is not None]
-    amounts = [250 if spec.algorithm == "calendar" else 0 for spec in specs if spec is not None]
+    return [spec for spec in parsed if spec is not None]
+
+
+def op(limits: list[dict[str, Any]], cost: int, **extra: Any) -> Op:
+    parsed = specs(limits)
+    wire = [spec.to_wire() for spec in parsed]
+    amounts = [250 if spec.algorithm == "calendar" else 0 for spec in parsed]
     return parse_op(WireOp("check", "undo:1", "~inline", wire,
                             amounts if cost else [0] * len(wire), cost=cost, **extra))  # fmt: skip
 
@@ -130,3 +137,31 @@ async def test_a_check_reaching_redis_after_its_deadline_is_not_applied(
     assert await state(store, limits) == before
     [raw] = await store.run([op(limits, 1)], deadline_ms=past + 60_000)
     assert raw[0] == 1
+
+
+async def test_a_late_answer_the_router_gave_up_on_is_taken_back(cluster: Cluster) -> None:
+    """A node stopped between finishing a batch and answering it answers after the router
+    gave up (and answered degraded): the router takes back what that answer consumed."""
+    key = "late:1"
+    channel = cluster.router.view.channels[cluster.router.view.owner(key)]
+    limits = LIMITS["fixed_window"]
+    check = WireOp("check", key, "~inline", [lim.to_wire() for lim in specs(limits)], [0],
+                   cost=4, request_id="late-req", record_ttl_ms=60_000)  # fmt: skip
+    # What the node answers to a batch it applied; here the router has given up on it.
+    results, epoch = await channel._exchange([check])
+    assert isinstance(results[0], Checked) and results[0].undo is not None
+    late = encode(BatchReply(epoch, channel.spec.id, 0, results))
+    channel._late_answer([check], 200, late)
+
+    async def taken_back() -> bool:
+        return channel.late_undos == 1
+
+    await eventually(taken_back)
+    status, body = await cluster.check({"key": key, "limits": limits, "cost": 0})
+    assert status == 200 and body["limits"][0]["remaining"] == 10
+    # Its idempotency record went too: the same request id is a new decision.
+    _, again = await cluster.check(
+        {"key": key, "limits": limits, "cost": 4, "request_id": "late-req"}
+    )
+    assert again["replayed"] is False and again["limits"][0]["remaining"] == 6
+    assert channel.late_undo_failures == 0
