@@ -13,6 +13,7 @@ Pieces (`--only NAME[,NAME]`, `--skip NAME[,NAME]`):
   latency    open-loop p50/p99/p999 at 1,000 checks/s, and the generator's floor
   quick      the closed-loop aiohttp probe (bench/quick.py)
   memory     Redis bytes per counter (bench/memory.py)
+  rediscost  Redis CPU usec per decision, INFO commandstats (bench/rediscost.py)
   scaling    batch decisions/s with 1, 2 and 4 nodes
   migration  live reshard speed ÷ raw MIGRATE, latency before/during (bench/migration.py)
   profile    py-spy samples of the router and a node at 1,000 checks/s (bench/profile.py)
@@ -53,8 +54,8 @@ from cluster.redis_proc import redis_server_binary
 
 RESULTS = Path(__file__).parent / "results"
 PIECES = (
-    "single", "batch", "sdk", "latency", "quick", "profile", "burst", "memory", "scaling",
-    "migration",
+    "single", "batch", "sdk", "latency", "quick", "profile", "burst", "memory", "rediscost",
+    "scaling", "migration",
 )  # fmt: skip
 ON_SHARED_CLUSTER = {"single", "batch", "sdk", "latency", "quick", "profile", "burst"}
 NEEDS_TRIVIAL = {"single", "latency"}
@@ -172,6 +173,7 @@ class Suite:
             "profile": self.profile,
             "burst": lambda: burst(self.router()),
             "memory": lambda: run_module_json("bench.memory", "--keys", str(a.memory_keys)),
+            "rediscost": lambda: run_module_json("bench.rediscost"),
             "scaling": lambda: scaling(s),
             "migration": lambda: run_module_json(
                 "bench.migration", "--keys", str(a.migration_keys), timeout=1200

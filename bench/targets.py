@@ -26,6 +26,10 @@ TARGETS: dict[str, tuple[str, tuple[str, ...], str, float, str]] = {
         "latency", ("p99_ms",), "<=", 2.0,
         "p99 of single checks at 1,000/s open loop, from the scheduled send time",
     ),
+    "redis_usec_per_fixed_window_decision": (
+        "rediscost", ("fixed_window_usec_per_decision",), "<=", 6.0,
+        "Redis CPU per fixed_window decision in batches of 100 (INFO commandstats usec)",
+    ),
     "memory_fixed_window_bytes_per_key": (
         "memory", ("bytes_per_key", "fixed_window"), "<=", 100.0,
         "Redis used_memory per fixed_window counter",

@@ -12,18 +12,11 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from cluster import algorithms as algorithm_records
 from cluster.calendar import PERIODS, load_timezone
 from cluster.errors import Problems
 
-ALGORITHMS = (
-    "fixed_window",
-    "sliding_log",
-    "sliding_window",
-    "token_bucket",
-    "leaky_bucket",
-    "calendar",
-)
-ALGORITHM_CODES = {name: code for code, name in enumerate(ALGORITHMS, start=1)}
+ALGORITHMS = tuple(algorithm.name for algorithm in algorithm_records.ALGORITHMS)
 
 MAX_COUNT = 10**12
 MAX_SLIDING_LOG = 10_000
@@ -219,7 +212,7 @@ def parse_limit(data: Any, path: str, problems: Problems) -> LimitSpec | None:
         return None
     before = len(problems.errors)
     algorithm = data.get("algorithm")
-    if not isinstance(algorithm, str) or algorithm not in ALGORITHM_CODES:
+    if not isinstance(algorithm, str) or algorithm not in algorithm_records.BY_NAME:
         problems.add(f"{path}.algorithm", f"must be one of: {', '.join(ALGORITHMS)}")
         return None
     for name in sorted(set(data) - _KNOWN_FIELDS[algorithm]):

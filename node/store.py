@@ -12,14 +12,13 @@ import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
-from cluster.calendar import boundaries, load_timezone
+from cluster.algorithms import BY_NAME
 from cluster.keys import counter_key, record_key
-from cluster.limits import ALGORITHM_CODES, LimitSpec
+from cluster.limits import LimitSpec
 from cluster.wire import Checked, Committed, LimitRow, Refunded
 from node.ops import Op
 from node.scripts import read_lua, script_source
 
-NONE = -1
 HOLDS_KEY = "sl|holds"  # node-local: entries for the hold sweeper, never migrated
 DECISION_PREFIX = "sl|d|"  # + batch id: "commit" or "abort", written once (SET NX)
 DECISION_TTL_MS = 3_600_000
@@ -55,20 +54,9 @@ class CounterStore:
         return int(time.time() * 1000) + self.skew_ms + self.offset_ms
 
     def _limit_args(self, spec: LimitSpec, amount: int, now_ms: int) -> list[int]:
-        code = ALGORITHM_CODES[spec.algorithm]
-        if spec.algorithm in ("fixed_window", "sliding_log", "sliding_window"):
-            p = [spec.limit or 0, spec.window_ms, 0, 0, 0, 0]
-        elif spec.algorithm in ("token_bucket", "leaky_bucket"):
-            p = [spec.rate, spec.window_ms, spec.limit or 0, 0, 0, 0]
-        else:
-            tz = load_timezone(spec.timezone)
-            b = boundaries(spec.period, tz, now_ms)
-            p = [
-                NONE if spec.limit is None else spec.limit,
-                NONE if spec.max_amount is None else spec.max_amount,
-                *b,
-            ]
-        return [code, amount, *p]
+        """One limit's 8 script arguments: code, amount, p1..p6."""
+        algorithm = BY_NAME[spec.algorithm]
+        return [algorithm.code, amount, *algorithm.pack(spec, now_ms)]
 
     @staticmethod
     def redis_keys(op: Op) -> list[str]:
@@ -79,7 +67,7 @@ class CounterStore:
         return keys
 
     def _script(self, entry: str, op: Op) -> AsyncScript:
-        return self._script_for(entry, {ALGORITHM_CODES[spec.algorithm] for spec in op.limits})
+        return self._script_for(entry, {BY_NAME[spec.algorithm].code for spec in op.limits})
 
     def _script_for(self, entry: str, algorithm_codes: set[int]) -> AsyncScript:
         codes = tuple(sorted(algorithm_codes))
@@ -119,7 +107,7 @@ class CounterStore:
             op_keys, entry = self._check_entry(op, now_ms)
             keys += op_keys
             entries.append(entry)
-            codes.update(ALGORITHM_CODES[spec.algorithm] for spec in op.limits)
+            codes.update(BY_NAME[spec.algorithm].code for spec in op.limits)
         args: list[int | str | bytes] = [
             self.offset_ms * 1000, deadline_ms, msgspec.msgpack.encode(entries)
         ]  # fmt: skip

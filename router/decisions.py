@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
+from cluster.algorithms import BY_NAME, NONE
 from cluster.limits import LimitSpec, format_amount
 from cluster.wire import Checked, LimitRow
 from router.requests import CheckRequest
 
-NONE = -1
 _NOMINAL_PERIOD_S = {
     "minute": 60,
     "hour": 3600,
@@ -24,6 +25,20 @@ def _opt(value: int) -> int | None:
     return None if value == NONE else value
 
 
+def _amount(minor: int, spec: LimitSpec) -> str | None:
+    return None if minor == NONE else format_amount(minor, spec.amount_scale)
+
+
+# The extra decision fields an algorithm may show (its record's view_fields).
+_VIEW_FIELDS: dict[str, Callable[[LimitSpec, LimitRow], Any]] = {
+    "period": lambda spec, _row: spec.period,
+    "timezone": lambda spec, _row: spec.timezone,
+    "max_amount": lambda spec, row: _amount(row.max_amount, spec),
+    "amount_remaining": lambda spec, row: _amount(row.amount_remaining, spec),
+    "delay_ms": lambda _spec, row: _opt(row.delay_ms),
+}
+
+
 def _limit_view(spec: LimitSpec, row: LimitRow) -> dict[str, Any]:
     view: dict[str, Any] = {
         "algorithm": spec.algorithm,
@@ -31,18 +46,8 @@ def _limit_view(spec: LimitSpec, row: LimitRow) -> dict[str, Any]:
         "remaining": _opt(row.remaining),
         "reset_after_ms": row.reset_after_ms,
     }
-    if spec.algorithm == "calendar":
-        view["period"] = spec.period
-        view["timezone"] = spec.timezone
-        scale = spec.amount_scale
-        view["max_amount"] = (
-            None if row.max_amount == NONE else format_amount(row.max_amount, scale)
-        )
-        view["amount_remaining"] = (
-            None if row.amount_remaining == NONE else format_amount(row.amount_remaining, scale)
-        )
-    elif spec.algorithm == "leaky_bucket":
-        view["delay_ms"] = _opt(row.delay_ms)
+    for name in BY_NAME[spec.algorithm].view_fields:
+        view[name] = _VIEW_FIELDS[name](spec, row)
     return view
 
 

@@ -4,7 +4,7 @@
 -- period that contains Redis TIME; if none does, the node's estimate was off by
 -- more than a period and it retries (error CLOCK_SKEW).
 -- State "period_start:count:amount" (amount in integer minor units).
-ALG[6] = {
+ALG[CODE] = {
   eval = function(key, p, t, cost, amount)
     local max_count, max_amount = p[1], p[2]
     local start, finish

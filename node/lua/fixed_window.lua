@@ -9,7 +9,7 @@ local function fw_current(key, reset, win)
   return math.abs(redis.call('PTTL', key) - reset) * 2 < win
 end
 
-ALG[1] = {
+ALG[CODE] = {
   eval = function(key, p, t, cost, _amount)
     local limit, win = p[1], p[2]
     local w = math.floor(t.ms / win)

@@ -10,7 +10,7 @@ local function lb_level(key, rate, now_ms)
   return math.max(0, s[1] - rate * elapsed)
 end
 
-ALG[5] = {
+ALG[CODE] = {
   eval = function(key, p, t, cost, _amount)
     local rate, period, size = p[1], p[2], p[3]
     local capacity = size * period

@@ -4,7 +4,7 @@ local function log_member(base, j)
   return fmt(base) .. '-' .. fmt(j)
 end
 
-ALG[2] = {
+ALG[CODE] = {
   eval = function(key, p, t, cost, _amount)
     local limit, win_us = p[1], p[2] * 1000
     redis.call('ZREMRANGEBYSCORE', key, '-inf', t.us - win_us)

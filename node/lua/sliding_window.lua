@@ -10,7 +10,7 @@ local function sw_state(key, w)
   return 0, 0
 end
 
-ALG[3] = {
+ALG[CODE] = {
   eval = function(key, p, t, cost, _amount)
     local limit, win = p[1], p[2]
     local w = math.floor(t.ms / win)

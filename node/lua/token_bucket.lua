@@ -9,7 +9,7 @@ local function tb_level(key, rate, period, capacity, now_ms)
   return math.min(capacity, s[1] + rate * elapsed)
 end
 
-ALG[4] = {
+ALG[CODE] = {
   eval = function(key, p, t, cost, _amount)
     local rate, period, burst = p[1], p[2], p[3]
     local capacity = burst * period
