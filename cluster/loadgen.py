@@ -479,6 +479,13 @@ def _parse(returncode: int | None, stdout: bytes, stderr: bytes) -> dict[str, An
     return result
 
 
+async def _spawn(args: list[str]) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env=_child_env(), preexec_fn=child_preexec,
+    )  # fmt: skip
+
+
 async def run_loadgen(
     url: str,
     *,
@@ -492,12 +499,10 @@ async def run_loadgen(
     timeout_s: float = 30.0,
 ) -> dict[str, Any]:
     """Run the load generator in a child process without blocking the caller's event loop."""
-    args = loadgen_args(url, connections=connections, body=body, requests=requests,
-                        duration_s=duration_s, keys=keys, per_key=per_key, headers=headers,
-                        timeout_s=timeout_s)  # fmt: skip
-    proc = await asyncio.create_subprocess_exec(
-        *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        env=_child_env(), preexec_fn=child_preexec,
+    proc = await _spawn(
+        loadgen_args(url, connections=connections, body=body, requests=requests,
+                     duration_s=duration_s, keys=keys, per_key=per_key, headers=headers,
+                     timeout_s=timeout_s)
     )  # fmt: skip
     try:
         stdout, stderr = await proc.communicate()
@@ -540,14 +545,13 @@ async def start_loadgen(
     bodies_file: str | None = None,
 ) -> LoadProcess:
     """Start a loadgen child that sends until `stop()` (at most a day)."""
-    args = loadgen_args(url, connections=connections, body=body, duration_s=86_400.0,
-                        keys=keys, per_key=per_key, headers=headers, timeout_s=timeout_s,
-                        bodies_file=bodies_file)  # fmt: skip
-    proc = await asyncio.create_subprocess_exec(
-        *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        env=_child_env(), preexec_fn=child_preexec,
+    return LoadProcess(
+        await _spawn(
+            loadgen_args(url, connections=connections, body=body, duration_s=86_400.0,
+                         keys=keys, per_key=per_key, headers=headers, timeout_s=timeout_s,
+                         bodies_file=bodies_file)
+        )
     )  # fmt: skip
-    return LoadProcess(proc)
 
 
 def run_loadgen_sync(
