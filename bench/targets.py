@@ -1,4 +1,8 @@
-"""The `targets` block: for each target of issue 4 its measured value, the target, met."""
+"""The `targets` block: for each target its measured value, the target, met.
+
+Throughput and latency targets are those of the hot-path issue (single ≥ 0.5,
+batch ≥ 0.15, Redis ≤ 6 µs per decision); the others come from earlier issues.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +11,11 @@ from typing import Any
 # name: (section, path to the value, comparison, target, what it is)
 TARGETS: dict[str, tuple[str, tuple[str, ...], str, float, str]] = {
     "single_check_vs_trivial_aiohttp": (
-        "single", ("ratio",), ">=", 0.6,
+        "single", ("ratio",), ">=", 0.5,
         "router /v1/check checks/s ÷ trivial aiohttp handler requests/s (wrk, same settings)",
     ),
     "batch_decisions_vs_redis_evalsha": (
-        "batch", ("ratio",), ">=", 0.4,
+        "batch", ("ratio",), ">=", 0.15,
         "router /v1/check/batch decisions/s ÷ redis-benchmark -P 32 EVALSHA (one INCR)/s",
     ),
     "sdk_vs_limits": (
