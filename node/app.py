@@ -67,8 +67,10 @@ class NodeState:
         # clock jumped on SIGCONT); read late, the batch is taken back by the deadline
         # rule instead. A stopped Redis applies nothing past the deadline either
         # (batch.lua checks), and a dead one breaks the connection.
+        # Its pool grows under a burst: a connect may queue behind a saturated machine
+        # (a dead Redis refuses at once; the timeout is only for an unreachable host).
         self.counters = aioredis.from_url(
-            redis_url, socket_connect_timeout=0.25, socket_timeout=None, max_connections=64
+            redis_url, socket_connect_timeout=2.0, socket_timeout=None, max_connections=64
         )
         self.store = CounterStore(self.counters)
         self.ownership: Ownership | None = None
@@ -333,7 +335,7 @@ async def stats(request: web.Request, state: NodeState, body: Any) -> web.Respon
     address = {"host": kwargs.get("host"), "port": kwargs.get("port"), "db": kwargs.get("db", 0)}
     return _json(
         {"node": state.node_id, "epoch": state.epoch, "keys": keys, "memory": memory,
-         "redis": address, "expired_batches": state.expired_batches,
+         "redis": address, "live": state.liveness.port, "expired_batches": state.expired_batches,
          "undone_checks": state.undone_checks}
     )  # fmt: skip
 

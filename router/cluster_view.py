@@ -119,6 +119,7 @@ class ClusterView:
         async def epoch_of(node_id: str) -> tuple[int, str]:
             try:
                 stats = await self.channels[node_id].get("/node/v1/stats", timeout_s=1.0)
+                self.channels[node_id].learn_liveness_port(stats.get("live"))
                 return int(stats.get("epoch", 0)), node_id
             except NodeUnavailable:
                 return 0, node_id
@@ -138,6 +139,7 @@ class ClusterView:
             turn += 1
             with contextlib.suppress(NodeUnavailable, ValueError, TypeError):
                 stats = await self.channels[node_id].get("/node/v1/stats", timeout_s=1.0)
+                self.channels[node_id].learn_liveness_port(stats.get("live"))
                 if int(stats.get("epoch", 0)) > self.topology.epoch:
                     await self.refresh_from(node_id)
 

@@ -277,7 +277,7 @@ class NodeChannel:
             reply = wire.decode_reply(raw)
             if len(reply.results) != len(ops):
                 raise ValueError("answered with a different number of results")
-            self._learn_liveness_port(reply.live)
+            self.learn_liveness_port(reply.live)
         except (msgspec.ValidationError, msgspec.DecodeError, ValueError) as exc:
             reason = f"node {self.spec.id}: {exc}"
             self._note_failure(reason)
@@ -327,9 +327,10 @@ class NodeChannel:
                 return
             await asyncio.sleep(RECOVERY_PROBE_S)  # retry cadence while the node is down
 
-    def _learn_liveness_port(self, port: Any) -> None:
+    def learn_liveness_port(self, port: Any) -> None:
         """Nodes answer liveness probes on a port of their own (node/liveness.py),
-        announced in each batch answer; until known, probes go to the main port."""
+        announced in each batch answer and in their stats; until known, probes go to
+        the main port, where only a refusal counts (a busy event loop is no proof)."""
         if not isinstance(port, int) or port == self._live_port or not 0 < port < 65536:
             return
         self._live_port = port
@@ -391,7 +392,7 @@ class NodeChannel:
         try:
             status, _ = await self.pool.request("GET", HEALTH_PATH, None, timeout, fresh=True)
         except TimeoutError:
-            return self._last_heard > started
+            return True  # the main port queues behind the node's event loop: inconclusive
         except OSError:
             return False
         self._heard()
