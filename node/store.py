@@ -10,7 +10,7 @@ import msgspec
 import orjson
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 from cluster.algorithms import BY_NAME
 from cluster.keys import counter_key, record_key
@@ -249,6 +249,13 @@ class CounterStore:
         # EVALSHA directly rather than through Script.__call__: a pipeline holding
         # registered scripts first asks Redis SCRIPT EXISTS, an extra round trip
         # per batch. A NOSCRIPT answer is handled by _evalsha_all().
+        if len(calls) == 1:
+            # The common case (a batch of checks only): one command, no pipeline object.
+            script, keys, args = calls[0]
+            try:
+                return [await self.client.evalsha(script.sha, len(keys), *keys, *args)]
+            except ResponseError as exc:  # a script error (NOSCRIPT too) goes in its slot
+                return [exc]
         pipe = self.client.pipeline(transaction=False)
         for script, keys, args in calls:
             pipe.evalsha(script.sha, len(keys), *keys, *args)

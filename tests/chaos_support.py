@@ -87,7 +87,7 @@ def _open_log(path: Path) -> IO[bytes]:
     return path.open("ab")
 
 
-def _proc_state(pid: int) -> str:
+def proc_state(pid: int) -> str:
     """The state letter of /proc/<pid>/stat: R, S, T (stopped), Z ..."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -135,7 +135,7 @@ class Child:
         """SIGSTOP: a hang. Returns once the kernel reports the process stopped."""
         pid = self._pid()
         os.kill(pid, signal.SIGSTOP)
-        await until(lambda: _proc_state(pid) == "T", 10, f"{self.name} stopped")
+        await until(lambda: proc_state(pid) == "T", 10, f"{self.name} stopped")
 
     def resume(self) -> None:
         os.kill(self._pid(), signal.SIGCONT)

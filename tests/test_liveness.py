@@ -17,6 +17,7 @@ import pytest
 
 from cluster.redis_proc import RedisProcess, free_port
 from node.app import create_app
+from tests.chaos_support import proc_state, until
 from tests.conftest import CLUSTER, _start, eventually
 
 PROBE = """
@@ -92,6 +93,7 @@ async def test_a_stopped_node_answers_no_liveness_probe(
             live = await live_port(http, f"http://127.0.0.1:{port}")
         assert await asyncio.to_thread(probe, live, 5.0) == b"HTTP/1.1 200 OK"
         node.send_signal(signal.SIGSTOP)
+        await until(lambda: proc_state(node.pid) == "T", 10, "node stopped")
         # The kernel still accepts the connection; nobody answers it.
         assert await asyncio.to_thread(probe, live, 1.0) == b""
         node.send_signal(signal.SIGCONT)
