@@ -51,6 +51,7 @@ WATCH_TICK_S = 0.025
 PROBE_AFTER_S = 0.075
 PROBE_TIMEOUT_S = 0.2
 RTT_FACTOR = 3
+OWN_STALL_S = 0.05  # a probe timeout handled this late reflects our own stall
 RTT_DECAY = 0.9  # per batch: how fast the remembered slowest round trip fades
 RECOVERY_PROBE_S = 0.1  # cadence of readiness probes while a node is down
 LATE_UNDO_PATIENCE_S = 600.0  # how long a late check is offered back to its node
@@ -376,13 +377,18 @@ class NodeChannel:
         A refused liveness port may only mean the node restarted on a new one: then
         the main port's /healthz decides.
         """
-        started = asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         timeout = max(PROBE_TIMEOUT_S, RTT_FACTOR * self._rtt_peak)
         if self._live_pool is not None:
             try:
                 status, _ = await self._live_pool.request("GET", "/", None, timeout, fresh=True)
             except TimeoutError:
-                return self._last_heard > started  # a batch answered meanwhile: alive
+                # Proof of a hang only if nothing was heard meanwhile and this router's own
+                # loop kept time: a timeout that fired late says this process was stalled
+                # (its connect or read callbacks queued behind other work), not the node.
+                late = loop.time() - (started + timeout)
+                return self._last_heard > started or late > OWN_STALL_S
             except OSError:
                 self._live_pool.close()
                 self._live_pool = self._live_port = None
