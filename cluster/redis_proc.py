@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import random
 import shutil
 import signal
 import socket
@@ -49,11 +50,34 @@ def redis_server_binary() -> str:
     return str(bundled)
 
 
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port free now, for a process that will bind it a moment later.
+
+    Chosen below the kernel's ephemeral range when it can be: a port handed out for
+    binding(0) stays free only until the next ephemeral bind or outgoing connection
+    takes it (a node's liveness socket once took a router's pre-picked port).
+    """
+    low = _ephemeral_low()
+    if low > 12_000:
+        for _ in range(100):
+            port = random.randrange(10_000, low)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                try:
+                    sock.bind((host, port))
+                except OSError:
+                    continue
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
+        found: int = sock.getsockname()[1]
+        return found
 
 
 @dataclass
