@@ -77,13 +77,17 @@ class CounterStore:
             self._scripts[(entry, codes)] = script
         return script
 
-    def _check_entry(self, op: Op, now_ms: int) -> tuple[list[str], list[Any]]:
-        """A check's KEYS and its packed entry for batch.lua."""
-        keys = [counter_key(op.scope, spec.shape, op.key) for spec in op.limits]
-        limits = [
+    def _op_limit_args(self, op: Op, now_ms: int) -> list[list[int]]:
+        """The 8 script arguments of each of an op's limits."""
+        return [
             self._limit_args(spec, amount, now_ms)
             for spec, amount in zip(op.limits, op.amounts, strict=True)
         ]
+
+    def _check_entry(self, op: Op, now_ms: int) -> tuple[list[str], list[Any]]:
+        """A check's KEYS and its packed entry for batch.lua."""
+        keys = [counter_key(op.scope, spec.shape, op.key) for spec in op.limits]
+        limits = self._op_limit_args(op, now_ms)
         ttl, hold_ms, entry = 0, 0, ""
         if op.request_id is not None:
             keys.append(record_key(op.scope, op.request_id, op.key))
@@ -116,13 +120,13 @@ class CounterStore:
     def _undo_call(self, op: Op, packed: bytes, now_ms: int) -> ScriptCall:
         """undo.lua: take back what a check consumed, as its undo entries say."""
         keys = [counter_key(op.scope, spec.shape, op.key) for spec in op.limits]
-        limit_args: list[int | str | bytes] = []
-        for spec, amount in zip(op.limits, op.amounts, strict=True):
-            limit_args.extend(self._limit_args(spec, amount, now_ms))
+        limit_args = [value for limit in self._op_limit_args(op, now_ms) for value in limit]
         has_record = op.request_id is not None
         if op.request_id is not None:
             keys += [record_key(op.scope, op.request_id, op.key), HOLDS_KEY]
-        args = [self.offset_ms * 1000, len(op.limits), int(has_record), *limit_args, packed]
+        args: list[int | str | bytes] = [
+            self.offset_ms * 1000, len(op.limits), int(has_record), *limit_args, packed
+        ]  # fmt: skip
         return self._script("undo.lua", op), keys, args
 
     def _call(self, op: Op, now_ms: int) -> ScriptCall:
@@ -135,10 +139,10 @@ class CounterStore:
         if op.kind == "commit":
             return self.commit_script, [record, HOLDS_KEY], []
         keys = [record, *(counter_key(op.scope, spec.shape, op.key) for spec in op.limits)]
-        limit_args: list[int | str | bytes] = []
-        for spec, amount in zip(op.limits, op.amounts, strict=True):
-            limit_args.extend(self._limit_args(spec, amount, now_ms))
-        args = [self.offset_ms * 1000, len(op.limits), int(op.void), *limit_args, 0]
+        limit_args = [value for limit in self._op_limit_args(op, now_ms) for value in limit]
+        args: list[int | str | bytes] = [
+            self.offset_ms * 1000, len(op.limits), int(op.void), *limit_args, 0
+        ]  # fmt: skip
         return self._script("refund.lua", op), keys, args
 
     async def decide(self, batch: str, decision: str) -> str:
@@ -271,20 +275,24 @@ def is_expired(raw: Any) -> bool:
     return bool(raw == EXPIRED_REPLY)
 
 
+def _packed_undo(raw: list[Any]) -> bytes | None:
+    """A check reply's trailing undo entries (present when it consumed)."""
+    extra = raw[3 + 8 * raw[2] :]
+    return extra[0] if extra and isinstance(extra[0], bytes) else None
+
+
 def undo_entries(op: Op, raw: Any) -> bytes | None:
     """The packed undo entries of a check that consumed, else None."""
     if op.kind != "check" or not isinstance(raw, list) or len(raw) <= 3:
         return None
-    extra = raw[3 + 8 * raw[2] :]
-    return extra[0] if extra and isinstance(extra[0], bytes) else None
+    return _packed_undo(raw)
 
 
 def check_result(raw: list[Any]) -> Checked:
     """batch.lua's reply for one check -> its wire result (with its undo entries)."""
     n = raw[2]
     rows = [LimitRow(*raw[3 + 8 * i : 11 + 8 * i]) for i in range(n)]
-    undo = raw[3 + 8 * n] if len(raw) > 3 + 8 * n else None
-    return Checked(raw[0] == 1, raw[1] == 1, rows, undo)
+    return Checked(raw[0] == 1, raw[1] == 1, rows, _packed_undo(raw))
 
 
 def commit_result(raw: int) -> Committed:

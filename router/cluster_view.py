@@ -115,13 +115,19 @@ class ClusterView:
         except (NodeUnavailable, ValueError, KeyError, TypeError) as exc:
             log.warning("could not fetch the topology from %s: %s", node_id, exc)
 
+    async def _node_epoch(self, node_id: str) -> int:
+        """A node's epoch from its stats (which also tell its liveness port).
+        Raises NodeUnavailable."""
+        channel = self.channels[node_id]
+        stats = await channel.get("/node/v1/stats", timeout_s=1.0)
+        channel.learn_liveness_port(stats.get("live"))
+        return int(stats.get("epoch", 0))
+
     async def refresh_from_nodes(self) -> None:
         async def epoch_of(node_id: str) -> tuple[int, str]:
             try:
-                stats = await self.channels[node_id].get("/node/v1/stats", timeout_s=1.0)
-                self.channels[node_id].learn_liveness_port(stats.get("live"))
-                return int(stats.get("epoch", 0)), node_id
-            except NodeUnavailable:
+                return await self._node_epoch(node_id), node_id
+            except (NodeUnavailable, ValueError, TypeError):
                 return 0, node_id
 
         found = await asyncio.gather(*(epoch_of(n) for n in list(self.channels)))
@@ -138,9 +144,7 @@ class ClusterView:
             node_id = ids[turn % len(ids)]
             turn += 1
             with contextlib.suppress(NodeUnavailable, ValueError, TypeError):
-                stats = await self.channels[node_id].get("/node/v1/stats", timeout_s=1.0)
-                self.channels[node_id].learn_liveness_port(stats.get("live"))
-                if int(stats.get("epoch", 0)) > self.topology.epoch:
+                if await self._node_epoch(node_id) > self.topology.epoch:
                     await self.refresh_from(node_id)
 
     async def push_topology(self, node_id: str) -> bool:

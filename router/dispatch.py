@@ -25,7 +25,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit
@@ -75,10 +75,6 @@ class NodeUnavailable(Exception):
     def __init__(self, message: str, reason: Reason = Reason.UNAVAILABLE) -> None:
         super().__init__(message)
         self.reason = reason
-
-    @property
-    def timed_out(self) -> bool:
-        return self.reason is Reason.TIMEOUT
 
 
 def _detail(raw: bytes) -> str:
@@ -196,6 +192,12 @@ class NodeChannel:
             self._schedule()
         return future
 
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """A background task of this channel: kept referenced, cancelled by close()."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     def _schedule(self) -> None:
         if self._flush_handle is not None or not self._pending:
             return
@@ -216,9 +218,7 @@ class NodeChannel:
             self._batch_ids += 1
             batch_id = self._batch_ids
             self._sent_at[batch_id] = loop.time()
-            task = loop.create_task(self._send(batch_id, batch))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._spawn(self._send(batch_id, batch))
         if self._sent_at and (self._watchdog is None or self._watchdog.done()):
             self._watchdog = loop.create_task(self._watch())
 
@@ -301,9 +301,7 @@ class NodeChannel:
         for op, result in zip(ops, reply.results, strict=True):
             if isinstance(result, wire.Checked) and result.undo is not None:
                 undo = msgspec.structs.replace(op, kind="undo", undo=result.undo)
-                task = asyncio.get_running_loop().create_task(self._take_back(undo))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                self._spawn(self._take_back(undo))
 
     async def _take_back(self, undo: wire.Op) -> None:
         """Send an undo op until the node takes it (it has just come back: it may still
@@ -366,9 +364,7 @@ class NodeChannel:
             if not await self._probe():
                 self._mark_down(reason)
 
-        task = asyncio.get_running_loop().create_task(probe())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn(probe())
 
     async def _probe(self) -> bool:
         """A liveness probe on a connection of its own: is the node process answering?
