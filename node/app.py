@@ -455,6 +455,7 @@ async def _on_cleanup(app: web.Application) -> None:
         await state._session.close()
     await state.redis.aclose()
     await state.counters.aclose()
+    await state.store.close()
 
 
 def create_app(

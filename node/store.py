@@ -17,6 +17,7 @@ from cluster.keys import counter_key, record_key
 from cluster.limits import LimitSpec
 from cluster.wire import Checked, Committed, LimitRow, Refunded
 from node.ops import Op
+from node.resp import RespPipe
 from node.scripts import read_lua, script_source
 
 HOLDS_KEY = "sl|holds"  # node-local: entries for the hold sweeper, never migrated
@@ -33,8 +34,17 @@ ScriptCall = tuple[AsyncScript, list[str], list[int | str | bytes]]
 class CounterStore:
     """Runs a batch of operations as ONE Redis pipeline of script calls."""
 
-    def __init__(self, client: aioredis.Redis, *, default_record_ttl_ms: int = 86_400_000) -> None:
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        *,
+        default_record_ttl_ms: int = 86_400_000,
+        raw_pipe: bool = True,
+    ) -> None:
         self.client = client
+        # Script calls go through a lean pipelined connection (node/resp.py) when the
+        # client's kind of connection allows it; redis-py's pipeline otherwise (TLS).
+        self.pipe = RespPipe.for_client(client) if raw_pipe else None
         self._scripts: dict[tuple[str, tuple[int, ...]], AsyncScript] = {}
         self.commit_script = client.register_script(read_lua("commit.lua"))
         self.default_record_ttl_ms = default_record_ttl_ms
@@ -42,6 +52,10 @@ class CounterStore:
         self.offset_ms = 0
         # Redis clock minus local clock, for computing calendar bounds close to Redis time.
         self.skew_ms = 0
+
+    async def close(self) -> None:
+        if self.pipe is not None:
+            await self.pipe.close()
 
     async def measure_skew(self) -> None:
         before = time.time()
@@ -253,6 +267,10 @@ class CounterStore:
         # EVALSHA directly rather than through Script.__call__: a pipeline holding
         # registered scripts first asks Redis SCRIPT EXISTS, an extra round trip
         # per batch. A NOSCRIPT answer is handled by _evalsha_all().
+        if self.pipe is not None:
+            return await self.pipe.execute(
+                [("EVALSHA", script.sha, len(keys), *keys, *args) for script, keys, args in calls]
+            )
         if len(calls) == 1:
             # The common case (a batch of checks only): one command, no pipeline object.
             script, keys, args = calls[0]
