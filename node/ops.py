@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from cluster.keys import INLINE_SCOPE, MAX_KEY_BYTES, REQUEST_ID, RULE_NAME
 from cluster.limits import LimitSpec
@@ -17,8 +18,7 @@ class BadOp(ValueError):
     pass
 
 
-@dataclass(frozen=True, slots=True)
-class Op:
+class Op(msgspec.Struct, frozen=True):  # a Struct: built once per op, ~10x cheaper
     kind: str  # "check", "refund", "commit" or "undo"
     key: str
     scope: str

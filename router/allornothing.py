@@ -12,11 +12,12 @@ committed or all given back.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+from msgspec.structs import replace
 
 from cluster import wire
 from router.cluster_view import ClusterView
@@ -43,7 +44,7 @@ class AllOrNothing:
         # Every consuming check needs a request id so a denial can roll it back exactly.
         tag = uuid.uuid4().hex
         requests = [
-            r if r.request_id is not None else dataclasses.replace(r, request_id=f"~aon:{tag}:{i}")
+            r if r.request_id is not None else replace(r, request_id=f"~aon:{tag}:{i}")
             for i, r in enumerate(requests)
         ]
         owners = (self.view.owner(r.key) for r in requests)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
+
+import msgspec
 
 from cluster import wire
 from cluster.errors import Problems
@@ -17,8 +18,7 @@ _CHECK_FIELDS = {"key", "rule", "limits", "cost", "amount", "request_id", "dry_r
 _REFUND_FIELDS = {"key", "rule", "limits", "request_id"}
 
 
-@dataclass(frozen=True, slots=True)
-class CheckRequest:
+class CheckRequest(msgspec.Struct, frozen=True):  # built per check: cheaper than a dataclass
     key: str
     rule: Rule
     cost: int
@@ -48,8 +48,7 @@ class CheckRequest:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class RefundRequest:
+class RefundRequest(msgspec.Struct, frozen=True):
     key: str
     rule: Rule
     request_id: str
@@ -77,6 +76,28 @@ def parse_key(value: Any, path: str, problems: Problems) -> str:
     return value
 
 
+# Inline limits repeat from request to request: each distinct document is validated
+# once. Keys carry every value's type (True == 1 and 1.0 == 1 in Python, not in JSON).
+_INLINE_RULES_MAX = 4096
+_inline_rules: dict[tuple[Any, ...], Rule] = {}
+
+
+def _inline_key(inline: Any, on_failure: Any) -> tuple[Any, ...] | None:
+    """A hashable copy of an inline rule's JSON, or None (not a list of flat objects)."""
+    if not isinstance(inline, list):
+        return None
+    frozen: list[Any] = [type(on_failure), on_failure]
+    for item in inline:
+        if not isinstance(item, dict):
+            return None
+        for name, value in item.items():
+            if not isinstance(value, str | int | float | bool | None):
+                return None
+            frozen.append((name, type(value), value))
+        frozen.append(None)  # end of this limit
+    return tuple(frozen)
+
+
 def _resolve_rule(
     body: dict[str, Any], path: str, rules: RuleBook, problems: Problems
 ) -> Rule | None:
@@ -95,14 +116,24 @@ def _resolve_rule(
         if rule is None:
             problems.add(f"{path}rule", f"unknown rule '{name}'")
         return rule
+    on_failure = body.get("on_failure")
+    cache_key = _inline_key(inline, on_failure)
+    cached = _inline_rules.get(cache_key) if cache_key is not None else None
+    if cached is not None:
+        return cached
+    before = len(problems.errors)
     limits = parse_limits(inline, f"{path}limits", problems)
     if not limits:
         return None
-    on_failure = body.get("on_failure")
     if on_failure is not None and on_failure not in ("allow", "deny"):
         problems.add(f"{path}on_failure", "must be 'allow' or 'deny'")
         return None
-    return make_rule(INLINE_SCOPE, limits, on_failure)
+    rule = make_rule(INLINE_SCOPE, limits, on_failure)
+    if cache_key is not None and len(problems.errors) == before:
+        if len(_inline_rules) >= _INLINE_RULES_MAX:
+            _inline_rules.clear()
+        _inline_rules[cache_key] = rule
+    return rule
 
 
 def _unknown_fields(body: dict[str, Any], allowed: set[str], path: str, problems: Problems) -> None:
