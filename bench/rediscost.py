@@ -89,6 +89,7 @@ async def measure(decisions: int) -> dict[str, Any]:
         "by_algorithm": out,
         "incr_script_usec_per_call": round(usec / decisions, 2),
         "fixed_window_usec_per_decision": fixed,
+        "fixed_window_vs_incr_script": round(fixed / max(usec / decisions, 0.01), 2),
     }
 
 

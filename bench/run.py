@@ -10,7 +10,7 @@ Pieces (`--only NAME[,NAME]`, `--skip NAME[,NAME]`):
   single     /v1/check through the router ÷ a trivial aiohttp handler (wrk)
   batch      /v1/check/batch decisions/s ÷ redis-benchmark -P 32 EVALSHA (wrk)
   sdk        the async SDK ÷ the `limits` library, 64 concurrent callers each
-  latency    open-loop p50/p99/p999 at 1,000 checks/s, and the generator's floor
+  latency    open-loop p50/p99/p999 at 1,000 and 3,000 checks/s, and the generator's floor
   quick      the closed-loop aiohttp probe (bench/quick.py)
   memory     Redis bytes per counter (bench/memory.py)
   rediscost  Redis CPU usec per decision, INFO commandstats (bench/rediscost.py)
@@ -75,6 +75,13 @@ def _names(value: str) -> list[str]:
     return names
 
 
+def _rates(value: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(part) for part in value.split(",") if part.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"rates are numbers separated by commas: {exc}") from exc
+
+
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
@@ -88,6 +95,10 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--connections", type=int, default=64, help="wrk connections, single")
     parser.add_argument("--batch-connections", type=int, default=2, help="wrk connections, batch")
     parser.add_argument("--rate", type=float, default=1000.0, help="open-loop checks/s")
+    parser.add_argument(
+        "--extra-rates", type=_rates, default=(3000.0,),
+        help="further open-loop rates for the latency piece, e.g. 3000,5000 ('' for none)",
+    )  # fmt: skip
     parser.add_argument("--memory-keys", type=int, default=100_000)
     parser.add_argument("--migration-keys", type=int, default=200_000)
     parser.add_argument("--results", type=Path, default=RESULTS, help="output directory")
@@ -136,6 +147,7 @@ class Suite:
             single=WrkSettings(threads=1, connections=args.connections),
             batch=WrkSettings(threads=1, connections=args.batch_connections),
             rate=args.rate,
+            extra_rates=args.extra_rates,
         )
         self._cluster: dict[str, Any] | None = None
         self._trivial: str | None = None
@@ -296,6 +308,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             "wrk_batch": {"threads": 1, "connections": args.batch_connections, "batch": 100},
             "sdk_callers": 64,
             "open_loop_rate_per_s": args.rate,
+            "open_loop_extra_rates_per_s": list(args.extra_rates),
             "keys": 100_000,
         },
     }

@@ -19,7 +19,7 @@ from cluster.limits import format_amount
 from cluster.model import NodeSpec
 from cluster.problem import problem, problem_middleware, read_json
 from router.allornothing import AllOrNothing
-from router.cluster_view import ClusterView
+from router.cluster_view import Attempt, ClusterView
 from router.decisions import decision, degraded_decision, ratelimit_headers
 from router.dispatch import NodeUnavailable, Reason
 from router.metrics import Metrics, channel_lines
@@ -101,21 +101,32 @@ class Router:
         self, request: CheckRequest, hold_ms: int = 0, batch: tuple[str, str] | None = None
     ) -> dict[str, Any]:
         op = request.to_op(self.config.idempotency_ttl_ms, hold_ms, batch)
-        reason: Reason | None = None
+        return await self._decide(request, op)
+
+    async def _decide(
+        self, request: CheckRequest, op: wire.Op, first: Attempt | None = None
+    ) -> dict[str, Any]:
         try:
-            node, result = await self.view.execute(request.key, op)
+            node, result = await self.view.execute(request.key, op, first)
         except NodeUnavailable as exc:
-            reason, node, detail = exc.reason, self.view.owner(request.key), str(exc)
+            return self._conclude(request, self.view.owner(request.key), exc)
+        return self._conclude(request, node, result)
+
+    def _conclude(
+        self, request: CheckRequest, node: str, outcome: wire.Result | NodeUnavailable
+    ) -> dict[str, Any]:
+        """The decision body for a check's final outcome, counted in the metrics."""
+        if isinstance(outcome, wire.Checked):
+            body = decision(request, node, outcome)
         else:
-            if isinstance(result, wire.Checked):
-                body = decision(request, node, result)
+            if isinstance(outcome, NodeUnavailable):
+                reason, detail = outcome.reason, str(outcome)
             else:
-                reason, detail = Reason.ERROR, _not_expected(result)
-        if reason is not None:
+                reason, detail = Reason.ERROR, _not_expected(outcome)
             body = degraded_decision(request, node, f"{reason}: {detail}")
             self.metrics.degraded[reason] += 1
-        outcome = "allowed" if body["allowed"] else "denied"
-        self.metrics.decisions["degraded_" + outcome if body["degraded"] else outcome] += 1
+        name = "allowed" if body["allowed"] else "denied"
+        self.metrics.decisions["degraded_" + name if body["degraded"] else name] += 1
         return body
 
     async def refund(self, request: RefundRequest, *, void: bool = False) -> wire.Refunded:
@@ -128,8 +139,34 @@ class Router:
     async def batch(self, requests: list[CheckRequest], all_or_nothing: bool) -> dict[str, Any]:
         if all_or_nothing:
             return await self.all_or_nothing.run(requests)
-        results = list(await asyncio.gather(*(self.check(r) for r in requests)))
-        return {"allowed": all(r["allowed"] for r in results), "results": results}
+        # Every check is queued at once, without a task each; only those whose first
+        # answer needs a follow-up (moved, expired, timed out) go on as tasks.
+        ttl = self.config.idempotency_ttl_ms
+        ops = [request.to_op(ttl) for request in requests]
+        attempts = [self.view.send(r.key, op) for r, op in zip(requests, ops, strict=True)]
+        if attempts:
+            await asyncio.wait([attempt.future for attempt in attempts])
+        results: list[dict[str, Any] | None] = [None] * len(requests)
+        follow_up: list[int] = []
+        for index, (request, attempt) in enumerate(zip(requests, attempts, strict=True)):
+            if not self.view.settled(attempt):
+                follow_up.append(index)
+                continue
+            failure = attempt.future.exception()
+            if isinstance(failure, NodeUnavailable):
+                results[index] = self._conclude(request, self.view.owner(request.key), failure)
+            elif failure is not None:
+                raise failure
+            else:
+                results[index] = self._conclude(request, attempt.node_id, attempt.future.result())
+        if follow_up:
+            later = await asyncio.gather(
+                *(self._decide(requests[i], ops[i], attempts[i]) for i in follow_up)
+            )
+            for index, body in zip(follow_up, later, strict=True):
+                results[index] = body
+        done = [body for body in results if body is not None]
+        return {"allowed": all(r["allowed"] for r in done), "results": done}
 
 
 def _not_expected(result: wire.Result) -> str:

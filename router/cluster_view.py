@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from cluster import topology as topo
 from cluster import wire
@@ -22,6 +22,14 @@ MAX_MOVED_RETRIES = 5
 # up to this many times, before answering degraded.
 MAX_RESENDS = 3
 EPOCH_POLL_S = 0.5
+
+
+class Attempt(NamedTuple):
+    """One op queued for the node that owned its key under topology `epoch`."""
+
+    node_id: str
+    epoch: int
+    future: asyncio.Future[wire.Result]
 
 
 class ClusterView:
@@ -163,17 +171,40 @@ class ClusterView:
     def owner(self, key: str) -> str:
         return self.topology.partitioner.owner(key)
 
-    async def execute(self, key: str, op: wire.Op) -> tuple[str, wire.Result]:
-        """Send one op to the key's owner; follow `moved` answers and send again an op the
-        node did not apply in time (expired, or no answer by the deadline plus the margin)
-        while the node is up. Raises NodeUnavailable."""
+    def send(self, key: str, op: wire.Op) -> Attempt:
+        """Queue `op` for the key's owner now; its answer comes in the attempt's future."""
+        node_id = self.owner(key)
+        return Attempt(node_id, self.topology.epoch, self.channels[node_id].submit(op))
+
+    def settled(self, attempt: Attempt) -> bool:
+        """The attempt has an outcome `execute` would not send again: no move, no expiry,
+        no timeout of a node that is still up."""
+        future = attempt.future
+        if not future.done():
+            return False
+        failure = future.exception()
+        if failure is not None:
+            return not (
+                isinstance(failure, NodeUnavailable)
+                and failure.reason is Reason.TIMEOUT
+                and self.channels[attempt.node_id].state == "up"
+            )
+        return not isinstance(future.result(), wire.Moved | wire.Expired)
+
+    async def execute(
+        self, key: str, op: wire.Op, first: Attempt | None = None
+    ) -> tuple[str, wire.Result]:
+        """Send one op to the key's owner (or take `first`, already sent); follow `moved`
+        answers and send again an op the node did not apply in time (expired, or no
+        answer by the deadline plus the margin) while the node is up. Raises
+        NodeUnavailable."""
         moves = resends = 0
         while True:
-            node_id = self.owner(key)
-            epoch = self.topology.epoch
+            attempt, first = first or self.send(key, op), None
+            node_id, epoch = attempt.node_id, attempt.epoch
             channel = self.channels[node_id]
             try:
-                result = await channel.submit(op)
+                result = await attempt.future
             except NodeUnavailable as exc:
                 if exc.reason is not Reason.TIMEOUT or channel.state != "up":
                     raise
