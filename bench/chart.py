@@ -82,7 +82,7 @@ def _latency(ax: Axes, results: dict[str, Any]) -> None:
     ax.set_xticks(list(xs), labels)
     ax.set_yscale("log")
     ax.set_ylabel("ms from scheduled send")
-    ax.set_title(f"open loop at {r['load_generator']['rate_per_s']:g}/s")
+    ax.set_title(f"open loop at {r['rate_per_s']:g}/s")
     ax.legend(fontsize=7)
 
 
