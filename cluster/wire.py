@@ -25,8 +25,16 @@ __all__ = [
     "BATCH_PATH",
     "CONTENT_TYPE",
     "DECISION_PATH",
+    "EXPORT_PATH",
     "HEALTH_PATH",
+    "IMPORT_PATH",
+    "LEASE_PATH",
+    "MIGRATE_PATH",
+    "MIGRATION_CLEANUP_PATH",
     "READY_PATH",
+    "STATS_PATH",
+    "TEST_CLOCK_PATH",
+    "TOPOLOGY_PATH",
     "Batch",
     "BatchReply",
     "Checked",
@@ -46,6 +54,15 @@ __all__ = [
 
 BATCH_PATH: Final = "/node/v1/batch"
 DECISION_PATH: Final = "/node/v1/decision"  # an all-or-nothing batch's decision record
+# Control endpoints (JSON bodies): topology, migration, the topology-change lease, stats.
+TOPOLOGY_PATH: Final = "/node/v1/topology"  # PUT: adopt a topology; GET: the node's
+STATS_PATH: Final = "/node/v1/stats"  # epoch, liveness port, key counts
+EXPORT_PATH: Final = "/node/v1/export"  # a migration source hands out moving keys
+IMPORT_PATH: Final = "/node/v1/import"  # a target takes keys in
+MIGRATE_PATH: Final = "/node/v1/migrate"  # one copy step of a migration
+MIGRATION_CLEANUP_PATH: Final = "/node/v1/migration/cleanup"  # drop migration markers
+LEASE_PATH: Final = "/node/v1/lease"  # acquire / renew / release the topology-change lease
+TEST_CLOCK_PATH: Final = "/node/v1/test/clock"  # test mode only: offset the scripts' clock
 HEALTH_PATH: Final = "/healthz"  # the node process answers
 READY_PATH: Final = "/readyz"  # the node and its Redis answer
 CONTENT_TYPE: Final = "application/msgpack"

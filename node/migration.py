@@ -15,6 +15,7 @@ import orjson
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
+from cluster import wire
 from cluster.keys import DATA_KEYS_PATTERN, limit_key_of
 from node.ownership import Ownership
 from node.scripts import read_lua
@@ -129,7 +130,7 @@ class Migrator:
         if not missing:
             return 0
         payload = {"keys": missing, "topology": ownership.topology.to_dict()}
-        body = await self.post(source_url + "/node/v1/export", payload, timeout_s=5.0)
+        body = await self.post(source_url + wire.EXPORT_PATH, payload, timeout_s=5.0)
         return await self.import_entries(migration_id, decode_entries(body["entries"]))
 
     async def copy_batch(self, ownership: Ownership, cursor: int, count: int) -> dict[str, Any]:
@@ -170,7 +171,7 @@ class Migrator:
             session: aiohttp.ClientSession = self._session_factory()
             try:
                 async with session.get(
-                    target_url + "/node/v1/stats",
+                    target_url + wire.STATS_PATH,
                     headers=self.headers,
                     timeout=aiohttp.ClientTimeout(total=5),
                 ) as response:
@@ -207,7 +208,7 @@ class Migrator:
     async def _send_dumps(self, target_url: str, migration_id: str, keys: list[str]) -> int:
         entries = await self.export(keys)
         answer = await self.post(
-            target_url + "/node/v1/import",
+            target_url + wire.IMPORT_PATH,
             {"migration": migration_id, "entries": encode_entries(entries)},
         )
         # Only now, with the target's acknowledgement, drop our frozen copy.

@@ -118,7 +118,7 @@ class ClusterView:
 
     async def refresh_from(self, node_id: str) -> None:
         try:
-            data = await self.channels[node_id].get("/node/v1/topology", timeout_s=1.0)
+            data = await self.channels[node_id].get(wire.TOPOLOGY_PATH, timeout_s=1.0)
             self.adopt(Topology.from_dict(data))
         except (NodeUnavailable, ValueError, KeyError, TypeError) as exc:
             log.warning("could not fetch the topology from %s: %s", node_id, exc)
@@ -127,7 +127,7 @@ class ClusterView:
         """A node's epoch from its stats (which also tell its liveness port).
         Raises NodeUnavailable."""
         channel = self.channels[node_id]
-        stats = await channel.get("/node/v1/stats", timeout_s=1.0)
+        stats = await channel.get(wire.STATS_PATH, timeout_s=1.0)
         channel.learn_liveness_port(stats.get("live"))
         return int(stats.get("epoch", 0))
 
@@ -159,7 +159,7 @@ class ClusterView:
         channel = self.channels[node_id]
         try:
             await channel.post(
-                "/node/v1/topology", self.topology.to_dict(), method="PUT", timeout_s=10.0
+                wire.TOPOLOGY_PATH, self.topology.to_dict(), method="PUT", timeout_s=10.0
             )
         except NodeUnavailable as exc:
             log.warning(
@@ -234,7 +234,7 @@ class ClusterView:
     async def node_stats(self) -> dict[str, dict[str, Any]]:
         async def one(node_id: str) -> tuple[str, dict[str, Any]]:
             try:
-                stats: dict[str, Any] = await self.channels[node_id].get("/node/v1/stats")
+                stats: dict[str, Any] = await self.channels[node_id].get(wire.STATS_PATH)
                 return node_id, stats
             except NodeUnavailable as exc:
                 return node_id, {"error": str(exc)}

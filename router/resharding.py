@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from cluster import wire
 from cluster.model import NodeSpec
 from cluster.partition import Partitioner, partitioner_from_dict
 from cluster.topology import Topology
@@ -95,7 +96,7 @@ class Resharder:
         payload = {"action": action, "token": self.token, "ttl_ms": self.lease_ttl_ms}
         try:
             answer = await self.view.channels[lock_node].post(
-                "/node/v1/lease", payload, timeout_s=5.0
+                wire.LEASE_PATH, payload, timeout_s=5.0
             )
         except NodeUnavailable as exc:
             raise ReshardError(f"lease {action} failed: {exc}") from exc
@@ -182,7 +183,7 @@ class Resharder:
         for node_id in members:
             with contextlib.suppress(NodeUnavailable):  # markers also expire on their own
                 await self.view.channels[node_id].post(
-                    "/node/v1/migration/cleanup", {"migration": migration["id"]}, timeout_s=30.0
+                    wire.MIGRATION_CLEANUP_PATH, {"migration": migration["id"]}, timeout_s=30.0
                 )
         self.progress["phase"] = "done"
         self.progress["epoch"] = final.epoch
@@ -194,7 +195,7 @@ class Resharder:
         started = time.monotonic()
         while True:
             answer = await self.view.channels[source].post(
-                "/node/v1/migrate",
+                wire.MIGRATE_PATH,
                 {"migration": migration_id, "cursor": cursor, "count": self.step_keys},
                 timeout_s=30.0,
             )
