@@ -3,6 +3,13 @@
 Counter:  c<shape id>|<limit key>        shape id: 8 base64url chars naming (scope, shape)
 Record:   r|<scope>|<request id>|<limit key>
 
+Node-local keys (never migrated; they start with "sl|", outside DATA_KEYS_PATTERN):
+Holds:    sl|holds                          all-or-nothing holds, for the sweeper
+Decision: sl|d|<batch id>                   an all-or-nothing batch's commit/abort
+Lease:    sl|lease|<name>                   topology or rules change lease
+Marker:   sl|i|<migration id>|<redis key>   a key already imported by a migration
+Rules:    sl|rules                          the cluster's rules: version, document
+
 The limit key always comes last and the other parts never contain "|", so the
 limit key (and therefore the owner) of any Redis key can be recovered; this is
 what lets a node hand over exactly the keys that change owner.
@@ -28,6 +35,23 @@ REQUEST_ID = re.compile(r"^[A-Za-z0-9_.:@~+=/-]{1,128}$")
 # SCAN pattern that finds every counter and record (and nothing else of ours).
 DATA_KEYS_PATTERN = "[cr]*"
 _SHAPE_ID_CHARS = 8
+
+HOLDS_KEY = "sl|holds"
+DECISION_PREFIX = "sl|d|"  # + batch id
+RULES_KEY = "sl|rules"  # a hash: version, doc (JSON)
+LEASES = ("topology", "rules")
+
+
+def lease_key(name: str) -> str:
+    return f"sl|lease|{name}"
+
+
+def marker_key(migration_id: str, redis_key: str) -> str:
+    return f"sl|i|{migration_id}|{redis_key}"
+
+
+def marker_pattern(migration_id: str) -> str:
+    return f"sl|i|{migration_id}|*"
 
 
 @lru_cache(maxsize=4096)

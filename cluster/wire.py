@@ -32,6 +32,7 @@ __all__ = [
     "MIGRATE_PATH",
     "MIGRATION_CLEANUP_PATH",
     "READY_PATH",
+    "RULES_PATH",
     "STATS_PATH",
     "TEST_CLOCK_PATH",
     "TOPOLOGY_PATH",
@@ -61,7 +62,8 @@ EXPORT_PATH: Final = "/node/v1/export"  # a migration source hands out moving ke
 IMPORT_PATH: Final = "/node/v1/import"  # a target takes keys in
 MIGRATE_PATH: Final = "/node/v1/migrate"  # one copy step of a migration
 MIGRATION_CLEANUP_PATH: Final = "/node/v1/migration/cleanup"  # drop migration markers
-LEASE_PATH: Final = "/node/v1/lease"  # acquire / renew / release the topology-change lease
+LEASE_PATH: Final = "/node/v1/lease"  # acquire / renew / release a change lease
+RULES_PATH: Final = "/node/v1/rules"  # GET / PUT the cluster's versioned rules document
 TEST_CLOCK_PATH: Final = "/node/v1/test/clock"  # test mode only: offset the scripts' clock
 HEALTH_PATH: Final = "/healthz"  # the node process answers
 READY_PATH: Final = "/readyz"  # the node and its Redis answer

@@ -19,7 +19,7 @@ from redis.exceptions import RedisError
 
 from cluster import wire
 from cluster.auth import bearer_matches
-from cluster.keys import REQUEST_ID, limit_key_of
+from cluster.keys import LEASES, REQUEST_ID, RULES_KEY, lease_key, limit_key_of
 from cluster.problem import problem, problem_middleware, read_json
 from cluster.topology import Topology
 from node.boundary import redis_boundary
@@ -77,6 +77,7 @@ class NodeState:
         self._session: aiohttp.ClientSession | None = None
         self.migrator = Migrator(self.redis, self.session, cluster_token)
         self.lease_script = self.redis.register_script(read_lua("lease.lua"))
+        self.rules_script = self.redis.register_script(read_lua("rules.lua"))
         self.sweeper: asyncio.Task[None] | None = None
         # Batches in flight per topology epoch: a new epoch is acknowledged only
         # once every batch validated against an older one has reached Redis.
@@ -329,15 +330,41 @@ async def migrate_step(request: web.Request, state: NodeState, body: Any) -> web
 
 @internal(with_body=False)
 async def stats(request: web.Request, state: NodeState, body: Any) -> web.Response:
-    keys = await state.redis.dbsize()
+    rules_version = int(await state.redis.hget(RULES_KEY, "version") or 0)
+    # Keys the node holds for limits; the cluster's rules document is not one.
+    keys = await state.redis.dbsize() - (1 if rules_version else 0)
     memory = (await state.redis.info("memory"))["used_memory"]
     kwargs = state.redis.connection_pool.connection_kwargs
     address = {"host": kwargs.get("host"), "port": kwargs.get("port"), "db": kwargs.get("db", 0)}
     return _json(
         {"node": state.node_id, "epoch": state.epoch, "keys": keys, "memory": memory,
          "redis": address, "live": state.liveness.port, "expired_batches": state.expired_batches,
-         "undone_checks": state.undone_checks}
+         "undone_checks": state.undone_checks,
+         "rules_version": rules_version}
     )  # fmt: skip
+
+
+@internal(with_body=False)
+async def get_rules(request: web.Request, state: NodeState, body: Any) -> web.Response:
+    """The cluster's rules document as this node holds it (version 0: none yet)."""
+    version, doc = await state.redis.hmget(RULES_KEY, ["version", "doc"])
+    return _json({"version": int(version or 0), "rules": orjson.loads(doc) if doc else {}})
+
+
+@internal(with_body=True)
+async def put_rules(request: web.Request, state: NodeState, body: Any) -> web.Response:
+    """Store a rules document if its version is newer than the one held. The router
+    validated it; it is kept as given (JSON) and served back as is."""
+    version = body.get("version") if isinstance(body, dict) else None
+    rules = body.get("rules") if isinstance(body, dict) else None
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        return problem(400, "bad-rules", "version must be a positive integer")
+    if not isinstance(rules, dict):
+        return problem(400, "bad-rules", "rules must be an object of rules by name")
+    stored, held = await state.rules_script(
+        keys=[RULES_KEY], args=[version, orjson.dumps(rules).decode()]
+    )
+    return _json({"stored": stored == 1, "version": held})
 
 
 @internal(with_body=True)
@@ -363,20 +390,21 @@ async def drop_markers(request: web.Request, state: NodeState, body: Any) -> web
     return _json({"dropped": dropped})
 
 
-LEASE_KEY = "sl|lease|topology"
-
-
 @internal(with_body=True)
 async def lease(request: web.Request, state: NodeState, body: Any) -> web.Response:
-    """The topology-change lease (held in this node's Redis when it is the lock node)."""
+    """A change lease, `name` "topology" (the default) or "rules", held in this node's
+    Redis when it is the lock node."""
     if not isinstance(body, dict):
         return problem(400, "bad-lease", "body must be an object")
     action, token, ttl = body.get("action"), body.get("token"), body.get("ttl_ms", 10_000)
+    name = body.get("name", "topology")
+    if name not in LEASES:
+        return problem(400, "bad-lease", f"name must be one of: {', '.join(LEASES)}")
     if action not in ("acquire", "renew", "release") or not isinstance(token, str) or not token:
         return problem(400, "bad-lease", "action acquire|renew|release and a token are required")
     if not isinstance(ttl, int) or not 100 <= ttl <= 600_000:
         return problem(400, "bad-lease", "ttl_ms must be 100..600000")
-    held = await state.lease_script(keys=[LEASE_KEY], args=[action, token, ttl])
+    held = await state.lease_script(keys=[lease_key(name)], args=[action, token, ttl])
     return _json({"held": held == 1})
 
 
@@ -481,6 +509,8 @@ def create_app(
     app.router.add_post(wire.IMPORT_PATH, import_keys)
     app.router.add_post(wire.MIGRATE_PATH, migrate_step)
     app.router.add_post(wire.LEASE_PATH, lease)
+    app.router.add_get(wire.RULES_PATH, get_rules)
+    app.router.add_put(wire.RULES_PATH, put_rules)
     app.router.add_post(wire.MIGRATION_CLEANUP_PATH, drop_markers)
     app.router.add_get(wire.STATS_PATH, stats)
     app.router.add_post(wire.TEST_CLOCK_PATH, set_clock)

@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from cluster import wire
-from cluster.keys import DATA_KEYS_PATTERN, limit_key_of
+from cluster.keys import DATA_KEYS_PATTERN, limit_key_of, marker_key, marker_pattern
 from node.ownership import Ownership
 from node.scripts import read_lua
 
@@ -27,10 +27,6 @@ ExportEntry = tuple[str, bytes | None, int]  # (redis key, dump or None, absolut
 
 class PeerError(Exception):
     pass
-
-
-def marker_key(migration_id: str, redis_key: str) -> str:
-    return f"sl|i|{migration_id}|{redis_key}"
 
 
 def encode_entries(entries: Sequence[ExportEntry]) -> list[list[Any]]:
@@ -221,7 +217,7 @@ class Migrator:
         cursor = 0
         while True:
             cursor, names = await self.client.scan(
-                cursor=cursor, match=f"sl|i|{migration_id}|*", count=5000
+                cursor=cursor, match=marker_pattern(migration_id), count=5000
             )
             if names:
                 dropped += await self.client.unlink(*names)

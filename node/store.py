@@ -13,15 +13,14 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, ResponseError
 
 from cluster.algorithms import BY_NAME
-from cluster.keys import counter_key, record_key
+from cluster.keys import DECISION_PREFIX, counter_key, record_key
+from cluster.keys import HOLDS_KEY as HOLDS_KEY  # re-exported: tests read the holds set
 from cluster.limits import LimitSpec
 from cluster.wire import Checked, Committed, LimitRow, Refunded
 from node.ops import Op
 from node.resp import RespPipe
 from node.scripts import read_lua, script_source
 
-HOLDS_KEY = "sl|holds"  # node-local: entries for the hold sweeper, never migrated
-DECISION_PREFIX = "sl|d|"  # + batch id: "commit" or "abort", written once (SET NX)
 DECISION_TTL_MS = 3_600_000
 UNRESOLVED_RETRY_MS = 1_000
 # How a sweeper learns a held batch's fate: (batch, coordinator) -> "commit", "abort",

@@ -19,6 +19,7 @@ from cluster.limits import format_amount
 from cluster.model import NodeSpec
 from cluster.problem import problem, problem_middleware, read_json
 from router.allornothing import AllOrNothing
+from router.cluster_rules import ClusterRules, RulesConflict, RulesUnavailable
 from router.cluster_view import Attempt, ClusterView
 from router.decisions import decision, degraded_decision, ratelimit_headers
 from router.dispatch import NodeUnavailable, Reason
@@ -33,7 +34,7 @@ from router.requests import (
     parse_refund,
 )
 from router.resharding import Resharder, ReshardError
-from router.rules import RuleBook, parse_rule
+from router.rules import Rule, RuleBook, parse_rule, parse_rules_document
 
 log = logging.getLogger("shardlimit.router")
 MAX_BODY = 1024 * 1024
@@ -63,15 +64,18 @@ class Router:
         self.view = ClusterView(config, cluster_token)
         self.resharder = Resharder(self.view)
         self.rules = RuleBook(config.rules_file)
+        self.cluster_rules = ClusterRules(self.view, self.rules)
         self.metrics = Metrics()
         self.all_or_nothing = AllOrNothing(
             self.view, self.check, self.refund, hold_ms=config.aon_hold_ms
         )
         self._reloader: asyncio.Task[None] | None = None
+        self._offers: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         self.rules.load()
         await self.view.start()
+        await self.cluster_rules.start()
         self._reloader = asyncio.get_running_loop().create_task(self._watch_rules())
 
     async def stop(self) -> None:
@@ -79,23 +83,32 @@ class Router:
             self._reloader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reloader
+        for task in list(self._offers):
+            task.cancel()
+        await self.cluster_rules.close()
         await self.view.close()
 
     async def _watch_rules(self) -> None:
         while True:
             await asyncio.sleep(self.config.rules_poll_ms / 1000)  # polling cadence
             try:
-                if self.rules.reload_if_changed():
-                    log.info("rules reloaded: %d rules", len(self.rules.rules))
+                errors = self.rules.reload_errors
+                if self.rules.reload_if_changed() and self.rules.reload_errors == errors:
+                    log.info("rules file reloaded: %d rules", len(self.rules.rules))
+                    await self.cluster_rules.offer(self.rules.rules)
             except OSError as exc:
                 log.error("rules file unreadable: %s", exc)
 
     def reload_rules(self) -> None:
-        """SIGHUP: reload now, keep the old rules if the file is bad."""
+        """SIGHUP: reload the file now (keep the old rules if it is bad) and publish it."""
         try:
             self.rules.load()
         except (ValueError, OSError) as exc:
             log.error("rules reload failed: %s", exc)
+            return
+        task = asyncio.get_running_loop().create_task(self.cluster_rules.offer(self.rules.rules))
+        self._offers.add(task)
+        task.add_done_callback(self._offers.discard)
 
     async def check(
         self, request: CheckRequest, hold_ms: int = 0, batch: tuple[str, str] | None = None
@@ -277,9 +290,74 @@ async def get_usage(request: web.Request) -> web.Response:
     return _json(await router.check(parsed))
 
 
+def _etag(version: int) -> dict[str, str]:
+    return {"ETag": f'"{version}"'}
+
+
+def _if_match(request: web.Request) -> int | web.Response | None:
+    """The rules version an If-Match header names (None: no header)."""
+    raw = request.headers.get("If-Match")
+    if raw is None:
+        return None
+    value = raw.strip().removeprefix("W/").strip('"')
+    if not value.isdigit():
+        return problem(
+            400, "validation", 'If-Match must be a rules version as an ETag, e.g. "3"',
+            [FieldError("If-Match", "not a rules version")],
+        )  # fmt: skip
+    return int(value)
+
+
+async def _publish(
+    request: web.Request, rules: dict[str, Rule], expected: int | None
+) -> int | web.Response:
+    """Make `rules` the cluster's rules (then rewrite this router's rules file)."""
+    router = _router(request)
+    try:
+        version = await router.cluster_rules.publish(rules, expected)
+    except RulesConflict as exc:
+        return problem(
+            409, "version-conflict",
+            f"{exc}, not {expected}: read them again (GET /v1/rules) and retry",
+            headers=_etag(exc.current),
+        )  # fmt: skip
+    except RulesUnavailable as exc:
+        return problem(503, "rules-not-saved", f"the cluster could not store the rules: {exc}")
+    try:
+        router.rules.write_file(rules)
+    except OSError as exc:
+        log.warning("rules version %d stored in the cluster, not in the rules file: %s",
+                    version, exc)  # fmt: skip
+    return version
+
+
 async def list_rules(request: web.Request) -> web.Response:
-    rules = _router(request).rules.rules
-    return _json({"rules": [rule.to_dict() for _, rule in sorted(rules.items())]})
+    book = _router(request).rules
+    listing = [rule.to_dict() for _, rule in sorted(book.rules.items())]
+    return _json({"version": book.version, "rules": listing}, headers=_etag(book.version))
+
+
+async def put_rules(request: web.Request) -> web.Response:
+    """Replace every rule at once (`shardlimit rules apply`)."""
+    if not _is_admin(request):
+        return _need_admin()
+    expected = _if_match(request)
+    if isinstance(expected, web.Response):
+        return expected
+    body, error = await read_json(request)
+    if error is not None:
+        return error
+    if not isinstance(body, dict) or not isinstance(body.get("rules"), dict):
+        return _invalid([FieldError("rules", "is required: an object of rules by name")])
+    try:
+        rules = parse_rules_document(body)
+    except ValidationError as exc:
+        return _invalid(exc.errors or [FieldError("body", "must be an object with 'rules'")])
+    version = await _publish(request, rules, expected)
+    if isinstance(version, web.Response):
+        return version
+    listing = [rule.to_dict() for _, rule in sorted(rules.items())]
+    return _json({"version": version, "rules": listing}, headers=_etag(version))
 
 
 def _rule_name(request: web.Request) -> str | web.Response:
@@ -298,10 +376,11 @@ async def get_rule(request: web.Request) -> web.Response:
     name = _rule_name(request)
     if isinstance(name, web.Response):
         return name
-    rule = _router(request).rules.get(name)
+    book = _router(request).rules
+    rule = book.get(name)
     if rule is None:
         return problem(404, "unknown-rule", f"no rule named '{name}'")
-    return _json(rule.to_dict())
+    return _json(rule.to_dict(), headers=_etag(book.version))
 
 
 async def put_rule(request: web.Request) -> web.Response:
@@ -310,6 +389,9 @@ async def put_rule(request: web.Request) -> web.Response:
     name = _rule_name(request)
     if isinstance(name, web.Response):
         return name
+    expected = _if_match(request)
+    if isinstance(expected, web.Response):
+        return expected
     body, error = await read_json(request)
     if error is not None:
         return error
@@ -319,11 +401,13 @@ async def put_rule(request: web.Request) -> web.Response:
         return _invalid(problems.errors)
     if isinstance(body, dict) and body.get("name") not in (None, name):
         return _invalid([FieldError("body.name", "must match the name in the path")])
-    try:
-        created = _router(request).rules.put(rule)
-    except OSError as exc:
-        return problem(503, "rules-not-saved", f"could not write the rules file: {exc}")
-    return _json(rule.to_dict(), status=201 if created else 200)
+    rules = dict(_router(request).rules.rules)
+    created = name not in rules
+    rules[name] = rule
+    version = await _publish(request, rules, expected)
+    if isinstance(version, web.Response):
+        return version
+    return _json(rule.to_dict(), status=201 if created else 200, headers=_etag(version))
 
 
 async def delete_rule(request: web.Request) -> web.Response:
@@ -332,13 +416,16 @@ async def delete_rule(request: web.Request) -> web.Response:
     name = _rule_name(request)
     if isinstance(name, web.Response):
         return name
-    try:
-        deleted = _router(request).rules.delete(name)
-    except OSError as exc:
-        return problem(503, "rules-not-saved", f"could not write the rules file: {exc}")
-    if not deleted:
+    expected = _if_match(request)
+    if isinstance(expected, web.Response):
+        return expected
+    rules = dict(_router(request).rules.rules)
+    if rules.pop(name, None) is None:
         return problem(404, "unknown-rule", f"no rule named '{name}'")
-    return web.Response(status=204)
+    version = await _publish(request, rules, expected)
+    if isinstance(version, web.Response):
+        return version
+    return web.Response(status=204, headers=_etag(version))
 
 
 async def get_cluster(request: web.Request) -> web.Response:
@@ -532,6 +619,7 @@ def create_app(
     app.router.add_post("/v1/refund", post_refund)
     app.router.add_get("/v1/usage", get_usage)
     app.router.add_get("/v1/rules", list_rules)
+    app.router.add_put("/v1/rules", put_rules)
     app.router.add_get("/v1/rules/{name}", get_rule)
     app.router.add_put("/v1/rules/{name}", put_rule)
     app.router.add_delete("/v1/rules/{name}", delete_rule)

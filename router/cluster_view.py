@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -42,6 +43,7 @@ class ClusterView:
         self._pushes: dict[str, asyncio.Task[bool]] = {}
         self._refresh: asyncio.Task[None] | None = None
         self._poller: asyncio.Task[None] | None = None
+        self._stats_listeners: list[Callable[[str, dict[str, Any]], None]] = []
         self.moved_retries = 0
 
     def _initial_topology(self) -> Topology:
@@ -129,6 +131,8 @@ class ClusterView:
         channel = self.channels[node_id]
         stats = await channel.get(wire.STATS_PATH, timeout_s=1.0)
         channel.learn_liveness_port(stats.get("live"))
+        for listener in self._stats_listeners:
+            listener(node_id, stats)
         return int(stats.get("epoch", 0))
 
     async def refresh_from_nodes(self) -> None:
@@ -154,6 +158,21 @@ class ClusterView:
             with contextlib.suppress(NodeUnavailable, ValueError, TypeError):
                 if await self._node_epoch(node_id) > self.topology.epoch:
                     await self.refresh_from(node_id)
+
+    def lock_node(self) -> str:
+        """The node whose Redis holds the change leases: the first member by id."""
+        return min({n.id for n in self.topology.nodes} | {n.id for n in self.previous_nodes()})
+
+    async def lease(self, name: str, action: str, token: str, ttl_ms: int) -> bool:
+        """Acquire, renew or release the change lease `name` ("topology" or "rules")
+        for `token`: whether it is held afterwards. Raises NodeUnavailable."""
+        payload = {"name": name, "action": action, "token": token, "ttl_ms": ttl_ms}
+        answer = await self.channels[self.lock_node()].post(wire.LEASE_PATH, payload, timeout_s=5.0)
+        return bool(answer.get("held"))
+
+    def on_stats(self, listener: Callable[[str, dict[str, Any]], None]) -> None:
+        """Call `listener(node_id, stats)` with every node's stats the poll reads."""
+        self._stats_listeners.append(listener)
 
     async def push_topology(self, node_id: str) -> bool:
         channel = self.channels[node_id]

@@ -157,6 +157,14 @@ def openapi_document() -> dict[str, Any]:
         "schema": {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,64}$"},
     }
     key_query = {"name": "key", "in": "query", "required": True, "schema": {"type": "string"}}
+    if_match = {
+        "name": "If-Match",
+        "in": "header",
+        "required": False,
+        "description": "the rules version the write is based on (the ETag of GET /v1/rules); "
+        "409 when the cluster's rules are at another version",
+        "schema": {"type": "string", "pattern": '^(W/)?"?[0-9]+"?$'},
+    }
     admin: list[dict[str, list[str]]] = [{"admin": []}]
     paths: dict[str, Any] = {
         "/v1/check": {
@@ -215,7 +223,17 @@ def openapi_document() -> dict[str, Any]:
             }
         },
         "/v1/rules": {
-            "get": {"summary": "All rules", "responses": _json_ok("RuleList")},
+            "get": {
+                "summary": "All rules, with their cluster version (also the ETag)",
+                "responses": _json_ok("RuleList"),
+            },
+            "put": {
+                "summary": "Replace every rule at once (admin; `shardlimit rules apply`)",
+                "security": admin,
+                "parameters": [if_match],
+                "requestBody": _json_body("RuleDocument"),
+                "responses": _responses(_json_ok("RuleList", "stored"), 400, 401, 409, 413, 503),
+            },
         },
         "/v1/rules/{name}": {
             "parameters": [name_param],
@@ -223,18 +241,24 @@ def openapi_document() -> dict[str, Any]:
             "put": {
                 "summary": "Create or replace a rule (admin)",
                 "security": admin,
+                "parameters": [if_match],
                 "requestBody": _json_body("Rule"),
                 "responses": _responses(
                     {**_json_ok("Rule", "replaced"), **_json_ok("Rule", "created", "201")},
                     400,
                     401,
+                    409,
                     413,
+                    503,
                 ),
             },
             "delete": {
                 "summary": "Delete a rule (admin)",
                 "security": admin,
-                "responses": _responses({"204": {"description": "deleted"}}, 400, 401, 404),
+                "parameters": [if_match],
+                "responses": _responses(
+                    {"204": {"description": "deleted"}}, 400, 401, 404, 409, 503
+                ),
             },
         },
         "/v1/cluster": {
@@ -284,8 +308,22 @@ def openapi_document() -> dict[str, Any]:
                 "Rule": rule,
                 "RuleList": {
                     "type": "object",
+                    "required": ["version", "rules"],
+                    "properties": {
+                        "version": {"type": "integer", "minimum": 0},
+                        "rules": {"type": "array", "items": rule},
+                    },
+                },
+                "RuleDocument": {
+                    "type": "object",
                     "required": ["rules"],
-                    "properties": {"rules": {"type": "array", "items": rule}},
+                    "additionalProperties": False,
+                    "properties": {
+                        "rules": {
+                            "type": "object",
+                            "additionalProperties": {"$ref": "#/components/schemas/Rule"},
+                        }
+                    },
                 },
                 "BatchResult": {
                     "type": "object",

@@ -90,17 +90,11 @@ class Resharder:
         self.task = asyncio.get_running_loop().create_task(self._run())
 
     async def _lease(self, action: str) -> None:
-        lock_node = sorted(
-            {n.id for n in self.view.topology.nodes} | {n.id for n in self.view.previous_nodes()}
-        )[0]
-        payload = {"action": action, "token": self.token, "ttl_ms": self.lease_ttl_ms}
         try:
-            answer = await self.view.channels[lock_node].post(
-                wire.LEASE_PATH, payload, timeout_s=5.0
-            )
+            held = await self.view.lease("topology", action, self.token, self.lease_ttl_ms)
         except NodeUnavailable as exc:
             raise ReshardError(f"lease {action} failed: {exc}") from exc
-        if not answer.get("held") and action != "release":
+        if not held and action != "release":
             raise ReshardError("another topology change holds the lease")
 
     async def _acquire_patiently(self) -> None:

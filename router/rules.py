@@ -39,6 +39,15 @@ class Rule:
         }
 
 
+def rules_document(rules: dict[str, Rule]) -> dict[str, Any]:
+    """Rules by name as a rules file holds them under `rules:` (and as the cluster
+    stores them)."""
+    return {
+        name: {"limits": [spec.to_dict() for spec in rule.limits], "on_failure": rule.on_failure}
+        for name, rule in sorted(rules.items())
+    }
+
+
 def default_on_failure(limits: tuple[LimitSpec, ...]) -> str:
     """Money and quotas fail closed; plain rate limits fail open."""
     return "deny" if any(spec.algorithm == "calendar" for spec in limits) else "allow"
@@ -87,11 +96,14 @@ def parse_rules_document(doc: Any) -> dict[str, Rule]:
 
 
 class RuleBook:
-    """The live rule set. File edits and SIGHUP reload it; API writes rewrite the file."""
+    """The live rule set and its cluster version (router/cluster_rules.py; 0 = this
+    router's file, not yet in the cluster). File edits and SIGHUP reload the file; API
+    writes rewrite it."""
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self.rules: dict[str, Rule] = {}
+        self.version = 0
         self._mtime: float | None = None
         self.reloads = 0
         self.reload_errors = 0
@@ -131,33 +143,14 @@ class RuleBook:
     def get(self, name: str) -> Rule | None:
         return self.rules.get(name)
 
-    def put(self, rule: Rule) -> bool:
-        """Add or replace; True if it was new."""
-        created = rule.name not in self.rules
-        rules = dict(self.rules)
-        rules[rule.name] = rule
-        self._persist(rules)
-        return created
+    def set_all(self, rules: dict[str, Rule], version: int) -> None:
+        self.rules = dict(rules)
+        self.version = version
 
-    def delete(self, name: str) -> bool:
-        if name not in self.rules:
-            return False
-        rules = dict(self.rules)
-        del rules[name]
-        self._persist(rules)
-        return True
-
-    def _persist(self, rules: dict[str, Rule]) -> None:
+    def write_file(self, rules: dict[str, Rule]) -> None:
+        """Rewrite the rules file (if any) with `rules`, atomically. Raises OSError."""
         if self.path is not None:
-            doc = {
-                "rules": {
-                    name: {
-                        "limits": [s.to_dict() for s in r.limits],
-                        "on_failure": r.on_failure,
-                    }
-                    for name, r in sorted(rules.items())
-                }
-            }
+            doc = {"rules": rules_document(rules)}
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=".rules.", dir=self.path.parent)
             try:
@@ -169,4 +162,3 @@ class RuleBook:
                     os.unlink(tmp)
                 raise
             self._mtime = self.path.stat().st_mtime
-        self.rules = rules
