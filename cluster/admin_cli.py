@@ -20,10 +20,16 @@ class AdminError(Exception):
     pass
 
 
-def call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
+def call(
+    args: argparse.Namespace,
+    method: str,
+    path: str,
+    body: Any = None,
+    headers: dict[str, str] | None = None,
+) -> Any:
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(  # noqa: S310 - the user's router URL
-        args.router.rstrip("/") + path, data=data, method=method
+        args.router.rstrip("/") + path, data=data, method=method, headers=headers or {}
     )
     request.add_header("Content-Type", "application/json")
     if args.token:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from cluster import admin_cli, compare
+from cluster import admin_cli, compare, rules_cli
 from cluster.auth import ADMIN_TOKEN_ENV, CLUSTER_TOKEN_ENV, token_from
 
 DEFAULT_ROUTER = "http://127.0.0.1:8080"
@@ -31,6 +31,16 @@ def _add_router_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if not 1 <= number <= 64:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to 64, not {value!r}")
+    return number
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="shardlimit", description="sharded rate limiter")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -39,7 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--nodes", type=int, default=3)
     up.add_argument("--partitioner", choices=("ring", "slots"), default="ring")
     up.add_argument("--host", default="127.0.0.1")
-    up.add_argument("--port", type=int, default=8080)
+    up.add_argument("--port", type=int, default=8080, help="the first router's port")
+    up.add_argument("--routers", type=_positive, default=1,
+                    help="routers to start, on consecutive ports from --port")  # fmt: skip
     up.add_argument("--base-port", type=int, default=7001)
     up.add_argument("--data-dir", type=Path, default=Path("data"))
     up.add_argument("--config", type=Path, help="cluster.yaml for router settings and rules file")
@@ -76,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="topology and node state")
     _add_router_args(status)
     admin_cli.add_arguments(sub, _add_router_args)
+    rules_cli.add_arguments(sub, _add_router_args)
     return parser
 
 
@@ -149,6 +162,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         config=args.config,
         appendfsync=args.appendfsync,
         test_clock=args.test_clock,
+        routers=args.routers,
     )
     return run_up(options, args.json)
 
@@ -201,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         "node-add": partial(admin_cli.run, admin_cli.cmd_node_add),
         "node-remove": partial(admin_cli.run, admin_cli.cmd_node_remove),
         "reshard": partial(admin_cli.run, admin_cli.cmd_reshard),
+        "rules": partial(admin_cli.run, rules_cli.cmd_rules),
     }
     return handlers[args.command](args)
 

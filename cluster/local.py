@@ -33,6 +33,7 @@ class UpOptions:
     config: Path | None = None
     appendfsync: str = "everysec"
     test_clock: bool = False
+    routers: int = 1  # on consecutive ports from `port`, sharing nodes, rules and topology
 
 
 @dataclass
@@ -53,7 +54,16 @@ class LocalCluster:
 
     @property
     def router_url(self) -> str:
-        return f"http://{self.options.host}:{self.options.port}"
+        return self.router_urls[0]
+
+    @property
+    def router_urls(self) -> list[str]:
+        return [f"http://{self.options.host}:{self.options.port + i}"
+                for i in range(self.options.routers)]  # fmt: skip
+
+    def router_name(self, index: int) -> str:
+        """router, router-2, router-3, ...: its log and data dir are named alike."""
+        return "router" if index == 0 else f"router-{index + 1}"
 
     @property
     def data_dir(self) -> Path:
@@ -85,7 +95,7 @@ class LocalCluster:
         self.children.append(child)
         return child
 
-    def write_router_config(self) -> Path:
+    def write_router_config(self, index: int = 0) -> Path:
         base: dict[str, Any] = {}
         config_dir = Path.cwd()
         if self.options.config is not None:
@@ -99,8 +109,8 @@ class LocalCluster:
             router["rules_file"] = str(self.data_dir / "rules.yaml")
         router.update(
             host=self.options.host,
-            port=self.options.port,
-            data_dir=str(self.data_dir / "router"),
+            port=self.options.port + index,
+            data_dir=str(self.data_dir / self.router_name(index)),
         )
         cluster = dict(base.get("cluster") or {})
         cluster["partitioner"] = self.options.partitioner
@@ -108,7 +118,7 @@ class LocalCluster:
             {"id": f"n{i + 1}", "url": self.node_url(i), "weight": 1}
             for i in range(self.options.nodes)
         ]
-        path = self.data_dir / "cluster.yaml"
+        path = self.data_dir / ("cluster.yaml" if index == 0 else f"cluster-{index + 1}.yaml")
         path.write_text(yaml.safe_dump({"router": router, "cluster": cluster}, sort_keys=False))
         return path
 
@@ -144,9 +154,13 @@ class LocalCluster:
             self._spawn(f"node-n{i + 1}", args)
         for i in range(self.options.nodes):
             self.wait_http(self.node_url(i) + "/healthz", f"node-n{i + 1}")
-        config = self.write_router_config()
-        self._spawn("router", ["router", "--config", str(config)])
-        self.wait_http(self.router_url + "/readyz", "router")
+        # The first router seeds the cluster's rules from the rules file; the others
+        # start once it is ready and serve the cluster's.
+        for index, url in enumerate(self.router_urls):
+            config = self.write_router_config(index)
+            name = self.router_name(index)
+            self._spawn(name, ["router", "--config", str(config)])
+            self.wait_http(url + "/readyz", name)
 
     def wait_http(self, url: str, name: str, timeout: float = 30.0) -> None:
         child = next((c for c in self.children if c.name == name), None)
@@ -160,6 +174,7 @@ class LocalCluster:
     def summary(self) -> dict[str, Any]:
         return {
             "router": self.router_url,
+            "routers": self.router_urls,
             "admin_token": self.admin_token,
             "data_dir": str(self.data_dir),
             "logs": str(self.data_dir / "logs"),
@@ -232,7 +247,8 @@ def run_up(options: UpOptions, as_json: bool) -> int:
 
 
 def print_summary(info: dict[str, Any]) -> None:
-    print(f"shardlimit is up: router {info['router']} ({info['partitioner']} partitioner)")
+    routers = info.get("routers") or [info["router"]]
+    print(f"shardlimit is up: router {', '.join(routers)} ({info['partitioner']} partitioner)")
     for node in info["nodes"]:
         print(f"  node {node['id']:<4} {node['url']:<24} redis {node['redis']}  "
               f"data {node['redis_dir']}")  # fmt: skip

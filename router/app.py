@@ -19,7 +19,7 @@ from cluster.limits import format_amount
 from cluster.model import NodeSpec
 from cluster.problem import problem, problem_middleware, read_json
 from router.allornothing import AllOrNothing
-from router.cluster_rules import ClusterRules, RulesConflict, RulesUnavailable
+from router.cluster_rules import Change, ClusterRules, RulesConflict, RulesUnavailable, UnknownRule
 from router.cluster_view import Attempt, ClusterView
 from router.decisions import decision, degraded_decision, ratelimit_headers
 from router.dispatch import NodeUnavailable, Reason
@@ -309,12 +309,12 @@ def _if_match(request: web.Request) -> int | web.Response | None:
 
 
 async def _publish(
-    request: web.Request, rules: dict[str, Rule], expected: int | None
+    request: web.Request, change: Change, expected: int | None
 ) -> int | web.Response:
-    """Make `rules` the cluster's rules (then rewrite this router's rules file)."""
+    """Apply `change` to the cluster's rules (then rewrite this router's rules file)."""
     router = _router(request)
     try:
-        version = await router.cluster_rules.publish(rules, expected)
+        version = await router.cluster_rules.publish(change, expected)
     except RulesConflict as exc:
         return problem(
             409, "version-conflict",
@@ -323,8 +323,10 @@ async def _publish(
         )  # fmt: skip
     except RulesUnavailable as exc:
         return problem(503, "rules-not-saved", f"the cluster could not store the rules: {exc}")
+    except UnknownRule as exc:
+        return problem(404, "unknown-rule", f"no rule named '{exc}'")
     try:
-        router.rules.write_file(rules)
+        router.rules.write_file(router.rules.rules)
     except OSError as exc:
         log.warning("rules version %d stored in the cluster, not in the rules file: %s",
                     version, exc)  # fmt: skip
@@ -353,7 +355,7 @@ async def put_rules(request: web.Request) -> web.Response:
         rules = parse_rules_document(body)
     except ValidationError as exc:
         return _invalid(exc.errors or [FieldError("body", "must be an object with 'rules'")])
-    version = await _publish(request, rules, expected)
+    version = await _publish(request, lambda _current: rules, expected)
     if isinstance(version, web.Response):
         return version
     listing = [rule.to_dict() for _, rule in sorted(rules.items())]
@@ -401,10 +403,14 @@ async def put_rule(request: web.Request) -> web.Response:
         return _invalid(problems.errors)
     if isinstance(body, dict) and body.get("name") not in (None, name):
         return _invalid([FieldError("body.name", "must match the name in the path")])
-    rules = dict(_router(request).rules.rules)
-    created = name not in rules
-    rules[name] = rule
-    version = await _publish(request, rules, expected)
+    created = False
+
+    def upsert(current: dict[str, Rule]) -> dict[str, Rule]:
+        nonlocal created
+        created = name not in current
+        return {**current, name: rule}
+
+    version = await _publish(request, upsert, expected)
     if isinstance(version, web.Response):
         return version
     return _json(rule.to_dict(), status=201 if created else 200, headers=_etag(version))
@@ -419,10 +425,12 @@ async def delete_rule(request: web.Request) -> web.Response:
     expected = _if_match(request)
     if isinstance(expected, web.Response):
         return expected
-    rules = dict(_router(request).rules.rules)
-    if rules.pop(name, None) is None:
-        return problem(404, "unknown-rule", f"no rule named '{name}'")
-    version = await _publish(request, rules, expected)
+    def remove(current: dict[str, Rule]) -> dict[str, Rule]:
+        if name not in current:
+            raise UnknownRule(name)
+        return {n: r for n, r in current.items() if n != name}
+
+    version = await _publish(request, remove, expected)
     if isinstance(version, web.Response):
         return version
     return web.Response(status=204, headers=_etag(version))

@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from cluster import wire
@@ -32,6 +32,9 @@ from router.dispatch import NodeUnavailable
 from router.rules import Rule, RuleBook, parse_rules_document, rules_document
 
 log = logging.getLogger("shardlimit.rules")
+
+# A rules change: the cluster's current rules in, the rules to store out.
+Change = Callable[[dict[str, Rule]], dict[str, Rule]]
 
 LEASE_TTL_MS = 10_000
 LEASE_PATIENCE_S = 5.0  # how long a write waits for another router's write to finish
@@ -44,6 +47,10 @@ class RulesConflict(Exception):
     def __init__(self, current: int) -> None:
         super().__init__(f"the cluster's rules are at version {current}")
         self.current = current
+
+
+class UnknownRule(LookupError):
+    """A change named a rule the cluster does not hold."""
 
 
 class RulesUnavailable(Exception):
@@ -82,17 +89,19 @@ class ClusterRules:
     async def offer(self, rules: dict[str, Rule]) -> None:
         """Publish a rules file's rules; on failure keep them pending for the poll."""
         try:
-            await self.publish(rules, None)
+            await self.publish(lambda _current: rules, None)
         except (RulesUnavailable, RulesConflict) as exc:
             log.warning("rules file not published yet (will retry): %s", exc)
             self.pending = dict(rules)
         else:
             self.pending = None
 
-    async def publish(self, rules: dict[str, Rule], expected: int | None) -> int:
-        """Make `rules` the cluster's rules; the version they got (the current one when
-        nothing changed). Raises RulesConflict, RulesUnavailable."""
-        doc = rules_document(rules)
+    async def publish(self, change: Change, expected: int | None) -> int:
+        """Apply `change` to the cluster's current rules, under the rules lease, and store
+        the result as the next version: that version (the current one when nothing
+        changed). `change` sees the newest rules any node holds, never a stale local
+        copy, so writes through different routers do not lose each other. Raises
+        RulesConflict, RulesUnavailable, and whatever `change` raises."""
         await self._acquire()
         try:
             newest = await self._newest()
@@ -101,6 +110,12 @@ class ClusterRules:
             current, current_doc = newest
             if expected is not None and expected != current:
                 raise RulesConflict(current)
+            try:
+                current_rules = parse_document(current_doc)
+            except ValidationError as exc:
+                raise RulesUnavailable(f"the cluster's rules are not valid here: {exc}") from exc
+            rules = change(current_rules)
+            doc = rules_document(rules)
             if current > 0 and current_doc == doc:
                 self._adopt(current, doc)
                 return current
