@@ -95,7 +95,7 @@ class Router:
                 errors = self.rules.reload_errors
                 if self.rules.reload_if_changed() and self.rules.reload_errors == errors:
                     log.info("rules file reloaded: %d rules", len(self.rules.rules))
-                    await self.cluster_rules.offer(self.rules.rules)
+                    await self.cluster_rules.offer(self.rules.rules, self.rules.file_version)
             except OSError as exc:
                 log.error("rules file unreadable: %s", exc)
 
@@ -106,7 +106,8 @@ class Router:
         except (ValueError, OSError) as exc:
             log.error("rules reload failed: %s", exc)
             return
-        task = asyncio.get_running_loop().create_task(self.cluster_rules.offer(self.rules.rules))
+        offer = self.cluster_rules.offer(self.rules.rules, self.rules.file_version)
+        task = asyncio.get_running_loop().create_task(offer)
         self._offers.add(task)
         task.add_done_callback(self._offers.discard)
 
@@ -326,7 +327,7 @@ async def _publish(
     except UnknownRule as exc:
         return problem(404, "unknown-rule", f"no rule named '{exc}'")
     try:
-        router.rules.write_file(router.rules.rules)
+        router.rules.write_file(router.rules.rules, version)
     except OSError as exc:
         log.warning("rules version %d stored in the cluster, not in the rules file: %s",
                     version, exc)  # fmt: skip
@@ -425,6 +426,7 @@ async def delete_rule(request: web.Request) -> web.Response:
     expected = _if_match(request)
     if isinstance(expected, web.Response):
         return expected
+
     def remove(current: dict[str, Rule]) -> dict[str, Rule]:
         if name not in current:
             raise UnknownRule(name)
@@ -587,6 +589,7 @@ async def metrics(request: web.Request) -> web.Response:
     router = _router(request)
     node_lines = channel_lines(router.view.channels)
     router.metrics.moved_retries = router.view.moved_retries
+    file_version = router.rules.file_version
     extra = [
         "# TYPE shardlimit_topology_epoch gauge",
         f"shardlimit_topology_epoch {router.view.topology.epoch}",
@@ -594,6 +597,15 @@ async def metrics(request: web.Request) -> web.Response:
         f"shardlimit_rules {len(router.rules.rules)}",
         "# TYPE shardlimit_rules_reload_errors_total counter",
         f"shardlimit_rules_reload_errors_total {router.rules.reload_errors}",
+        "# HELP shardlimit_rules_version The cluster rules version this router serves.",
+        "# TYPE shardlimit_rules_version gauge",
+        f"shardlimit_rules_version {router.rules.version}",
+        "# HELP shardlimit_rules_file_reloads_total Times the rules file was read.",
+        "# TYPE shardlimit_rules_file_reloads_total counter",
+        f"shardlimit_rules_file_reloads_total {router.rules.reloads}",
+        "# HELP shardlimit_rules_file_version The version the rules file names (-1: none).",
+        "# TYPE shardlimit_rules_file_version gauge",
+        f"shardlimit_rules_file_version {-1 if file_version is None else file_version}",
     ]
     return web.Response(
         text=router.metrics.render(node_lines, extra),

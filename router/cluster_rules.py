@@ -67,32 +67,40 @@ class ClusterRules:
         self.view = view
         self.book = book
         self.token = secrets.token_hex(16)
-        self.pending: dict[str, Rule] | None = None  # file rules not yet published
+        # A file's rules not yet published (no node answered), with its `version:`.
+        self.pending: tuple[dict[str, Rule], int | None] | None = None
+        self.synced = False  # the cluster's rules were read (or seeded) at least once
         self._tasks: set[asyncio.Task[Any]] = set()
         self._busy: set[str] = set()  # nodes being fetched from or repaired
         view.on_stats(self._saw_stats)
 
     async def start(self) -> None:
-        """Serve the cluster's rules, or seed the cluster with this router's file."""
+        """Serve the cluster's rules, or seed an empty cluster with this router's file;
+        with no node answering, serve the file and do this once one answers."""
         newest = await self._newest()
         if newest is None:
             log.warning("no node answered for the rules: serving the rules file for now")
-            self.pending = dict(self.book.rules) if self.book.path is not None else None
             return
+        self.synced = True
         version, doc = newest
         if version > 0:
             self._adopt(version, doc)
-            return
-        if self.book.path is not None:
-            await self.offer(self.book.rules)
+        elif self.book.path is not None:
+            await self.offer(self.book.rules, None)
 
-    async def offer(self, rules: dict[str, Rule]) -> None:
-        """Publish a rules file's rules; on failure keep them pending for the poll."""
+    async def offer(self, rules: dict[str, Rule], based_on: int | None) -> None:
+        """Publish a rules file's rules: unconditionally, or (`based_on`, the `version:`
+        a router wrote into the file) only while the cluster is still at that version,
+        so a file rewritten by one router cannot undo a later write through another."""
         try:
-            await self.publish(lambda _current: rules, None)
-        except (RulesUnavailable, RulesConflict) as exc:
+            await self.publish(lambda _current: rules, based_on)
+        except RulesConflict as exc:
+            log.warning("rules file not published: it was written from version %s, and %s",
+                        based_on, exc)  # fmt: skip
+            self.pending = None
+        except RulesUnavailable as exc:
             log.warning("rules file not published yet (will retry): %s", exc)
-            self.pending = dict(rules)
+            self.pending = (dict(rules), based_on)
         else:
             self.pending = None
 
@@ -190,12 +198,14 @@ class ClusterRules:
         version = stats.get("rules_version")
         if not isinstance(version, int) or node_id in self._busy:
             return
-        if version > self.book.version:
+        if not self.synced:
+            self._spawn(node_id, self.start())
+        elif version > self.book.version:
             self._spawn(node_id, self._fetch_from(node_id))
         elif version < self.book.version:
             self._spawn(node_id, self._repair(node_id))
         elif self.pending is not None:
-            self._spawn(node_id, self.offer(self.pending))
+            self._spawn(node_id, self.offer(*self.pending))
 
     def _spawn(self, node_id: str, work: Coroutine[Any, Any, None]) -> None:
         self._busy.add(node_id)

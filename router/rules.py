@@ -18,6 +18,11 @@ from cluster.limits import LimitSpec, parse_limits
 
 log = logging.getLogger("shardlimit.rules")
 ON_FAILURE = ("allow", "deny")
+FILE_HEADER = (
+    "# Written by a shardlimit router from the cluster's rules, version below. An edit of\n"
+    "# this file is published only while the cluster is still at that version; delete\n"
+    "# the `version:` line to publish it regardless (or use `shardlimit rules apply`).\n"
+)
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,9 @@ class RuleBook:
         self.path = path
         self.rules: dict[str, Rule] = {}
         self.version = 0
+        # The `version:` a rules file names: the cluster version a router wrote it from.
+        # An edit of such a file is published only while the cluster is still there.
+        self.file_version: int | None = None
         self._mtime: float | None = None
         self.reloads = 0
         self.reload_errors = 0
@@ -121,12 +129,18 @@ class RuleBook:
             if doc is not None and not isinstance(doc, dict):
                 raise ValueError("rules file must be a mapping with a 'rules' key")
             rules = parse_rules_document(doc)
+            file_version = doc.get("version") if isinstance(doc, dict) else None
+            if file_version is not None and (
+                not isinstance(file_version, int) or isinstance(file_version, bool)
+            ):
+                raise ValueError("version: must be the whole number a router wrote there")
         except (yaml.YAMLError, ValueError) as exc:
             self.reload_errors += 1
             self._mtime = stat.st_mtime
             log.error("rules file %s rejected, keeping the previous rules: %s", self.path, exc)
             raise
         self.rules = rules
+        self.file_version = file_version
         self._mtime = stat.st_mtime
         self.reloads += 1
 
@@ -147,14 +161,16 @@ class RuleBook:
         self.rules = dict(rules)
         self.version = version
 
-    def write_file(self, rules: dict[str, Rule]) -> None:
-        """Rewrite the rules file (if any) with `rules`, atomically. Raises OSError."""
+    def write_file(self, rules: dict[str, Rule], version: int) -> None:
+        """Rewrite the rules file (if any) with `rules`, the cluster's `version`,
+        atomically. Raises OSError."""
         if self.path is not None:
-            doc = {"rules": rules_document(rules)}
+            doc = {"version": version, "rules": rules_document(rules)}
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=".rules.", dir=self.path.parent)
             try:
                 with os.fdopen(fd, "w") as handle:
+                    handle.write(FILE_HEADER)
                     yaml.safe_dump(doc, handle, sort_keys=False)
                 os.replace(tmp, self.path)
             except BaseException:
@@ -162,3 +178,4 @@ class RuleBook:
                     os.unlink(tmp)
                 raise
             self._mtime = self.path.stat().st_mtime
+            self.file_version = version
