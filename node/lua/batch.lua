@@ -48,27 +48,35 @@ local function check(first, c)
     if not r.ok then allowed = false end
   end
 
-  local out = { allowed and 1 or 0, 0, n }
   local undo = {}
+  local out
   for i = 1, n do
     local r = evaluated[i]
     if allowed and not dry_run and r.consumes then
       local u = r.commit()
-      table.insert(u, 1, limits[i][1])
-      table.insert(u, 1, KEYS[first + i - 1])
-      undo[#undo + 1] = u
+      local entry = { KEYS[first + i - 1], limits[i][1] }
+      for j = 1, #u do entry[j + 2] = u[j] end
+      undo[#undo + 1] = entry
     end
     local rem, reset, arem = r.rem_now, r.reset_now, r.arem_now
     if allowed then rem, reset, arem = r.rem_after, r.reset_after, r.arem_after end
-    local k = #out
-    out[k + 1] = r.ok and 1 or 0
-    out[k + 2] = r.limit or -1
-    out[k + 3] = rem
-    out[k + 4] = reset
-    out[k + 5] = r.ok and -1 or r.retry
-    out[k + 6] = allowed and r.delay or -1
-    out[k + 7] = r.alimit
-    out[k + 8] = arem
+    local ok = r.ok
+    if n == 1 then
+      -- The common case in one table constructor: one allocation, no growth.
+      out = { allowed and 1 or 0, 0, 1, ok and 1 or 0, r.limit or -1, rem, reset,
+        ok and -1 or r.retry, allowed and r.delay or -1, r.alimit, arem }
+    else
+      if i == 1 then out = { allowed and 1 or 0, 0, n } end
+      local k = 3 + 8 * (i - 1)
+      out[k + 1] = ok and 1 or 0
+      out[k + 2] = r.limit or -1
+      out[k + 3] = rem
+      out[k + 4] = reset
+      out[k + 5] = ok and -1 or r.retry
+      out[k + 6] = allowed and r.delay or -1
+      out[k + 7] = r.alimit
+      out[k + 8] = arem
+    end
   end
 
   if record_key and not dry_run then
