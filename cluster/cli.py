@@ -72,6 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("--port", type=int, required=True)
     node.add_argument("--redis", required=True, help="redis://host:port/db")
     node.add_argument("--cluster-token-file")
+    node.add_argument("--tls-cert", type=Path, help="the listener's certificate (PEM): HTTPS")
+    node.add_argument("--tls-key", type=Path, help="the key of --tls-cert (PEM)")
+    node.add_argument("--tls-ca", type=Path,
+                      help="the CA peers' certificates must chain to (PEM)")  # fmt: skip
+    node.add_argument("--tls-mutual", action="store_true",
+                      help="require client certificates signed by --tls-ca; present "
+                           "--tls-cert to peer nodes")  # fmt: skip
     node.add_argument("--test-clock", action="store_true", help=argparse.SUPPRESS)
 
     compare.add_arguments(
@@ -118,34 +125,97 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _refuse(command: str, reason: str) -> int:
+    """A start-up setting that cannot work: one line on stderr, exit status 2."""
+    print(f"shardlimit {command}: {reason}", file=sys.stderr)
+    return 2
+
+
 def cmd_router(args: argparse.Namespace) -> int:
+    import yaml
+
     from cluster.config import load_config
+    from cluster.errors import ValidationError
     from cluster.serve import run_app
+    from cluster.tls import TlsError
     from router.app import ROUTER, create_app
 
-    config = load_config(args.config)
+    try:
+        config = load_config(args.config)
+    except ValidationError as exc:
+        return _refuse("router", f"{args.config}: {exc}")
+    except (OSError, yaml.YAMLError) as exc:
+        return _refuse("router", f"cannot read {args.config}: {exc}")
     if args.host:
         config.host = args.host
     if args.port is not None:
         config.port = args.port
-    admin = token_from(ADMIN_TOKEN_ENV, args.admin_token_file)
-    cluster_token = token_from(CLUSTER_TOKEN_ENV, args.cluster_token_file)
+    try:
+        admin = token_from(ADMIN_TOKEN_ENV, args.admin_token_file)
+        cluster_token = token_from(CLUSTER_TOKEN_ENV, args.cluster_token_file)
+    except OSError as exc:
+        return _refuse("router", f"cannot read a token file: {exc}")
     if admin is None:
         logging.warning("no admin token set (%s): rule writes are open", ADMIN_TOKEN_ENV)
-    app = create_app(config, admin, cluster_token)
-    run_app(app, config.host, config.port, on_hup=app[ROUTER].reload_rules)
+    try:
+        server_ssl = config.tls.server_context(client_certs=False)  # applications: none
+        app = create_app(config, admin, cluster_token)
+    except TlsError as exc:
+        return _refuse("router", str(exc))
+    run_app(app, config.host, config.port, on_hup=app[ROUTER].reload_rules, ssl_context=server_ssl)
     return 0
+
+
+_REDIS_TLS_FILES = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
+
+
+def _redis_url_problem(url: str) -> str | None:
+    """Why redis-py cannot use `url` (redis://, rediss:// with ssl_* files, unix://)."""
+    from redis.asyncio.connection import parse_url
+
+    try:
+        settings: dict[str, object] = dict(parse_url(url))
+    except ValueError as exc:
+        return str(exc)
+    for name in _REDIS_TLS_FILES:
+        value = settings.get(name)
+        if isinstance(value, str) and not os.access(value, os.R_OK):
+            return f"{name}: cannot read {value}"
+    return None
+
+
+_NODE_TLS_FLAGS = {"cert": "--tls-cert", "key": "--tls-key", "ca": "--tls-ca",
+                   "mutual": "--tls-mutual"}  # fmt: skip
 
 
 def cmd_node(args: argparse.Namespace) -> int:
     from cluster.serve import run_app
+    from cluster.tls import TlsError, TlsFiles
     from node.app import create_app
 
-    cluster_token = token_from(CLUSTER_TOKEN_ENV, args.cluster_token_file)
+    tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_ca, args.tls_mutual)
+    problems = tls.problems(_NODE_TLS_FLAGS.__getitem__)
+    if problems:
+        return _refuse("node", "; ".join(f"{flag}: {message}" for flag, message in problems))
+    redis_problem = _redis_url_problem(args.redis)
+    if redis_problem is not None:
+        return _refuse("node", f"--redis: {redis_problem}")
+    try:
+        cluster_token = token_from(CLUSTER_TOKEN_ENV, args.cluster_token_file)
+    except OSError as exc:
+        return _refuse("node", f"cannot read --cluster-token-file: {exc}")
     if cluster_token is None:
         logging.warning("no cluster token set (%s): node endpoints are open", CLUSTER_TOKEN_ENV)
-    app = create_app(args.id, args.redis, cluster_token, test_mode=args.test_clock, host=args.host)
-    run_app(app, args.host, args.port)
+    try:
+        server_ssl = tls.server_context(client_certs=tls.mutual)
+        client_ssl = tls.client_context()
+        app = create_app(
+            args.id, args.redis, cluster_token, test_mode=args.test_clock, host=args.host,
+            server_ssl=server_ssl, client_ssl=client_ssl,
+        )  # fmt: skip
+    except TlsError as exc:
+        return _refuse("node", str(exc))
+    run_app(app, args.host, args.port, ssl_context=server_ssl)
     return 0
 
 

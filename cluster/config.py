@@ -13,6 +13,7 @@ from cluster.errors import Problems
 from cluster.limits import parse_duration
 from cluster.model import NodeSpec
 from cluster.partition import DEFAULT_VNODES
+from cluster.tls import TlsFiles
 
 DEFAULT_PORT = 8080
 log = logging.getLogger("shardlimit.config")
@@ -41,6 +42,16 @@ class RouterConfig:
     partitioner: str = "ring"
     vnodes: int = DEFAULT_VNODES
     nodes: list[NodeSpec] = field(default_factory=list)
+    # TLS (cluster/tls.py): the listener's certificate, presented to nodes too when
+    # `tls_mutual`; the CA node certificates must chain to.
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_ca: Path | None = None
+    tls_mutual: bool = False
+
+    @property
+    def tls(self) -> TlsFiles:
+        return TlsFiles(self.tls_cert, self.tls_key, self.tls_ca, self.tls_mutual)
 
 
 # Duration settings of the router section, stored as `<name>_ms`.
@@ -71,6 +82,28 @@ _RETIRED = frozenset({"node_timeout", "node_timeout_per_op_us"})
 def _resolve(base: Path, value: Any) -> Path:
     path = Path(str(value)).expanduser()
     return path if path.is_absolute() else (base / path)
+
+
+def _parse_tls(router: dict[str, Any], base: Path, cfg: RouterConfig, problems: Problems) -> None:
+    for name in ("tls_cert", "tls_key", "tls_ca"):
+        value = router.get(name)
+        if value is None or value == "":
+            continue
+        if not isinstance(value, str):
+            problems.add(f"router.{name}", "must be a file path")
+        else:
+            setattr(cfg, name, _resolve(base, value))
+    mutual = router.get("tls_mutual", False)
+    if not isinstance(mutual, bool):
+        problems.add("router.tls_mutual", "must be true or false")
+    else:
+        cfg.tls_mutual = mutual
+    for setting, message in cfg.tls.problems(lambda part: f"router.tls_{part}"):
+        problems.add(setting, message)
+    if cfg.tls_ca is not None:
+        for index, spec in enumerate(cfg.nodes):
+            if not spec.url.startswith("https://"):
+                problems.add(f"cluster.nodes[{index}].url", "must be https:// with router.tls_ca")
 
 
 def parse_config(doc: Any, base: Path) -> RouterConfig:
@@ -126,6 +159,7 @@ def parse_config(doc: Any, base: Path) -> RouterConfig:
             cfg.nodes.append(NodeSpec.from_dict(raw))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             problems.add(f"cluster.nodes[{index}]", f"bad node: {exc}")
+    _parse_tls(router, base, cfg, problems)
     problems.raise_if_any()
     return cfg
 

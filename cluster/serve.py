@@ -7,6 +7,7 @@ import contextlib
 import gc
 import logging
 import signal
+import ssl
 from collections.abc import Callable
 
 from aiohttp import web
@@ -22,13 +23,19 @@ def install_fast_loop() -> None:
 
 
 async def _serve(
-    app: web.Application, host: str, port: int, on_hup: Callable[[], None] | None
+    app: web.Application,
+    host: str,
+    port: int,
+    on_hup: Callable[[], None] | None,
+    ssl_context: ssl.SSLContext | None,
 ) -> None:
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True)
+    site = web.TCPSite(
+        runner, host, port, backlog=1024, reuse_address=True, ssl_context=ssl_context
+    )
     await site.start()
-    log.info("listening on http://%s:%d", host, port)
+    log.info("listening on %s://%s:%d", "http" if ssl_context is None else "https", host, port)
     # Everything built at start-up lives for the whole process: keep it out of the
     # cyclic GC's full collections, whose pauses otherwise land in the latency tail.
     gc.collect()
@@ -46,7 +53,12 @@ async def _serve(
 
 
 def run_app(
-    app: web.Application, host: str, port: int, on_hup: Callable[[], None] | None = None
+    app: web.Application,
+    host: str,
+    port: int,
+    on_hup: Callable[[], None] | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> None:
+    """Serve `app` until SIGINT/SIGTERM; HTTPS when given a server `ssl_context`."""
     install_fast_loop()
-    asyncio.run(_serve(app, host, port, on_hup))
+    asyncio.run(_serve(app, host, port, on_hup, ssl_context))

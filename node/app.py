@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import ssl
 import time
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable
@@ -53,11 +54,18 @@ class NodeState:
         *,
         test_mode: bool = False,
         host: str = "127.0.0.1",
+        server_ssl: ssl.SSLContext | None = None,
+        client_ssl: ssl.SSLContext | None = None,
     ) -> None:
         self.node_id = node_id
-        self.liveness = LivenessResponder(host)
+        # The liveness port speaks what the main listener speaks (node/liveness.py).
+        self.liveness = LivenessResponder(host, server_ssl)
+        # Calls to peer nodes (migration); None: the system's CAs, no client certificate.
+        self.client_ssl = client_ssl
         self.cluster_token = cluster_token
         self.test_mode = test_mode
+        # redis://, or rediss:// (TLS: ?ssl_ca_certs=...&ssl_certfile=...), user:password@
+        # for AUTH. Over TLS the store keeps redis-py's pipeline (node/resp.py).
         self.redis = aioredis.from_url(
             redis_url, socket_connect_timeout=0.25, socket_timeout=1.0, max_connections=64
         )
@@ -88,7 +96,8 @@ class NodeState:
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
-            self._session = aiohttp.ClientSession()
+            connector = aiohttp.TCPConnector(ssl=self.client_ssl or True)
+            self._session = aiohttp.ClientSession(connector=connector)
         return self._session
 
     @property
@@ -493,9 +502,16 @@ def create_app(
     *,
     test_mode: bool = False,
     host: str = "127.0.0.1",
+    server_ssl: ssl.SSLContext | None = None,
+    client_ssl: ssl.SSLContext | None = None,
 ) -> web.Application:
-    """The node app; `host` is the address it serves on (its liveness port binds there)."""
-    state = NodeState(node_id, redis_url, cluster_token, test_mode=test_mode, host=host)
+    """The node app; `host` is the address it serves on (its liveness port binds there).
+    `server_ssl`: the listener's context (cluster/tls.py), which the liveness port uses
+    too; `client_ssl`: for calls to peer nodes."""
+    state = NodeState(
+        node_id, redis_url, cluster_token, test_mode=test_mode, host=host,
+        server_ssl=server_ssl, client_ssl=client_ssl,
+    )  # fmt: skip
     app = web.Application(
         client_max_size=MAX_BODY,
         middlewares=[problem_middleware, redis_boundary(state.redis, state.counters)],

@@ -10,6 +10,12 @@ is reported down too (503).
 
 The port is ephemeral and announced in every batch answer (`live`), so routers
 need no configuration for it.
+
+It speaks what the node's main listener speaks: with a server ssl context (the
+node's own, cluster/tls.py) every probe is a TLS connection, so a router that
+talks https to a node probes it the same way, and with mutual TLS only a client
+with the cluster's certificate gets an answer. The handshake runs in this thread,
+and OpenSSL releases the GIL while it works, so a busy event loop does not delay it.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 import threading
 import time
 
@@ -33,8 +40,9 @@ _STALLED = (
 
 
 class LivenessResponder:
-    def __init__(self, host: str) -> None:
+    def __init__(self, host: str, ssl_context: ssl.SSLContext | None = None) -> None:
         self._socket = socket.create_server((host, 0))
+        self._ssl = ssl_context
         self.port: int = self._socket.getsockname()[1]
         self._heartbeat = time.monotonic()
         self._closed = False
@@ -59,12 +67,19 @@ class LivenessResponder:
                 return  # closed
             with conn:
                 try:
-                    conn.settimeout(1.0)
-                    conn.recv(4096)  # the probe's request; its content does not matter
-                    alive = time.monotonic() - self._heartbeat < LOOP_STALL_S
-                    conn.sendall(_OK if alive else _STALLED)
-                except OSError as exc:
+                    conn.settimeout(1.0)  # bounds the TLS handshake too
+                    if self._ssl is None:
+                        self._answer(conn)
+                    else:
+                        with self._ssl.wrap_socket(conn, server_side=True) as tls:
+                            self._answer(tls)
+                except OSError as exc:  # ssl.SSLError included: a refused handshake
                     log.debug("liveness probe connection failed: %s", exc)
+
+    def _answer(self, conn: socket.socket) -> None:
+        conn.recv(4096)  # the probe's request; its content does not matter
+        alive = time.monotonic() - self._heartbeat < LOOP_STALL_S
+        conn.sendall(_OK if alive else _STALLED)
 
     async def close(self) -> None:
         self._closed = True

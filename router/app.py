@@ -511,7 +511,40 @@ async def add_node(request: web.Request) -> web.Response:
     spec = _new_node(body, {n.id for n in nodes})
     if isinstance(spec, list):
         return _invalid(spec)
-    return await _reshard(router, [*nodes, spec], bool(body.get("dry_run", False)))
+    if router.config.tls_ca is not None and not spec.url.startswith("https://"):
+        return _invalid([FieldError("url", "must be https://: this router verifies nodes' "
+                                           "certificates (router.tls_ca)")])  # fmt: skip
+    dry_run = bool(body.get("dry_run", False))
+    if not dry_run:
+        try:
+            why = await _unreachable(router.view, spec)
+        except ValueError as exc:
+            return _invalid([FieldError("url", str(exc))])
+        if why is not None:
+            return problem(
+                503, "node-unreachable",
+                f"node {spec.id} at {spec.url} did not answer {wire.READY_PATH}: {why}; "
+                "nothing was changed",
+            )  # fmt: skip
+    return await _reshard(router, [*nodes, spec], dry_run)
+
+
+NODE_PROBE_S = 2.0  # how long a node being added has to answer its readiness probe
+
+
+async def _unreachable(view: ClusterView, spec: NodeSpec) -> str | None:
+    """Why a node about to be added cannot serve (None: its /readyz answered 200), found
+    before any lease or topology change: a refused connection, a failed TLS handshake
+    (a certificate not from the cluster's CA, a client certificate refused), no answer,
+    or a node whose Redis does not answer. Raises ValueError (an unusable URL)."""
+    channel = view.channel_for(spec)  # a channel of its own: not a member yet
+    try:
+        await channel.get(wire.READY_PATH, timeout_s=NODE_PROBE_S)
+    except NodeUnavailable as exc:
+        return str(exc)
+    finally:
+        await channel.close()
+    return None
 
 
 async def remove_node(request: web.Request) -> web.Response:

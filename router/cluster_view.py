@@ -37,6 +37,9 @@ class ClusterView:
     def __init__(self, config: RouterConfig, cluster_token: str | None) -> None:
         self.config = config
         self.cluster_token = cluster_token
+        # Calls to https:// nodes (None: the system's CAs, no client certificate).
+        # Raises cluster.tls.TlsError.
+        self.ssl_context = config.tls.client_context()
         self.path = Path(config.data_dir) / "topology.json"
         self.topology = self._initial_topology()
         self.channels: dict[str, NodeChannel] = {}
@@ -80,21 +83,26 @@ class ClusterView:
             return ()
         return partitioner_from_dict(migration["from"]).nodes
 
+    def channel_for(self, spec: NodeSpec) -> NodeChannel:
+        """A channel to `spec` with this router's settings. Raises ValueError (bad URL)."""
+        return NodeChannel(
+            spec,
+            self.cluster_token,
+            deadline_s=self.config.node_deadline_ms / 1000,
+            margin_s=self.config.deadline_margin_ms / 1000,
+            max_inflight=self.config.node_inflight,
+            queue_max=self.config.node_queue_max,
+            coalesce_max=self.config.coalesce_max,
+            coalesce_wait_s=self.config.coalesce_wait_us / 1_000_000,
+            on_epoch=self._saw_epoch,
+            ssl_context=self.ssl_context,
+        )
+
     def _build_channels(self) -> None:
         for spec in (*self.topology.nodes, *self.previous_nodes()):
             if spec.id in self.channels and self.channels[spec.id].spec == spec:
                 continue
-            self.channels[spec.id] = NodeChannel(
-                spec,
-                self.cluster_token,
-                deadline_s=self.config.node_deadline_ms / 1000,
-                margin_s=self.config.deadline_margin_ms / 1000,
-                max_inflight=self.config.node_inflight,
-                queue_max=self.config.node_queue_max,
-                coalesce_max=self.config.coalesce_max,
-                coalesce_wait_s=self.config.coalesce_wait_us / 1_000_000,
-                on_epoch=self._saw_epoch,
-            )
+            self.channels[spec.id] = self.channel_for(spec)
 
     def adopt(self, topology: Topology) -> bool:
         """Take a newer topology: persist it, open channels to new nodes."""

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import ssl
 import time
 from collections.abc import Callable, Coroutine
 from enum import StrEnum
@@ -124,12 +125,15 @@ class NodeChannel:
         coalesce_max: int,
         coalesce_wait_s: float = 0.0,
         on_epoch: Callable[[str, int], None] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.spec = spec
         headers = {"Content-Type": wire.CONTENT_TYPE}
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        self.pool = HttpPool(spec.url, headers)
+        # For https:// nodes: the router's client context (cluster/tls.py).
+        self.ssl_context = ssl_context
+        self.pool = HttpPool(spec.url, headers, ssl_context=ssl_context)
         self.deadline_s = deadline_s
         self.margin_s = margin_s
         self.max_inflight = max_inflight
@@ -329,12 +333,15 @@ class NodeChannel:
     def learn_liveness_port(self, port: Any) -> None:
         """Nodes answer liveness probes on a port of their own (node/liveness.py),
         announced in each batch answer and in their stats; until known, probes go to
-        the main port, where only a refusal counts (a busy event loop is no proof)."""
+        the main port, where only a refusal counts (a busy event loop is no proof).
+        It speaks what the main port speaks: TLS (same certificate) for an https node."""
         if not isinstance(port, int) or port == self._live_port or not 0 < port < 65536:
             return
         self._live_port = port
         url = urlsplit(self.spec.url)
-        self._live_pool = HttpPool(f"http://{url.hostname}:{port}", {})
+        self._live_pool = HttpPool(
+            f"{url.scheme}://{url.hostname}:{port}", {}, ssl_context=self.ssl_context
+        )
 
     def _note_failure(self, reason: str) -> None:
         self.failures += 1

@@ -5,15 +5,23 @@ none of a general client's machinery (redirects, cookies, proxies, chunked
 uploads, DNS). aiohttp's client cost about 40% of the router's CPU per check;
 this one is a pool of asyncio protocols per node that write one pre-framed
 request and parse one Content-Length (or chunked) response. Errors surface as
-OSError (ConnectionError) or TimeoutError; dispatch.py translates them.
+OSError (ConnectionError, ssl.SSLError) or TimeoutError; dispatch.py translates them.
+
+`https://` node URLs go over TLS with the given client context (cluster/tls.py:
+the peer's certificate verified against the cluster CA and the URL's host name,
+and a client certificate when mutual TLS is on); without one, the system's
+trusted CAs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Callable
 from typing import cast
 from urllib.parse import urlsplit
+
+from cluster.tls import default_client_context
 
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 
@@ -23,12 +31,14 @@ class ProtocolError(ConnectionError):
 
 
 class _Connection(asyncio.Protocol):
-    def __init__(self) -> None:
+    def __init__(self, tls: bool = False) -> None:
         self.transport: asyncio.Transport | None = None
         self.buffer = bytearray()
         self.waiter: asyncio.Future[tuple[int, bytes]] | None = None
         self.closed = False
         self.reusable = True
+        self.tls = tls
+        self.received = False  # any byte of an answer yet
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses; same interface.
@@ -37,9 +47,18 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         if self.waiter is not None and not self.waiter.done():
-            self.waiter.set_exception(exc or ConnectionResetError("node closed the connection"))
+            self.waiter.set_exception(exc or ConnectionResetError(self._why_closed()))
+
+    def _why_closed(self) -> str:
+        if self.tls and not self.received:
+            # With TLS 1.3 a server checks our certificate after our side of the
+            # handshake is done: its refusal arrives as a close, before any answer.
+            return ("node closed the TLS connection before answering (a node that requires "
+                    "client certificates does so when it does not accept ours)")  # fmt: skip
+        return "node closed the connection"
 
     def data_received(self, data: bytes) -> None:
+        self.received = True
         self.buffer += data
         if self.waiter is None or self.waiter.done():
             if self.waiter is None:
@@ -150,12 +169,23 @@ class HttpPool:
 
     IDLE_S = 30.0
 
-    def __init__(self, base_url: str, headers: dict[str, str], max_idle: int = 64) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        headers: dict[str, str],
+        max_idle: int = 64,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         url = urlsplit(base_url)
-        if url.scheme != "http" or url.hostname is None:
-            raise ValueError(f"node URL must be http://host:port, not {base_url!r}")
+        if url.scheme not in ("http", "https") or url.hostname is None:
+            raise ValueError(f"node URL must be http://host:port or https://host:port, "
+                             f"not {base_url!r}")  # fmt: skip
         self.host = url.hostname
-        self.port = url.port or 80
+        self.tls: ssl.SSLContext | None = None
+        if url.scheme == "https":
+            self.tls = ssl_context or default_client_context()
+        self.port = url.port or (443 if self.tls else 80)
         self.prefix = url.path.rstrip("/")
         host_header = f"{self.host}:{self.port}"
         self._head_tail = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
@@ -176,7 +206,17 @@ class HttpPool:
             if not conn.closed and conn.reusable and loop.time() - since < self.IDLE_S:
                 return conn
             conn.close()
-        _, conn = await loop.create_connection(_Connection, self.host, self.port)
+        if self.tls is None:
+            _, conn = await loop.create_connection(_Connection, self.host, self.port)
+        else:
+            # The handshake is part of the connect, so the caller's timeout bounds it.
+            _, conn = await loop.create_connection(
+                lambda: _Connection(tls=True),
+                self.host,
+                self.port,
+                ssl=self.tls,
+                server_hostname=self.host,
+            )
         return conn
 
     async def request(

@@ -331,7 +331,8 @@ def test_inventory_namespace_and_kustomization() -> None:
 
 
 def test_no_tls_settings_are_referenced() -> None:
-    # The code reads no TLS configuration yet: only the Secret's comment may mention it.
+    # These manifests run plain HTTP inside the cluster network (TLS is opt-in); the
+    # Secret's comment tells how to turn it on with the settings the code reads.
     for doc in all_docs():
         assert not [s for s in walk(doc) if "tls" in s.lower()], doc["metadata"]["name"]
     assert "tls_cert" in (K8S / "secret.yaml").read_text()

@@ -102,6 +102,7 @@ async def test_refused_connection_is_an_oserror() -> None:
         await pool.request("GET", "/x", None, 2.0)
 
 
-def test_only_plain_http_urls() -> None:
-    with pytest.raises(ValueError, match="http://host:port"):
-        HttpPool("https://example.org", {})
+def test_only_http_and_https_urls() -> None:
+    with pytest.raises(ValueError, match="http://host:port or https://host:port"):
+        HttpPool("ftp://example.org", {})
+    assert HttpPool("https://example.org", {}).port == 443  # TLS: see tests/test_tls.py
