@@ -90,11 +90,14 @@ class Cluster:
         wait_http_ok(url + "/healthz", 30, self.extra[-1], lambda: f" ({node_id})")
         return url
 
-    def start_router(self, name: str) -> str:
-        """One more router process, from a config of its own (a brand-new data dir)."""
+    def start_router(self, name: str, *, rules_file: bool = True) -> str:
+        """One more router process, from a config of its own (a brand-new data dir;
+        without `rules_file`, no rules file at all)."""
         base = yaml.safe_load((Path(self.info["data_dir"]) / "cluster.yaml").read_text())
         port = free_port()
         base["router"].update(port=port, data_dir=str(self.workdir / name))
+        if not rules_file:
+            del base["router"]["rules_file"]
         path = self.workdir / f"{name}.yaml"
         path.write_text(yaml.safe_dump(base))
         log = (self.workdir / f"{name}.log").open("ab")
@@ -185,6 +188,11 @@ async def test_a_rule_written_through_one_router_is_served_by_all_within_a_secon
 
     await eventually(served_everywhere, within=5)
     assert time.monotonic() - written_at < 1.0
+
+    # A router started later, without any rules file, serves the cluster's rules.
+    d = cluster.start_router("router-d", rules_file=False)
+    _, listing, _ = await cluster.request("GET", d + "/v1/rules")
+    assert listing["version"] == version and [r["name"] for r in listing["rules"]] == ["ocr"]
 
     # Checks spread over the three routers share one counter, exactly.
     answers = [
