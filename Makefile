@@ -7,7 +7,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 # apt-get as root, else through sudo
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test lint bench bench-deps clean
+.PHONY: run test test-deps lint bench bench-deps clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,8 +23,20 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check cluster router node tests bench
 	$(BIN)/mypy
 
-test: lint
+test: lint test-deps
 	$(BIN)/pytest
+
+# The gateways tests/test_gateways.py runs (Debian's nginx, Caddy, HAProxy): from apt,
+# only when one is missing. If apt cannot install them, their tests skip and say why.
+test-deps:
+	@command -v nginx >/dev/null || test -x /usr/sbin/nginx || NEED=1; \
+	 command -v caddy >/dev/null || NEED=1; \
+	 command -v haproxy >/dev/null || test -x /usr/sbin/haproxy || NEED=1; \
+	 if [ -n "$$NEED" ]; then \
+	   ($(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive \
+	     apt-get install -y -q --no-install-recommends nginx-light caddy haproxy) >&2 \
+	   || echo "warning: could not install nginx, caddy, haproxy; their tests will skip" >&2; \
+	 fi
 
 # The benchmark suite's Python extras (the `limits` library, profilers). Set-up output
 # goes to stderr: `make bench` keeps stdout for the JSON document.

@@ -29,6 +29,7 @@ from router.requests import (
     CheckRequest,
     RefundRequest,
     parse_batch,
+    parse_authz,
     parse_check,
     parse_key,
     parse_refund,
@@ -289,6 +290,23 @@ async def get_usage(request: web.Request) -> web.Response:
     if parsed is None:
         return _invalid(problems.errors)
     return _json(await router.check(parsed))
+
+
+async def get_authz(request: web.Request) -> web.Response:
+    """Forward auth for gateways (nginx auth_request, Caddy forward_auth, HAProxy):
+    204 allowed, `deny_status` (429, or 403 for nginx) denied, with the RateLimit
+    headers either way and Retry-After when denied. No body: gateways drop it."""
+    router = _router(request)
+    router.metrics.requests["authz"] += 1
+    problems = Problems()
+    parsed = parse_authz(request.query, request.headers, router.rules, problems)
+    if parsed is None:
+        return _invalid(problems.errors)
+    result = await router.check(parsed.check)
+    headers = ratelimit_headers(parsed.check, result)
+    if result["degraded"]:
+        headers["X-Shardlimit-Degraded"] = str(result.get("degraded_reason") or "true")
+    return web.Response(status=204 if result["allowed"] else parsed.deny_status, headers=headers)
 
 
 def _etag(version: int) -> dict[str, str]:
@@ -671,6 +689,7 @@ def create_app(
     app.router.add_post("/v1/check/batch", post_batch)
     app.router.add_post("/v1/refund", post_refund)
     app.router.add_get("/v1/usage", get_usage)
+    app.router.add_get("/v1/authz", get_authz)
     app.router.add_get("/v1/rules", list_rules)
     app.router.add_put("/v1/rules", put_rules)
     app.router.add_get("/v1/rules/{name}", get_rule)

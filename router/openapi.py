@@ -222,6 +222,42 @@ def openapi_document() -> dict[str, Any]:
                 "responses": _responses(_json_ok("Decision"), 400),
             }
         },
+        "/v1/authz": {
+            "get": {
+                "summary": "Forward auth for gateways: 204 allowed, deny_status denied (no body)",
+                "parameters": [
+                    {"name": "rule", "in": "query", "required": True, "schema": {"type": "string"}},
+                    {"name": "key", "in": "query", "required": False, "schema": {"type": "string"}},
+                    {
+                        "name": "key_header",
+                        "in": "query",
+                        "required": False,
+                        "description": "the request header holding the key (X-Forwarded-For: "
+                        "its last entry)",
+                        "schema": {"type": "string"},
+                    },
+                    {
+                        "name": "cost",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "string", "pattern": "^[0-9]{1,13}$"},
+                    },
+                    {
+                        "name": "deny_status",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"enum": ["429", "403", "401"]},
+                    },
+                ],
+                "responses": {
+                    "204": {"description": "allowed (RateLimit, RateLimit-Policy)"},
+                    "429": {"description": "denied (Retry-After, RateLimit)"},
+                    "403": {"description": "denied, deny_status=403"},
+                    "401": {"description": "denied, deny_status=401"},
+                    "400": {"description": "problem", "content": _problem_ref()},
+                },
+            }
+        },
         "/v1/rules": {
             "get": {
                 "summary": "All rules, with their cluster version (also the ETag)",

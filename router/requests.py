@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -226,3 +227,46 @@ def parse_refund(body: Any, rules: RuleBook, problems: Problems) -> RefundReques
     if len(problems.errors) != before or rule is None or not isinstance(request_id, str):
         return None
     return RefundRequest(key, rule, request_id)
+
+
+DENY_STATUSES = (429, 403, 401)  # nginx's auth_request passes only 401/403 on as denials
+
+
+class AuthzRequest(msgspec.Struct, frozen=True):
+    check: CheckRequest
+    deny_status: int
+
+
+def _client_address(forwarded_for: str) -> str:
+    """The address the nearest proxy saw: the last entry of X-Forwarded-For (earlier
+    entries come from the client and can be forged)."""
+    return forwarded_for.rsplit(",", 1)[-1].strip()
+
+
+def parse_authz(
+    query: Mapping[str, str], headers: Mapping[str, str], rules: RuleBook, problems: Problems
+) -> AuthzRequest | None:
+    """`GET /v1/authz`: rule, key (or `key_header`: the request header holding the key),
+    cost (default 1), deny_status (default 429)."""
+    key: str | None = query.get("key")
+    header = query.get("key_header")
+    if key is not None and header is not None:
+        problems.add("key_header", "give either 'key' or 'key_header', not both")
+    elif header is not None:
+        raw = headers.get(header)
+        if raw is None or not raw.strip():
+            problems.add("key_header", f"the request has no '{header}' header to take the key from")
+        else:
+            key = _client_address(raw) if header.lower() == "x-forwarded-for" else raw.strip()
+    cost: int | str = query.get("cost", "1")
+    if isinstance(cost, str) and cost.isdigit() and len(cost) <= 13:
+        cost = int(cost)
+    deny_raw = query.get("deny_status", "429")
+    deny_status = int(deny_raw) if deny_raw.isdigit() else 0
+    if deny_status not in DENY_STATUSES:
+        problems.add("deny_status", f"must be one of {', '.join(map(str, DENY_STATUSES))}")
+    body = {"key": key, "rule": query.get("rule"), "cost": cost}
+    check = parse_check(body, rules, problems)
+    if check is None or problems.errors:
+        return None
+    return AuthzRequest(check, deny_status)
