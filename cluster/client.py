@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 import aiohttp
 import orjson
@@ -33,6 +33,7 @@ __all__ = [
     "LimitState",
     "NotFound",
     "RefundResult",
+    "RuleInfo",
     "ShardlimitError",
     "Unavailable",
 ]
@@ -142,6 +143,15 @@ class RefundResult:
 
 
 @dataclass(frozen=True, slots=True)
+class RuleInfo:
+    """A rule as `GET /v1/rules/{name}` describes it (limits as the rules file writes them)."""
+
+    name: str
+    limits: tuple[dict[str, Any], ...]
+    on_failure: str
+
+
+@dataclass(frozen=True, slots=True)
 class CheckSpec:
     """One check of `check_many` (a dict with the same keys is accepted too)."""
 
@@ -231,6 +241,14 @@ def _refund_result(data: dict[str, Any]) -> RefundResult:
     )
 
 
+def _rule_info(data: dict[str, Any]) -> RuleInfo:
+    return RuleInfo(
+        name=str(data["name"]),
+        limits=tuple(dict(limit) for limit in data["limits"]),
+        on_failure=str(data["on_failure"]),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class _Call(Generic[_T]):
     """One API request and how to read its successful answer."""
@@ -280,6 +298,10 @@ def _refund_call(
 
 def _usage_call(key: str, rule: str) -> _Call[Decision]:
     return _Call("GET", "/v1/usage?" + urlencode({"key": key, "rule": rule}), None, _decision)
+
+
+def _rule_call(name: str) -> _Call[RuleInfo]:
+    return _Call("GET", "/v1/rules/" + quote(name, safe=""), None, _rule_info)
 
 
 def _result(call: _Call[_T], status: int, raw: bytes) -> _T:
@@ -460,6 +482,10 @@ class AsyncClient:
         """Current state of a key under a rule; consumes nothing."""
         return await self._send(_usage_call(key, rule))
 
+    async def rule(self, name: str) -> RuleInfo:
+        """A rule's definition (its limits and on_failure); needs no token."""
+        return await self._send(_rule_call(name))
+
     async def _send(self, call: _Call[_T]) -> _T:
         if self._session is None:
             self._session = aiohttp.ClientSession(
@@ -628,6 +654,10 @@ class Client:
     def usage(self, key: str, rule: str) -> Decision:
         """Current state of a key under a rule; consumes nothing."""
         return self._send(_usage_call(key, rule))
+
+    def rule(self, name: str) -> RuleInfo:
+        """A rule's definition (its limits and on_failure); needs no token."""
+        return self._send(_rule_call(name))
 
     def _connect(self) -> http.client.HTTPConnection:
         kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
