@@ -280,10 +280,56 @@ def _parse_calendar(data: dict[str, Any], path: str, problems: Problems) -> Limi
     )
 
 
+# `limits`-style rate strings: "10/second", "1000 per day", "500/7 days"; several
+# separated by ";" or ","; an optional "sliding_window:" (or "fixed_window:") first.
+_RATE = re.compile(r"^\s*(\d+)\s*(?:/|per\s)\s*(\d+)?\s*(second|minute|hour|day|month|year)s?\s*$")
+_RATE_ALGORITHM = re.compile(r"^\s*(fixed_window|sliding_window)\s*:")
+# As in the `limits` library: a month is 30 days and a year 365 (calendar months and
+# years that follow the calendar are the `calendar` algorithm's).
+_RATE_UNIT_MS = {
+    "second": 1000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000,
+    "month": 30 * 86_400_000, "year": 365 * 86_400_000,
+}  # fmt: skip
+
+
+def expand_rate_string(text: str, path: str, problems: Problems) -> list[dict[str, Any]]:
+    """A rate string -> limit documents (fixed_window unless it starts with
+    "sliding_window:"); a problem at `path` for each part that is not a rate."""
+    algorithm = "fixed_window"
+    named = _RATE_ALGORITHM.match(text)
+    if named:
+        algorithm, text = named.group(1), text[named.end() :]
+    out: list[dict[str, Any]] = []
+    for part in re.split(r"[;,]", text.lower()):
+        match = _RATE.match(part)
+        if match is None:
+            problems.add(path, f"'{part.strip()}' is not a rate like '10/second' or '500/7 days'")
+            continue
+        count, multiple, unit = int(match.group(1)), int(match.group(2) or 1), match.group(3)
+        window_ms = multiple * _RATE_UNIT_MS[unit]
+        out.append({"algorithm": algorithm, "limit": count, "window": f"{window_ms}ms"})
+    return out
+
+
 def parse_limits(data: Any, path: str, problems: Problems) -> tuple[LimitSpec, ...]:
-    """A non-empty list of limits with distinct shapes (each shape is one counter)."""
+    """A non-empty list of limits with distinct shapes (each shape is one counter).
+    Rate strings stand for fixed or sliding windows: the whole list ("10/second;1000/day")
+    or any item of it."""
+    if isinstance(data, str):
+        data = [data]
+    if isinstance(data, list) and any(isinstance(item, str) for item in data):
+        before = len(problems.errors)
+        expanded: list[Any] = []
+        for index, item in enumerate(data):
+            if isinstance(item, str):
+                expanded += expand_rate_string(item, f"{path}[{index}]", problems)
+            else:
+                expanded.append(item)
+        if len(problems.errors) != before:
+            return ()
+        data = expanded
     if not isinstance(data, list) or not data:
-        problems.add(path, "must be a non-empty list of limits")
+        problems.add(path, "must be a non-empty list of limits (or a rate like '10/second')")
         return ()
     if len(data) > MAX_LIMITS_PER_RULE:
         problems.add(path, f"must hold at most {MAX_LIMITS_PER_RULE} limits")

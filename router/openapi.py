@@ -25,6 +25,10 @@ def _problem_ref() -> dict[str, Any]:
     return {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
 
 
+_RATE = r"[0-9]+ *(/|per ) *([0-9]+ *)?(second|minute|hour|day|month|year)s? *"
+RATE_PATTERN = rf"^ *((fixed_window|sliding_window) *: *)?{_RATE}([;,] *{_RATE})*$"
+
+
 def _responses(ok: dict[str, Any], *statuses: int) -> dict[str, Any]:
     out = dict(ok)
     for status in statuses:
@@ -74,12 +78,7 @@ def openapi_document() -> dict[str, Any]:
         "properties": {
             "key": {"type": "string", "minLength": 1, "description": "at most 512 bytes"},
             "rule": {"type": "string"},
-            "limits": {
-                "type": "array",
-                "minItems": 1,
-                "maxItems": 16,
-                "items": {"$ref": "#/components/schemas/Limit"},
-            },
+            "limits": {"$ref": "#/components/schemas/Limits"},
             "cost": {"type": "integer", "minimum": 0, "maximum": MAX_COUNT, "default": 1},
             "amount": _DECIMAL,
             "request_id": {
@@ -146,7 +145,7 @@ def openapi_document() -> dict[str, Any]:
         "required": ["limits"],
         "properties": {
             "name": {"type": ["string", "null"]},
-            "limits": {"type": "array", "items": {"$ref": "#/components/schemas/Limit"}},
+            "limits": {"$ref": "#/components/schemas/Limits"},
             "on_failure": {"enum": ["allow", "deny", None]},
         },
     }
@@ -337,6 +336,25 @@ def openapi_document() -> dict[str, Any]:
             "securitySchemes": {"admin": {"type": "http", "scheme": "bearer"}},
             "schemas": {
                 "Limit": limit,
+                "Limits": {
+                    "description": "limit objects, or `limits`-style rate strings that stand "
+                    "for fixed windows ('10/second;1000/day', '500/7 days'; "
+                    "'sliding_window: 10/minute' for sliding ones)",
+                    "anyOf": [
+                        {
+                            "type": "array",
+                            "minItems": 1,
+                            "maxItems": 16,
+                            "items": {
+                                "anyOf": [
+                                    {"$ref": "#/components/schemas/Limit"},
+                                    {"type": "string", "pattern": RATE_PATTERN},
+                                ]
+                            },
+                        },
+                        {"type": "string", "pattern": RATE_PATTERN},
+                    ],
+                },
                 "Check": check,
                 "LimitState": limit_state,
                 "Decision": decision,
@@ -379,10 +397,7 @@ def openapi_document() -> dict[str, Any]:
                     "properties": {
                         "key": {"type": "string"},
                         "rule": {"type": "string"},
-                        "limits": {
-                            "type": "array",
-                            "items": {"$ref": "#/components/schemas/Limit"},
-                        },
+                        "limits": {"$ref": "#/components/schemas/Limits"},
                         "request_id": {"type": "string"},
                     },
                 },
