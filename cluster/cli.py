@@ -57,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--config", type=Path, help="cluster.yaml for router settings and rules file")
     up.add_argument("--appendfsync", choices=("always", "everysec"), default="everysec")
     up.add_argument("--test-clock", action="store_true", help=argparse.SUPPRESS)
+    up.add_argument("--grpc-port", type=int,
+                    help="Envoy's rate-limit gRPC service on this port (first router)")  # fmt: skip
+    up.add_argument("--envoy-config", type=Path,
+                    help="Envoy descriptors YAML (default: <data dir>/ratelimit.yaml)")  # fmt: skip
     up.add_argument("--json", action="store_true")
 
     router = sub.add_parser("router", help="run one router")
@@ -233,6 +237,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         appendfsync=args.appendfsync,
         test_clock=args.test_clock,
         routers=args.routers,
+        grpc_port=args.grpc_port,
+        envoy_config=args.envoy_config,
     )
     return run_up(options, args.json)
 

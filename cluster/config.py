@@ -48,6 +48,10 @@ class RouterConfig:
     tls_key: Path | None = None
     tls_ca: Path | None = None
     tls_mutual: bool = False
+    # Envoy's rate-limit gRPC service (router/envoy.py): off while grpc_port is None;
+    # descriptors in envoyproxy/ratelimit's YAML format, reloaded like the rules file.
+    grpc_port: int | None = None
+    envoy_config: Path | None = None
 
     @property
     def tls(self) -> TlsFiles:
@@ -106,6 +110,21 @@ def _parse_tls(router: dict[str, Any], base: Path, cfg: RouterConfig, problems: 
                 problems.add(f"cluster.nodes[{index}].url", "must be https:// with router.tls_ca")
 
 
+def _parse_envoy(router: dict[str, Any], base: Path, cfg: RouterConfig, problems: Problems) -> None:
+    port = router.get("grpc_port")
+    if port is not None:
+        if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
+            problems.add("router.grpc_port", "must be a TCP port number")
+        else:
+            cfg.grpc_port = port
+    envoy_config = router.get("envoy_config")
+    if envoy_config is not None and envoy_config != "":
+        if not isinstance(envoy_config, str):
+            problems.add("router.envoy_config", "must be a file path")
+        else:
+            cfg.envoy_config = _resolve(base, envoy_config)
+
+
 def parse_config(doc: Any, base: Path) -> RouterConfig:
     """A cluster.yaml document -> RouterConfig; relative paths resolve against `base`."""
     problems = Problems()
@@ -160,6 +179,7 @@ def parse_config(doc: Any, base: Path) -> RouterConfig:
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             problems.add(f"cluster.nodes[{index}]", f"bad node: {exc}")
     _parse_tls(router, base, cfg, problems)
+    _parse_envoy(router, base, cfg, problems)
     problems.raise_if_any()
     return cfg
 

@@ -34,6 +34,8 @@ class UpOptions:
     appendfsync: str = "everysec"
     test_clock: bool = False
     routers: int = 1  # on consecutive ports from `port`, sharing nodes, rules and topology
+    grpc_port: int | None = None  # Envoy's rate-limit service on the first router
+    envoy_config: Path | None = None  # its descriptors (default: <data dir>/ratelimit.yaml)
 
 
 @dataclass
@@ -112,6 +114,7 @@ class LocalCluster:
             port=self.options.port + index,
             data_dir=str(self.data_dir / self.router_name(index)),
         )
+        self._envoy_settings(router, index, config_dir)
         cluster = dict(base.get("cluster") or {})
         cluster["partitioner"] = self.options.partitioner
         cluster["nodes"] = [
@@ -121,6 +124,19 @@ class LocalCluster:
         path = self.data_dir / ("cluster.yaml" if index == 0 else f"cluster-{index + 1}.yaml")
         path.write_text(yaml.safe_dump({"router": router, "cluster": cluster}, sort_keys=False))
         return path
+
+    def _envoy_settings(self, router: dict[str, Any], index: int, config_dir: Path) -> None:
+        """gRPC for Envoy on the first router only (one port); the descriptors file."""
+        if self.options.grpc_port is not None:
+            router["grpc_port"] = self.options.grpc_port
+        if index > 0:
+            router.pop("grpc_port", None)
+        if self.options.envoy_config is not None:
+            router["envoy_config"] = str(self.options.envoy_config.resolve())
+        elif router.get("envoy_config"):
+            router["envoy_config"] = str((config_dir / router["envoy_config"]).resolve())
+        elif "grpc_port" in router:
+            router["envoy_config"] = str(self.data_dir / "ratelimit.yaml")
 
     def check_stored_topology(self) -> None:
         stored = topo.load(self.data_dir / "router" / "topology.json")

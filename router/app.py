@@ -28,8 +28,8 @@ from router.openapi import openapi_document
 from router.requests import (
     CheckRequest,
     RefundRequest,
-    parse_batch,
     parse_authz,
+    parse_batch,
     parse_check,
     parse_key,
     parse_refund,
@@ -41,6 +41,8 @@ log = logging.getLogger("shardlimit.router")
 MAX_BODY = 1024 * 1024
 
 ROUTER: web.AppKey[Router] = web.AppKey("router")
+# The Envoy rate-limit gRPC listener (router/envoy.py), present when grpc_port is set.
+ENVOY: web.AppKey[Any] = web.AppKey("envoy")
 
 
 def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -716,4 +718,18 @@ def create_app(
 
     app.on_startup.append(on_startup)
     app.on_cleanup.append(on_cleanup)
+    if config.grpc_port is not None:
+        from router.envoy import EnvoyListener  # grpcio is loaded only when it is on
+
+        envoy = EnvoyListener(router)
+        app[ENVOY] = envoy
+
+        async def start_envoy(_app: web.Application) -> None:
+            await envoy.start()
+
+        async def stop_envoy(_app: web.Application) -> None:
+            await envoy.stop()  # on shutdown: before the router's cleanup
+
+        app.on_startup.append(start_envoy)
+        app.on_shutdown.append(stop_envoy)
     return app
