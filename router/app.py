@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any
 
@@ -18,24 +17,21 @@ from cluster.keys import RULE_NAME
 from cluster.limits import format_amount
 from cluster.model import NodeSpec
 from cluster.problem import problem, problem_middleware, read_json
-from router.allornothing import AllOrNothing
-from router.cluster_rules import Change, ClusterRules, RulesConflict, RulesUnavailable, UnknownRule
-from router.cluster_view import Attempt, ClusterView
-from router.decisions import decision, degraded_decision, ratelimit_headers
-from router.dispatch import NodeUnavailable, Reason
-from router.metrics import Metrics, channel_lines
+from router.cluster_rules import Change, RulesConflict, RulesUnavailable, UnknownRule
+from router.cluster_view import ClusterView
+from router.decisions import ratelimit_headers
+from router.dispatch import NodeUnavailable
 from router.openapi import openapi_document
 from router.requests import (
-    CheckRequest,
-    RefundRequest,
     parse_authz,
     parse_batch,
     parse_check,
     parse_key,
     parse_refund,
 )
-from router.resharding import Resharder, ReshardError
-from router.rules import Rule, RuleBook, parse_rule, parse_rules_document
+from router.resharding import ReshardError
+from router.rules import Rule, parse_rule, parse_rules_document
+from router.service import Router
 
 log = logging.getLogger("shardlimit.router")
 MAX_BODY = 1024 * 1024
@@ -54,140 +50,6 @@ def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -
 def _invalid(errors: list[FieldError]) -> web.Response:
     detail = "; ".join(f"{e.path}: {e.message}" for e in errors[:5])
     return problem(400, "validation", detail, errors)
-
-
-class Router:
-    """State and behaviour behind the handlers; handlers only translate HTTP."""
-
-    def __init__(
-        self, config: RouterConfig, admin_token: str | None, cluster_token: str | None
-    ) -> None:
-        self.config = config
-        self.admin_token = admin_token
-        self.view = ClusterView(config, cluster_token)
-        self.resharder = Resharder(self.view)
-        self.rules = RuleBook(config.rules_file)
-        self.cluster_rules = ClusterRules(self.view, self.rules)
-        self.metrics = Metrics()
-        self.all_or_nothing = AllOrNothing(
-            self.view, self.check, self.refund, hold_ms=config.aon_hold_ms
-        )
-        self._reloader: asyncio.Task[None] | None = None
-        self._offers: set[asyncio.Task[None]] = set()
-
-    async def start(self) -> None:
-        self.rules.load()
-        await self.view.start()
-        await self.cluster_rules.start()
-        self._reloader = asyncio.get_running_loop().create_task(self._watch_rules())
-
-    async def stop(self) -> None:
-        if self._reloader is not None:
-            self._reloader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reloader
-        for task in list(self._offers):
-            task.cancel()
-        await self.cluster_rules.close()
-        await self.view.close()
-
-    async def _watch_rules(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.rules_poll_ms / 1000)  # polling cadence
-            try:
-                errors = self.rules.reload_errors
-                if self.rules.reload_if_changed() and self.rules.reload_errors == errors:
-                    log.info("rules file reloaded: %d rules", len(self.rules.rules))
-                    await self.cluster_rules.offer(self.rules.rules, self.rules.file_version)
-            except OSError as exc:
-                log.error("rules file unreadable: %s", exc)
-
-    def reload_rules(self) -> None:
-        """SIGHUP: reload the file now (keep the old rules if it is bad) and publish it."""
-        try:
-            self.rules.load()
-        except (ValueError, OSError) as exc:
-            log.error("rules reload failed: %s", exc)
-            return
-        offer = self.cluster_rules.offer(self.rules.rules, self.rules.file_version)
-        task = asyncio.get_running_loop().create_task(offer)
-        self._offers.add(task)
-        task.add_done_callback(self._offers.discard)
-
-    async def check(
-        self, request: CheckRequest, hold_ms: int = 0, batch: tuple[str, str] | None = None
-    ) -> dict[str, Any]:
-        op = request.to_op(self.config.idempotency_ttl_ms, hold_ms, batch)
-        return await self._decide(request, op)
-
-    async def _decide(
-        self, request: CheckRequest, op: wire.Op, first: Attempt | None = None
-    ) -> dict[str, Any]:
-        try:
-            node, result = await self.view.execute(request.key, op, first)
-        except NodeUnavailable as exc:
-            return self._conclude(request, self.view.owner(request.key), exc)
-        return self._conclude(request, node, result)
-
-    def _conclude(
-        self, request: CheckRequest, node: str, outcome: wire.Result | NodeUnavailable
-    ) -> dict[str, Any]:
-        """The decision body for a check's final outcome, counted in the metrics."""
-        if isinstance(outcome, wire.Checked):
-            body = decision(request, node, outcome)
-        else:
-            if isinstance(outcome, NodeUnavailable):
-                reason, detail = outcome.reason, str(outcome)
-            else:
-                reason, detail = Reason.ERROR, _not_expected(outcome)
-            body = degraded_decision(request, node, f"{reason}: {detail}")
-            self.metrics.degraded[reason] += 1
-        name = "allowed" if body["allowed"] else "denied"
-        self.metrics.decisions["degraded_" + name if body["degraded"] else name] += 1
-        return body
-
-    async def refund(self, request: RefundRequest, *, void: bool = False) -> wire.Refunded:
-        """Raises NodeUnavailable; returns the node's refund result."""
-        _node, result = await self.view.execute(request.key, request.to_op(void=void))
-        if not isinstance(result, wire.Refunded):
-            raise NodeUnavailable(_not_expected(result), Reason.ERROR)
-        return result
-
-    async def batch(self, requests: list[CheckRequest], all_or_nothing: bool) -> dict[str, Any]:
-        if all_or_nothing:
-            return await self.all_or_nothing.run(requests)
-        # Every check is queued at once, without a task each; only those whose first
-        # answer needs a follow-up (moved, expired, timed out) go on as tasks.
-        ttl = self.config.idempotency_ttl_ms
-        ops = [request.to_op(ttl) for request in requests]
-        attempts = [self.view.send(r.key, op) for r, op in zip(requests, ops, strict=True)]
-        if attempts:
-            await asyncio.wait([attempt.future for attempt in attempts])
-        results: list[dict[str, Any] | None] = [None] * len(requests)
-        follow_up: list[int] = []
-        for index, (request, attempt) in enumerate(zip(requests, attempts, strict=True)):
-            if not self.view.settled(attempt):
-                follow_up.append(index)
-                continue
-            failure = attempt.future.exception()
-            if isinstance(failure, NodeUnavailable):
-                results[index] = self._conclude(request, self.view.owner(request.key), failure)
-            elif failure is not None:
-                raise failure
-            else:
-                results[index] = self._conclude(request, attempt.node_id, attempt.future.result())
-        if follow_up:
-            later = await asyncio.gather(
-                *(self._decide(requests[i], ops[i], attempts[i]) for i in follow_up)
-            )
-            for index, body in zip(follow_up, later, strict=True):
-                results[index] = body
-        done = [body for body in results if body is not None]
-        return {"allowed": all(r["allowed"] for r in done), "results": done}
-
-
-def _not_expected(result: wire.Result) -> str:
-    return result.detail if isinstance(result, wire.Failed) else f"unexpected {result!r}"
 
 
 def _router(request: web.Request) -> Router:
@@ -640,28 +502,8 @@ async def readyz(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     router = _router(request)
-    node_lines = channel_lines(router.view.channels)
-    router.metrics.moved_retries = router.view.moved_retries
-    file_version = router.rules.file_version
-    extra = [
-        "# TYPE shardlimit_topology_epoch gauge",
-        f"shardlimit_topology_epoch {router.view.topology.epoch}",
-        "# TYPE shardlimit_rules gauge",
-        f"shardlimit_rules {len(router.rules.rules)}",
-        "# TYPE shardlimit_rules_reload_errors_total counter",
-        f"shardlimit_rules_reload_errors_total {router.rules.reload_errors}",
-        "# HELP shardlimit_rules_version The cluster rules version this router serves.",
-        "# TYPE shardlimit_rules_version gauge",
-        f"shardlimit_rules_version {router.rules.version}",
-        "# HELP shardlimit_rules_file_reloads_total Times the rules file was read.",
-        "# TYPE shardlimit_rules_file_reloads_total counter",
-        f"shardlimit_rules_file_reloads_total {router.rules.reloads}",
-        "# HELP shardlimit_rules_file_version The version the rules file names (-1: none).",
-        "# TYPE shardlimit_rules_file_version gauge",
-        f"shardlimit_rules_file_version {-1 if file_version is None else file_version}",
-    ]
     return web.Response(
-        text=router.metrics.render(node_lines, extra),
+        text=router.render_metrics(),
         content_type="text/plain",
         headers={"X-Content-Type-Options": "nosniff"},
     )

@@ -22,7 +22,6 @@ from envoy.service.ratelimit.v3 import (  # type: ignore[import-untyped]
 
 from cluster.errors import ValidationError
 from cluster.limits import MAX_COUNT, LimitSpec
-from router.app import Router
 from router.envoy_config import (
     UNIT_MS,
     DescriptorLimit,
@@ -34,6 +33,7 @@ from router.envoy_config import (
 )
 from router.requests import CheckRequest
 from router.rules import make_rule
+from router.service import Router
 
 log = logging.getLogger("shardlimit.envoy")
 

@@ -18,8 +18,9 @@ from cluster.config import RouterConfig
 from cluster.model import NodeSpec
 from cluster.redis_proc import RedisProcess, free_port
 from node.app import create_app as create_node_app
-from router.app import ROUTER, Router
+from router.app import ROUTER
 from router.app import create_app as create_router_app
+from router.service import Router
 
 ADMIN = "test-admin-token"
 # Tests run on a pinned clock, 10 minutes into an hour, so that no test sees a
