@@ -8,18 +8,21 @@ is unreachable, and the response headers (RateLimit / RateLimit-Policy, Retry-Af
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import orjson
 
-from cluster.client import AsyncClient, BadRequest, Decision, Unavailable
+from cluster.client import AsyncClient, BadRequest, Decision, RuleInfo, Unavailable
+from cluster.errors import Problems
 from cluster.failure import (
     UNREACHABLE_REASON,
     OnFailure,
     check_on_failure,
     unreachable_decision,
 )
-from cluster.ratelimit_headers import ratelimit_headers, rule_windows
+from cluster.limits import LimitSpec, parse_limits
+from cluster.ratelimit_headers import LimitState, header_values
 
 PROBLEM_TYPE = "https://shardlimit.dev/problems/rate-limited"
 # Rule definitions (for the policy windows) are read again after this many seconds.
@@ -66,7 +69,7 @@ class HttpGuard:
         self.client = client
         self.on_failure = check_on_failure(on_failure)
         self.cost = cost
-        self._windows: dict[str, tuple[float, tuple[int, ...] | None]] = {}
+        self._specs: dict[str, tuple[float, tuple[LimitSpec, ...] | None]] = {}
 
     async def check(self, key: str, rule: str) -> Verdict:
         try:
@@ -74,16 +77,30 @@ class HttpGuard:
         except Unavailable as exc:
             decision = unreachable_decision(key, rule, self.on_failure, exc)
             return Verdict(decision, ratelimit_headers(decision, None))  # Retry-After only
-        return Verdict(decision, ratelimit_headers(decision, await self._rule_windows(rule)))
+        return Verdict(decision, ratelimit_headers(decision, await self._rule_specs(rule)))
 
-    async def _rule_windows(self, rule: str) -> tuple[int, ...] | None:
+    async def _rule_specs(self, rule: str) -> tuple[LimitSpec, ...] | None:
         now = time.monotonic()
-        cached = self._windows.get(rule)
+        cached = self._specs.get(rule)
         if cached is not None and now - cached[0] < RULE_TTL_S:
             return cached[1]
         try:
-            windows = rule_windows(await self.client.rule(rule))
+            specs = rule_specs(await self.client.rule(rule))
         except (Unavailable, BadRequest):
             return None  # no RateLimit-Policy this time; try again on the next request
-        self._windows[rule] = (now, windows)
-        return windows
+        self._specs[rule] = (now, specs)
+        return specs
+
+
+def rule_specs(info: RuleInfo) -> tuple[LimitSpec, ...] | None:
+    """A rule's limits as read from the router, or None if they cannot be read here."""
+    problems = Problems()
+    specs = parse_limits(list(info.limits), "limits", problems)
+    return None if problems.errors else specs
+
+
+def ratelimit_headers(decision: Decision, specs: Sequence[LimitSpec] | None) -> dict[str, str]:
+    """The router's headers for an SDK decision (`specs`: the rule's, `rule_specs`)."""
+    states = [LimitState(v.limit, v.remaining, v.reset_after_ms) for v in decision.limits]
+    retry = None if decision.allowed else decision.retry_after_ms
+    return header_values(decision.rule or "inline", specs, states, retry)

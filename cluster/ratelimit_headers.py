@@ -1,19 +1,26 @@
-"""RateLimit-Policy / RateLimit / Retry-After headers from an SDK `Decision`.
+"""RateLimit-Policy / RateLimit / Retry-After header values: one implementation for the
+router (`POST /v1/check`, `GET /v1/authz`) and the SDK's middlewares.
 
-The same values as the router's `router.decisions.ratelimit_headers` on `POST /v1/check`
-(draft-ietf-httpapi-ratelimit-headers-10). The window of each limit (`w=`) is not part of a
-decision, so it comes from the rule's definition (`Client.rule`). `window_seconds` is a copy
-of the router's `_window_seconds`: the SDK does not import `router/`.
+Fields per draft-ietf-httpapi-ratelimit-headers (the working group's latest text; the
+syntax is that of -10): `RateLimit-Policy: "<rule>.<i>";q=<quota>;w=<window s>` and
+`RateLimit: "<rule>.<i>";r=<remaining>;t=<s>`, where `t` is the number of seconds until
+*additional* quota is made available for the policy: a fixed window's or calendar
+period's reset; for a token or leaky bucket missing some quota, at most the interval of
+one unit (`period / rate`), as a unit comes back that often; for sliding windows, the
+time until the window holds no hit (quota may come back sooner, never later). Retry-After
+(denials) is never earlier than `t` of the limit that denied. Amount-only calendar limits
+(money) have no request quota and no fields.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from cluster.client import Decision, RuleInfo
-from cluster.errors import Problems
-from cluster.limits import LimitSpec, parse_limits
+from cluster.limits import LimitSpec
+
+__all__ = ["LimitState", "header_values", "retry_after_seconds", "window_seconds"]
 
 _NOMINAL_PERIOD_S = {
     "minute": 60,
@@ -26,7 +33,7 @@ _NOMINAL_PERIOD_S = {
 
 
 def window_seconds(spec: LimitSpec) -> int:
-    """The policy window of one limit, in seconds (copied from router/decisions.py)."""
+    """The policy window of one limit, in seconds."""
     if spec.algorithm in ("fixed_window", "sliding_log", "sliding_window"):
         return max(1, math.ceil(spec.window_ms / 1000))
     if spec.algorithm in ("token_bucket", "leaky_bucket"):
@@ -35,13 +42,16 @@ def window_seconds(spec: LimitSpec) -> int:
     return _NOMINAL_PERIOD_S[spec.period]
 
 
-def rule_windows(info: RuleInfo) -> tuple[int, ...] | None:
-    """Each limit's window in seconds, or None if the definition cannot be read."""
-    problems = Problems()
-    specs = parse_limits(list(info.limits), "limits", problems)
-    if problems.errors:
-        return None
-    return tuple(window_seconds(spec) for spec in specs)
+def _more_quota_seconds(spec: LimitSpec | None, limit: int, remaining: int, reset_ms: int) -> int:
+    reset_s = math.ceil(reset_ms / 1000)
+    if (
+        spec is not None
+        and spec.algorithm in ("token_bucket", "leaky_bucket")
+        and remaining < limit
+        and spec.rate > 0
+    ):
+        return min(reset_s, max(1, math.ceil(spec.window_ms / spec.rate / 1000)))
+    return reset_s
 
 
 def retry_after_seconds(retry_after_ms: int) -> int:
@@ -49,25 +59,40 @@ def retry_after_seconds(retry_after_ms: int) -> int:
     return max(1, math.ceil(retry_after_ms / 1000))
 
 
-def ratelimit_headers(decision: Decision, windows: Sequence[int] | None) -> dict[str, str]:
-    """The router's headers for this decision; no policy when `windows` is unknown."""
+@dataclass(frozen=True, slots=True)
+class LimitState:
+    limit: int | None
+    remaining: int | None
+    reset_after_ms: int | None
+
+
+def header_values(
+    prefix: str,
+    specs: Sequence[LimitSpec] | None,
+    states: Sequence[LimitState],
+    retry_after_ms: int | None,
+) -> dict[str, str]:
+    """The headers for one decision; `specs` (one per state) None when unknown: then no
+    RateLimit-Policy, and `t` is each limit's reset. `retry_after_ms`: the decision's,
+    None when allowed."""
+    known = specs is not None and len(specs) == len(states)
     policies: list[str] = []
-    states: list[str] = []
-    prefix = decision.rule or "inline"
-    known = windows is not None and len(windows) == len(decision.limits)
-    for index, view in enumerate(decision.limits):
-        if view.limit is None:
+    fields: list[str] = []
+    for index, state in enumerate(states):
+        if state.limit is None:
             continue  # an amount-only calendar limit has no request quota
+        spec = specs[index] if known and specs is not None else None
         name = f'"{prefix}.{index}"'
-        if known and windows is not None:
-            policies.append(f"{name};q={view.limit};w={windows[index]}")
-        if view.remaining is not None and view.reset_after_ms is not None:
-            states.append(f"{name};r={view.remaining};t={math.ceil(view.reset_after_ms / 1000)}")
+        if spec is not None:
+            policies.append(f"{name};q={state.limit};w={window_seconds(spec)}")
+        if state.remaining is not None and state.reset_after_ms is not None:
+            t = _more_quota_seconds(spec, state.limit, state.remaining, state.reset_after_ms)
+            fields.append(f"{name};r={state.remaining};t={t}")
     headers: dict[str, str] = {}
     if policies:
         headers["RateLimit-Policy"] = ", ".join(policies)
-    if states:
-        headers["RateLimit"] = ", ".join(states)
-    if not decision.allowed and decision.retry_after_ms is not None:
-        headers["Retry-After"] = str(retry_after_seconds(decision.retry_after_ms))
+    if fields:
+        headers["RateLimit"] = ", ".join(fields)
+    if retry_after_ms is not None:
+        headers["Retry-After"] = str(retry_after_seconds(retry_after_ms))
     return headers

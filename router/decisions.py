@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 from cluster.algorithms import BY_NAME, NONE
 from cluster.limits import LimitSpec, format_amount
+from cluster.ratelimit_headers import LimitState, header_values
 from cluster.wire import Checked, LimitRow
 from router.requests import CheckRequest
-
-_NOMINAL_PERIOD_S = {
-    "minute": 60,
-    "hour": 3600,
-    "day": 86_400,
-    "week": 604_800,
-    "month": 2_592_000,
-    "year": 31_536_000,
-}
 
 
 def _opt(value: int) -> int | None:
@@ -101,33 +92,11 @@ def degraded_decision(request: CheckRequest, node: str, reason: str) -> dict[str
     }
 
 
-def _window_seconds(spec: LimitSpec) -> int:
-    if spec.algorithm in ("fixed_window", "sliding_log", "sliding_window"):
-        return max(1, math.ceil(spec.window_ms / 1000))
-    if spec.algorithm in ("token_bucket", "leaky_bucket"):
-        # Time for a drained bucket to fill (or a full queue to drain).
-        return max(1, math.ceil((spec.limit or 0) * spec.window_ms / spec.rate / 1000))
-    return _NOMINAL_PERIOD_S[spec.period]
-
-
 def ratelimit_headers(request: CheckRequest, body: dict[str, Any]) -> dict[str, str]:
-    """RateLimit-Policy / RateLimit (draft-ietf-httpapi-ratelimit-headers-10) + Retry-After."""
-    policies: list[str] = []
-    states: list[str] = []
-    prefix = request.rule.public_name or "inline"
-    for index, (spec, view) in enumerate(zip(request.rule.limits, body["limits"], strict=True)):
-        if view["limit"] is None:
-            continue  # an amount-only calendar limit has no request quota
-        name = f'"{prefix}.{index}"'
-        policies.append(f"{name};q={view['limit']};w={_window_seconds(spec)}")
-        if view["remaining"] is not None and view["reset_after_ms"] is not None:
-            reset_s = math.ceil(view["reset_after_ms"] / 1000)
-            states.append(f"{name};r={view['remaining']};t={reset_s}")
-    headers: dict[str, str] = {}
-    if policies:
-        headers["RateLimit-Policy"] = ", ".join(policies)
-    if states:
-        headers["RateLimit"] = ", ".join(states)
-    if not body["allowed"] and body["retry_after_ms"] is not None:
-        headers["Retry-After"] = str(max(1, math.ceil(body["retry_after_ms"] / 1000)))
-    return headers
+    """RateLimit-Policy / RateLimit / Retry-After (cluster/ratelimit_headers.py)."""
+    states = [
+        LimitState(view["limit"], view["remaining"], view["reset_after_ms"])
+        for view in body["limits"]
+    ]
+    retry = None if body["allowed"] else body["retry_after_ms"]
+    return header_values(request.rule.public_name or "inline", request.rule.limits, states, retry)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -129,6 +130,28 @@ async def test_headers_follow_the_ratelimit_draft(cluster: Cluster) -> None:
     ) as resp:
         assert resp.status == 429
         assert 1 <= int(resp.headers["Retry-After"]) <= 60
+
+
+async def test_t_is_the_time_until_more_quota(cluster: Cluster) -> None:
+    """RateLimit's `t`: seconds until additional quota comes (the latest draft). A token
+    bucket of 10 refilling 5 a minute, 3 tokens taken: full again in 36 s, but the next
+    token comes within 12 s; a fixed window's `t` is its reset."""
+    bucket = [{"algorithm": "token_bucket", "rate": 5, "period": "1m", "burst": 10}]
+    for _ in range(2):
+        await cluster.check({"key": "t:bucket", "limits": bucket})
+    async with cluster.http.post(
+        cluster.router_url + "/v1/check", json={"key": "t:bucket", "limits": bucket}
+    ) as resp:
+        body = await resp.json()
+        assert body["limits"][0]["remaining"] == 7
+        assert math.ceil(body["limits"][0]["reset_after_ms"] / 1000) == 36
+        assert resp.headers["RateLimit"] == '"inline.0";r=7;t=12'
+        assert resp.headers["RateLimit-Policy"] == '"inline.0";q=10;w=120'
+    window = [{"algorithm": "fixed_window", "limit": 3, "window": "1h"}]
+    async with cluster.http.post(
+        cluster.router_url + "/v1/check", json={"key": "t:window", "limits": window}
+    ) as resp:
+        assert resp.headers["RateLimit"] == '"inline.0";r=2;t=3000'  # 10 past the hour
 
 
 def keys_on_distinct_nodes(cluster: Cluster, count: int) -> list[str]:
