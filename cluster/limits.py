@@ -181,6 +181,9 @@ def parse_decimal(value: Any, path: str, problems: Problems) -> Decimal | None:
 
 def to_minor_units(number: Decimal, scale: int, path: str, problems: Problems) -> int | None:
     """Exact conversion to integer minor units; refuses extra decimal places."""
+    if number > 0 and number.adjusted() > 18:  # "1e999999999": scaleb() would overflow
+        problems.add(path, f"must be at most {format_amount(MAX_AMOUNT_MINOR, scale)}")
+        return None
     scaled = number.scaleb(scale)
     if scaled != scaled.to_integral_value():
         problems.add(path, f"has more than {scale} decimal places")

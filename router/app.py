@@ -19,7 +19,7 @@ from cluster.model import NodeSpec
 from cluster.problem import problem, problem_middleware, read_json
 from router.cluster_rules import Change, RulesConflict, RulesUnavailable, UnknownRule
 from router.cluster_view import ClusterView
-from router.decisions import ratelimit_headers
+from router.decisions import ReplayMismatch, ratelimit_headers
 from router.dispatch import NodeUnavailable
 from router.openapi import openapi_document
 from router.requests import (
@@ -514,6 +514,17 @@ async def get_openapi(request: web.Request) -> web.Response:
 
 
 @web.middleware
+async def replay_conflicts(request: web.Request, handler: Any) -> web.StreamResponse:
+    """A request_id names one check: reused with other limits, its first decision cannot
+    answer this one (the replay consumed nothing)."""
+    try:
+        response: web.StreamResponse = await handler(request)
+    except ReplayMismatch as exc:
+        return problem(409, "request-id-reused", str(exc))
+    return response
+
+
+@web.middleware
 async def count_problems(request: web.Request, handler: Any) -> web.StreamResponse:
     response: web.StreamResponse = await handler(request)
     if response.status >= 400 and response.status != 429:
@@ -525,7 +536,7 @@ def create_app(
     config: RouterConfig, admin_token: str | None, cluster_token: str | None
 ) -> web.Application:
     app = web.Application(
-        client_max_size=MAX_BODY, middlewares=[count_problems, problem_middleware]
+        client_max_size=MAX_BODY, middlewares=[count_problems, problem_middleware, replay_conflicts]
     )
     router = Router(config, admin_token, cluster_token)
     app[ROUTER] = router

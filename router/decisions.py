@@ -42,8 +42,18 @@ def _limit_view(spec: LimitSpec, row: LimitRow) -> dict[str, Any]:
     return view
 
 
+class ReplayMismatch(Exception):
+    """A replayed decision (same key and request_id) was made for other limits."""
+
+
 def decision(request: CheckRequest, node: str, result: Checked) -> dict[str, Any]:
+    """Raises ReplayMismatch when the request_id was first used with other limits."""
     rows = result.limits
+    if len(rows) != len(request.rule.limits):
+        raise ReplayMismatch(
+            f"request_id {request.request_id!r} was first used for key {request.key!r} with "
+            f"{len(rows)} limit(s), not {len(request.rule.limits)}: a request_id names one check"
+        )
     allowed = result.allowed
     denied_by = [i for i, row in enumerate(rows) if row.ok == 0]
     retry: int | None = None

@@ -173,6 +173,7 @@ def openapi_document() -> dict[str, Any]:
                 "responses": _responses(
                     {**_json_ok("Decision", "allowed"), **_json_ok("Decision", "denied", "429")},
                     400,
+                    409,
                     413,
                 ),
             }
@@ -201,7 +202,7 @@ def openapi_document() -> dict[str, Any]:
                         }
                     },
                 },
-                "responses": _responses(_json_ok("BatchResult"), 400, 413),
+                "responses": _responses(_json_ok("BatchResult"), 400, 409, 413),
             }
         },
         "/v1/refund": {

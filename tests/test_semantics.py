@@ -274,3 +274,24 @@ async def test_rules_file_is_hot_reloaded(cluster: Cluster) -> None:
     await eventually(rejected)
     assert (await cluster.get("/v1/rules/hot"))[0] == 200
     assert cluster.router.rules.reload_errors == reloads + 1
+
+
+async def test_a_request_id_reused_with_other_limits_is_refused(cluster: Cluster) -> None:
+    """A replay answers with the first decision; a request_id reused with other limits
+    (here one more) gets 409 instead of a decision it cannot describe, and consumes
+    nothing."""
+    one = [{"algorithm": "fixed_window", "limit": 5, "window": "1h"}]
+    two = [*one, {"algorithm": "fixed_window", "limit": 9, "window": "1m"}]
+    status, first = await cluster.check({"key": "rid", "limits": one, "request_id": "r-1"})
+    assert status == 200 and first["replayed"] is False
+    status, again = await cluster.check({"key": "rid", "limits": one, "request_id": "r-1"})
+    assert status == 200 and again["replayed"] is True
+    status, problem = await cluster.check({"key": "rid", "limits": two, "request_id": "r-1"})
+    assert status == 409 and problem["type"].endswith("/request-id-reused"), problem
+    status, body = await cluster.check({"key": "rid", "limits": one, "cost": 0})
+    assert body["limits"][0]["remaining"] == 4
+
+
+async def test_a_huge_amount_is_a_400_not_a_crash(cluster: Cluster) -> None:
+    status, problem = await cluster.check({"key": "m", "rule": "payments", "amount": "1e999999999"})
+    assert status == 400 and problem["errors"][0]["field"] == "amount", problem
