@@ -2,31 +2,123 @@
 
 from __future__ import annotations
 
+import zoneinfo
 from functools import cache
 from typing import Any
 
-from cluster.limits import ALGORITHMS, MAX_COUNT
+from cluster.calendar import PERIODS, load_timezone
+from cluster.keys import MAX_KEY_BYTES
+from cluster.limits import (
+    ALGORITHMS,
+    MAX_AMOUNT_SCALE,
+    MAX_COUNT,
+    MAX_DURATION_MS,
+    MAX_LIMITS_PER_RULE,
+    MAX_SLIDING_LOG,
+)
 from router.requests import MAX_BATCH
 
+
+def _upto(n: int) -> str:
+    """A regex for the decimal integers 1..n (leading zeros allowed)."""
+    digits = str(n)
+    alternatives = [f"[1-9][0-9]{{0,{len(digits) - 2}}}"] if len(digits) > 1 else []
+    for i, d in enumerate(digits):
+        head, rest = digits[:i], len(digits) - i - 1
+        low = 1 if i == 0 else 0
+        if int(d) > low:
+            tail = f"[0-9]{{{rest}}}" if rest else ""
+            alternatives.append(f"{head}[{low}-{int(d) - 1}]{tail}")
+    alternatives.append(digits)
+    return f"0*(?:{'|'.join(alternatives)})"
+
+
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+DURATION_PATTERN = (
+    r"^\s*(?:"
+    + "|".join(f"{_upto(MAX_DURATION_MS // ms)}\\s*{unit}" for unit, ms in _UNIT_MS.items())
+    + r")\s*$"
+)
 _DURATION = {
-    "oneOf": [
-        {"type": "string", "pattern": r"^\s*\d+\s*(ms|s|m|h|d)\s*$"},
-        {"type": "integer", "minimum": 1},
+    "anyOf": [
+        {"type": "string", "pattern": DURATION_PATTERN},
+        {"type": "integer", "minimum": 1, "maximum": MAX_DURATION_MS},
     ],
-    "description": "'500ms', '1s', '1m', '1h', '1d' or milliseconds",
+    "description": "'500ms', '1s', '1m', '1h', '1d' or milliseconds; from 1ms to 3660d",
 }
+_DIGITS = "[0-9](?:_?[0-9])*"
+# What Python's Decimal reads, finite and not negative ("-0" is zero).
+DECIMAL_PATTERN = (
+    rf"^\s*(?:\+?(?:{_DIGITS}(?:\.(?:{_DIGITS})?)?|\.{_DIGITS})"
+    r"|-(?:0(?:_?0)*(?:\.(?:0(?:_?0)*)?)?|\.0(?:_?0)*))"
+    rf"(?:[eE][+-]?{_DIGITS})?\s*$"
+)
 _DECIMAL = {
-    "oneOf": [{"type": "number", "minimum": 0}, {"type": "string"}],
+    "anyOf": [
+        {"type": "number", "minimum": 0},
+        {"type": "string", "pattern": DECIMAL_PATTERN},
+    ],
     "description": 'exact decimal, e.g. 12.30 or "12.30"',
 }
+
+
+@cache
+def _timezones() -> list[str]:
+    """Every IANA name load_timezone accepts (tzdata's, less host-dependent ones)."""
+    names = []
+    for name in sorted(zoneinfo.available_timezones()):
+        try:
+            load_timezone(name)
+        except ValueError:
+            continue
+        names.append(name)
+    return names
 
 
 def _problem_ref() -> dict[str, Any]:
     return {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
 
 
-_RATE = r"[0-9]+ *(/|per ) *([0-9]+ *)?(second|minute|hour|day|month|year)s? *"
-RATE_PATTERN = rf"^ *((fixed_window|sliding_window) *: *)?{_RATE}([;,] *{_RATE})*$"
+def _ci(word: str) -> str:
+    return "".join(f"[{c}{c.upper()}]" if c.isalpha() else c for c in word)
+
+
+# `limits`-style rate strings as cluster.limits.expand_rate_string reads them: a count
+# of 1..MAX_COUNT per a window of at most 3660 days, in any letter case.
+_RATE_UNIT_MS = {
+    "second": 1000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000,
+    "month": 30 * 86_400_000, "year": 365 * 86_400_000,
+}  # fmt: skip
+_WINDOW = "|".join(
+    rf"(?:{_upto(MAX_DURATION_MS // ms)}\s*)?{_ci(unit)}" for unit, ms in _RATE_UNIT_MS.items()
+)
+_RATE = rf"\s*{_upto(MAX_COUNT)}\s*(?:/|{_ci('per')}\s)\s*(?:{_WINDOW})[sS]?\s*"
+RATE_PATTERN = (
+    rf"^\s*(?:(?:fixed_window|sliding_window)\s*:)?{_RATE}"
+    rf"(?:[;,]{_RATE}){{0,{MAX_LIMITS_PER_RULE - 1}}}$"
+)
+
+
+def _given(name: str, other: str) -> dict[str, Any]:
+    """`name` given (not null), `other` absent or null."""
+    return {
+        "required": [name],
+        "properties": {
+            name: {"not": {"type": "null"}},
+            other: {"type": "null"},
+        },
+        **(
+            {
+                "properties": {
+                    name: {"not": {"type": "null"}},
+                    other: {"type": "null"},
+                    "on_failure": {"enum": ["allow", "deny", None]},
+                }
+            }
+            if name == "limits"
+            else {}
+        ),
+    }
 
 
 def _responses(ok: dict[str, Any], *statuses: int) -> dict[str, Any]:
@@ -54,31 +146,73 @@ def _json_ok(ref: str, description: str = "ok", status: str = "200") -> dict[str
 
 @cache
 def openapi_document() -> dict[str, Any]:
+    def count(maximum: int = MAX_COUNT) -> dict[str, Any]:
+        return {"type": "integer", "minimum": 1, "maximum": maximum}
+
+    def variant(algorithm: str, required: list[str], **props: Any) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["algorithm", *required],
+            "properties": {"algorithm": {"type": "string", "const": algorithm}, **props},
+        }
+
+    windows = {
+        name: variant(
+            name,
+            ["limit", "window"],
+            limit=count(MAX_SLIDING_LOG if name == "sliding_log" else MAX_COUNT),
+            window=_DURATION,
+        )
+        for name in ("fixed_window", "sliding_log", "sliding_window")
+    }
+    buckets = {
+        name: variant(name, ["rate", "period"], rate=count(), period=_DURATION, **{size: count()})
+        for name, size in (("token_bucket", "burst"), ("leaky_bucket", "capacity"))
+    }
+    calendar = variant(
+        "calendar",
+        ["period"],
+        period={"type": "string", "enum": list(PERIODS)},
+        timezone={"type": "string", "enum": _timezones(), "default": "UTC"},
+        max_count={"anyOf": [count(), {"type": "null"}]},
+        max_amount={"anyOf": [*_DECIMAL["anyOf"], {"type": "null"}]},
+        amount_scale={"type": "integer", "minimum": 0, "maximum": MAX_AMOUNT_SCALE, "default": 2},
+    )
+    calendar["anyOf"] = [
+        {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
+        for name in ("max_count", "max_amount")
+    ]
+    calendar["description"] = "max_count, max_amount or both (not null)"
+    variants = {**windows, **buckets, "calendar": calendar}
+    assert set(variants) == set(ALGORITHMS)
     limit = {
-        "type": "object",
-        "required": ["algorithm"],
-        "properties": {
-            "algorithm": {"type": "string", "enum": list(ALGORITHMS)},
-            "limit": {"type": "integer", "minimum": 1},
-            "window": _DURATION,
-            "rate": {"type": "integer", "minimum": 1},
-            "period": {"oneOf": [_DURATION, {"type": "string"}]},
-            "burst": {"type": "integer", "minimum": 1},
-            "capacity": {"type": "integer", "minimum": 1},
-            "timezone": {"type": "string"},
-            "max_count": {"type": ["integer", "null"], "minimum": 1},
-            "max_amount": {"oneOf": [*_DECIMAL["oneOf"], {"type": "null"}]},
-            "amount_scale": {"type": "integer", "minimum": 0, "maximum": 6},
+        "description": "one limit; its fields depend on the algorithm. Not said here: a "
+        "bucket's rate x period and size x period stay below 2**53, and max_amount has at "
+        "most amount_scale decimal places and at most 10**15 minor units",
+        "oneOf": [{"$ref": f"#/components/schemas/{name}"} for name in variants],
+        "discriminator": {
+            "propertyName": "algorithm",
+            "mapping": {name: f"#/components/schemas/{name}" for name in variants},
         },
     }
+    key = {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": MAX_KEY_BYTES,
+        "description": f"at most {MAX_KEY_BYTES} bytes in UTF-8",
+    }
+    rule_name = {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,64}$"}
     check = {
         "type": "object",
         "additionalProperties": False,
         "required": ["key"],
+        "description": "`rule` (a rule's name) or inline `limits`, not both (null counts as "
+        "absent). The rule must exist; `on_failure` is read only with inline limits",
         "properties": {
-            "key": {"type": "string", "minLength": 1, "description": "at most 512 bytes"},
-            "rule": {"type": "string"},
-            "limits": {"$ref": "#/components/schemas/Limits"},
+            "key": key,
+            "rule": {"type": ["string", "null"]},
+            "limits": {"anyOf": [{"$ref": "#/components/schemas/Limits"}, {"type": "null"}]},
             "cost": {"type": "integer", "minimum": 0, "maximum": MAX_COUNT, "default": 1},
             "amount": _DECIMAL,
             "request_id": {
@@ -86,8 +220,9 @@ def openapi_document() -> dict[str, Any]:
                 "pattern": r"^[A-Za-z0-9_.:@~+=/-]{1,128}$",
             },
             "dry_run": {"type": "boolean", "default": False},
-            "on_failure": {"enum": ["allow", "deny", None]},
+            "on_failure": {"description": "'allow', 'deny' or null (with inline limits)"},
         },
+        "oneOf": [_given("rule", "limits"), _given("limits", "rule")],
     }
     limit_state = {
         "type": "object",
@@ -144,7 +279,7 @@ def openapi_document() -> dict[str, Any]:
         "additionalProperties": False,
         "required": ["limits"],
         "properties": {
-            "name": {"type": ["string", "null"]},
+            "name": {"type": ["string", "null"], "description": "the name in the path, or null"},
             "limits": {"$ref": "#/components/schemas/Limits"},
             "on_failure": {"enum": ["allow", "deny", None]},
         },
@@ -153,9 +288,9 @@ def openapi_document() -> dict[str, Any]:
         "name": "name",
         "in": "path",
         "required": True,
-        "schema": {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,64}$"},
+        "schema": rule_name,
     }
-    key_query = {"name": "key", "in": "query", "required": True, "schema": {"type": "string"}}
+    key_query = {"name": "key", "in": "query", "required": True, "schema": key}
     if_match = {
         "name": "If-Match",
         "in": "header",
@@ -217,7 +352,13 @@ def openapi_document() -> dict[str, Any]:
                 "summary": "Current state of a key under a rule; consumes nothing",
                 "parameters": [
                     key_query,
-                    {"name": "rule", "in": "query", "required": True, "schema": {"type": "string"}},
+                    {
+                        "name": "rule",
+                        "in": "query",
+                        "required": True,
+                        "description": "an existing rule's name",
+                        "schema": {"type": "string"},
+                    },
                 ],
                 "responses": _responses(_json_ok("Decision"), 400),
             }
@@ -227,7 +368,13 @@ def openapi_document() -> dict[str, Any]:
                 "summary": "Forward auth for gateways: 204 allowed, deny_status denied (no body)",
                 "parameters": [
                     {"name": "rule", "in": "query", "required": True, "schema": {"type": "string"}},
-                    {"name": "key", "in": "query", "required": False, "schema": {"type": "string"}},
+                    {
+                        "name": "key",
+                        "in": "query",
+                        "required": False,
+                        "description": "the key; or key_header (one of them)",
+                        "schema": key,
+                    },
                     {
                         "name": "key_header",
                         "in": "query",
@@ -337,6 +484,7 @@ def openapi_document() -> dict[str, Any]:
             "securitySchemes": {"admin": {"type": "http", "scheme": "bearer"}},
             "schemas": {
                 "Limit": limit,
+                **variants,
                 "Limits": {
                     "description": "limit objects, or `limits`-style rate strings that stand "
                     "for fixed windows ('10/second;1000/day', '500/7 days'; "
@@ -376,6 +524,7 @@ def openapi_document() -> dict[str, Any]:
                     "properties": {
                         "rules": {
                             "type": "object",
+                            "propertyNames": rule_name,
                             "additionalProperties": {"$ref": "#/components/schemas/Rule"},
                         }
                     },
@@ -396,11 +545,17 @@ def openapi_document() -> dict[str, Any]:
                     "additionalProperties": False,
                     "required": ["key", "request_id"],
                     "properties": {
-                        "key": {"type": "string"},
-                        "rule": {"type": "string"},
-                        "limits": {"$ref": "#/components/schemas/Limits"},
-                        "request_id": {"type": "string"},
+                        "key": key,
+                        "rule": {"type": ["string", "null"]},
+                        "limits": {
+                            "anyOf": [{"$ref": "#/components/schemas/Limits"}, {"type": "null"}]
+                        },
+                        "request_id": {
+                            "type": "string",
+                            "pattern": r"^[A-Za-z0-9_.:@~+=/-]{1,128}$",
+                        },
                     },
+                    "oneOf": [_given("rule", "limits"), _given("limits", "rule")],
                 },
                 "RefundResult": {
                     "type": "object",
