@@ -149,13 +149,15 @@ def cmd_reshard(args: argparse.Namespace) -> int:
 
 
 def add_arguments(sub: Any, router_args: Any) -> None:
-    add = sub.add_parser("node-add", help=argparse.SUPPRESS)
+    node = sub.add_parser("node", help="add or remove a counter node (a live reshard)")
+    membership = node.add_subparsers(dest="node_action", required=True, metavar="{add,remove}")
+    add = membership.add_parser("add", help="add a node by URL and move its keys to it")
     add.add_argument("url")
     add.add_argument("--id")
     add.add_argument("--weight", type=int, default=1)
     add.add_argument("--no-wait", dest="wait", action="store_false")
     router_args(add)
-    remove = sub.add_parser("node-remove", help=argparse.SUPPRESS)
+    remove = membership.add_parser("remove", help="move a node's keys away and remove it")
     remove.add_argument("node_id")
     remove.add_argument("--no-wait", dest="wait", action="store_false")
     router_args(remove)

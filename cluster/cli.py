@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import NoReturn
 
 from cluster import admin_cli, compare, rules_cli
 from cluster.auth import ADMIN_TOKEN_ENV, CLUSTER_TOKEN_ENV, token_from
@@ -41,36 +42,22 @@ def _positive(value: str) -> int:
     return number
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="shardlimit", description="sharded rate limiter")
-    sub = parser.add_subparsers(dest="command", required=True)
+class Parser(argparse.ArgumentParser):
+    """A user mistake is one line on stderr (and exit status 2), never a usage screen."""
 
-    up = sub.add_parser("up", help="start a local cluster: router, nodes, Redis")
-    up.add_argument("--nodes", type=int, default=3)
-    up.add_argument("--partitioner", choices=("ring", "slots"), default="ring")
-    up.add_argument("--host", default="127.0.0.1")
-    up.add_argument("--port", type=int, default=8080, help="the first router's port")
-    up.add_argument("--routers", type=_positive, default=1,
-                    help="routers to start, on consecutive ports from --port")  # fmt: skip
-    up.add_argument("--base-port", type=int, default=7001)
-    up.add_argument("--data-dir", type=Path, default=Path("data"))
-    up.add_argument("--config", type=Path, help="cluster.yaml for router settings and rules file")
-    up.add_argument("--appendfsync", choices=("always", "everysec"), default="everysec")
-    up.add_argument("--test-clock", action="store_true", help=argparse.SUPPRESS)
-    up.add_argument("--grpc-port", type=int,
-                    help="Envoy's rate-limit gRPC service on this port (first router)")  # fmt: skip
-    up.add_argument("--envoy-config", type=Path,
-                    help="Envoy descriptors YAML (default: <data dir>/ratelimit.yaml)")  # fmt: skip
-    up.add_argument("--json", action="store_true")
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
-    router = sub.add_parser("router", help="run one router")
+
+def _router_server_args(router: argparse.ArgumentParser) -> None:
     router.add_argument("--config", type=Path, required=True)
     router.add_argument("--host")
     router.add_argument("--port", type=int)
     router.add_argument("--cluster-token-file")
     router.add_argument("--admin-token-file")
 
-    node = sub.add_parser("node", help="run one counter node")
+
+def _node_server_args(node: argparse.ArgumentParser) -> None:
     node.add_argument("--id", required=True)
     node.add_argument("--host", default="127.0.0.1")
     node.add_argument("--port", type=int, required=True)
@@ -83,7 +70,36 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("--tls-mutual", action="store_true",
                       help="require client certificates signed by --tls-ca; present "
                            "--tls-cert to peer nodes")  # fmt: skip
-    node.add_argument("--test-clock", action="store_true", help=argparse.SUPPRESS)
+    # The test suite's controllable clock; documented in tests/conftest.py only.
+    node.add_argument("--test-clock", action="store_true", help="(tests) offset clock")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="shardlimit", description="sharded rate limiter")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    up = sub.add_parser("up", help="start a local cluster: router, nodes, Redis")
+    up.add_argument("--nodes", type=int, default=3)
+    up.add_argument("--partitioner", choices=("ring", "slots"), default="ring")
+    up.add_argument("--host", default="127.0.0.1")
+    up.add_argument("--port", type=int, default=8080, help="the first router's port")
+    up.add_argument("--routers", type=_positive, default=1,
+                    help="routers to start, on consecutive ports from --port")  # fmt: skip
+    up.add_argument("--base-port", type=int, default=7001)
+    up.add_argument("--data-dir", type=Path, default=Path("data"))
+    up.add_argument("--config", type=Path, help="cluster.yaml for router settings and rules file")
+    up.add_argument("--appendfsync", choices=("always", "everysec"), default="everysec")
+    up.add_argument("--test-clock", action="store_true", help="(tests) nodes with an offset clock")
+    up.add_argument("--grpc-port", type=int,
+                    help="Envoy's rate-limit gRPC service on this port (first router)")  # fmt: skip
+    up.add_argument("--envoy-config", type=Path,
+                    help="Envoy descriptors YAML (default: <data dir>/ratelimit.yaml)")  # fmt: skip
+    up.add_argument("--json", action="store_true")
+
+    serve = sub.add_parser("serve", help="run one service: a router or a counter node")
+    servers = serve.add_subparsers(dest="service", required=True, metavar="{router,node}")
+    _router_server_args(servers.add_parser("router", help="run one router"))
+    _node_server_args(servers.add_parser("node", help="run one counter node"))
 
     compare.add_arguments(
         sub.add_parser("compare", help="ring vs slots: keys moved and balance on a resize")
@@ -94,6 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
         "bench",
         help="benchmark suite (source checkout): bench [--only NAME[,NAME]] [--skip ...] [--json]",
         add_help=False,
+    )
+
+    # Listed for --help only: main() answers `completion ...` itself.
+    sub.add_parser(
+        "completion", help="a shell completion script: completion bash|zsh", add_help=False
     )
 
     status = sub.add_parser("status", help="topology and node state")
@@ -275,25 +296,105 @@ def main(argv: list[str] | None = None) -> int:
         level=os.environ.get("SHARDLIMIT_LOG_LEVEL", "INFO"),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    argv = list(sys.argv[1:] if argv is None else argv)
-    # `shardlimit node add URL` / `node remove ID` next to `shardlimit node --id ...`
-    if argv[:2] in (["node", "add"], ["node", "remove"]):
-        argv = [f"node-{argv[1]}", *argv[2:]]
+    argv = legacy_spelling(list(sys.argv[1:] if argv is None else argv))
     if argv[:1] == ["bench"]:
         return cmd_bench(argv[1:])
+    if argv[:1] == ["completion"]:
+        return cmd_completion(argv[1:])
     args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        return cmd_router(args) if args.service == "router" else cmd_node(args)
+    if args.command == "node":
+        handler = admin_cli.cmd_node_add if args.node_action == "add" else admin_cli.cmd_node_remove
+        return admin_cli.run(handler, args)
     handlers: dict[str, Callable[[argparse.Namespace], int]] = {
         "up": cmd_up,
-        "router": cmd_router,
-        "node": cmd_node,
         "status": cmd_status,
         "compare": compare.run,
-        "node-add": partial(admin_cli.run, admin_cli.cmd_node_add),
-        "node-remove": partial(admin_cli.run, admin_cli.cmd_node_remove),
         "reshard": partial(admin_cli.run, admin_cli.cmd_reshard),
         "rules": partial(admin_cli.run, rules_cli.cmd_rules),
     }
     return handlers[args.command](args)
+
+
+def legacy_spelling(argv: list[str]) -> list[str]:
+    """The spellings of the previous release, kept for one more: `shardlimit router ...`
+    and `shardlimit node --id ...` (now `serve router|node`), `node-add`/`node-remove`
+    (now `node add|remove`). A note on stderr says the new spelling."""
+    new: list[str] | None = None
+    if argv[:1] == ["router"]:
+        new = ["serve", "router", *argv[1:]]
+    elif (
+        argv[:1] == ["node"]
+        and len(argv) > 1
+        and argv[1].startswith("-")
+        and argv[1] not in ("-h", "--help")
+    ):
+        new = ["serve", "node", *argv[1:]]
+    elif argv[:1] in (["node-add"], ["node-remove"]):
+        new = ["node", argv[0].removeprefix("node-"), *argv[1:]]
+    if new is None:
+        return argv
+    print(f"shardlimit: `{argv[0]}` is now `{' '.join(new[:2])}` (the old spelling goes "
+          "in the next release)", file=sys.stderr)  # fmt: skip
+    return new
+
+
+def cmd_completion(argv: list[str]) -> int:
+    """`shardlimit completion bash|zsh`: a completion script for commands and options."""
+    shell = argv[0] if argv else "bash"
+    if shell not in ("bash", "zsh") or len(argv) > 1:
+        print(f"shardlimit: error: completion takes bash or zsh, not {' '.join(argv)!r}",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    print(completion_script(build_parser(), shell), end="")
+    return 0
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _options(parser: argparse.ArgumentParser) -> list[str]:
+    return sorted(o for a in parser._actions for o in a.option_strings if o.startswith("--"))
+
+
+def completion_script(parser: argparse.ArgumentParser, shell: str) -> str:
+    """Words per command path ("", "serve", "serve router", ...), completed by position."""
+    table: dict[str, list[str]] = {}
+
+    def walk(path: str, node: argparse.ArgumentParser) -> None:
+        children = _subcommands(node)
+        table[path] = sorted(children) + _options(node)
+        for name, child in children.items():
+            walk(f"{path} {name}".strip(), child)
+
+    walk("", parser)
+    table[""] += ["bench", "completion"]
+    cases = "\n".join(
+        f'        "{path}") words="{" ".join(words)}" ;;' for path, words in sorted(table.items())
+    )
+    script = f"""# shardlimit {shell} completion: eval "$(shardlimit completion {shell})"
+_shardlimit() {{
+    local cur path="" i
+    cur="${{COMP_WORDS[COMP_CWORD]}}"
+    for ((i = 1; i < COMP_CWORD; i++)); do
+        case "${{COMP_WORDS[i]}}" in -*) break ;; esac
+        path="${{path:+$path }}${{COMP_WORDS[i]}}"
+    done
+    local words=""
+    case "$path" in
+{cases}
+    esac
+    COMPREPLY=($(compgen -W "$words" -- "$cur"))
+}}
+"""
+    if shell == "zsh":
+        script += "autoload -U +X bashcompinit && bashcompinit\n"
+    return script + "complete -o default -F _shardlimit shardlimit\n"
 
 
 if __name__ == "__main__":

@@ -163,7 +163,7 @@ class LocalCluster:
             redis.start()
             self.redis.append(redis)
         for i, redis in enumerate(self.redis):
-            args = ["node", "--id", f"n{i + 1}", "--host", self.options.host,
+            args = ["serve", "node", "--id", f"n{i + 1}", "--host", self.options.host,
                     "--port", str(self.options.base_port + i), "--redis", redis.url]  # fmt: skip
             if self.options.test_clock:
                 args.append("--test-clock")
@@ -175,7 +175,7 @@ class LocalCluster:
         for index, url in enumerate(self.router_urls):
             config = self.write_router_config(index)
             name = self.router_name(index)
-            self._spawn(name, ["router", "--config", str(config)])
+            self._spawn(name, ["serve", "router", "--config", str(config)])
             self.wait_http(url + "/readyz", name)
 
     def wait_http(self, url: str, name: str, timeout: float = 30.0) -> None:

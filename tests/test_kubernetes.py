@@ -354,7 +354,7 @@ def test_shardlimit_containers_run_the_image_entrypoint() -> None:
 def test_router_command_line_and_ports(tmp_path: Path) -> None:
     router = container(deployment(), "router")
     args = build_parser().parse_args(expanded_args(router, "shardlimit-router-x"))
-    assert args.command == "router"
+    assert (args.command, args.service) == ("serve", "router")
     assert args.config == Path("/config/cluster.yaml")
     assert args.cluster_token_file is None and args.admin_token_file is None
     # cmd_router: --host/--port override the config file's.
@@ -375,7 +375,7 @@ def test_node_command_line_ports_and_redis() -> None:
     sts = statefulset()
     node = container(sts, "node")
     args = build_parser().parse_args(expanded_args(node, "shardlimit-node-1"))
-    assert args.command == "node"
+    assert (args.command, args.service) == ("serve", "node")
     assert args.id == "shardlimit-node-1"  # the pod name: stable, as in cluster.yaml
     assert (args.host, args.port) == ("0.0.0.0", 7001)
     assert not args.test_clock and args.cluster_token_file is None

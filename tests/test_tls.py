@@ -210,7 +210,7 @@ class TlsCluster:
     ) -> str:
         """A node process with `cert` (None: plain HTTP), `ca` for mutual TLS: its URL."""
         port = free_port()
-        args = ["node", "--id", node_id, "--port", str(port), "--redis", redis_url]
+        args = ["serve", "node", "--id", node_id, "--port", str(port), "--redis", redis_url]
         if cert is not None:
             args += ["--tls-cert", str(self.pki.path(f"{cert}.pem")),
                      "--tls-key", str(self.pki.path(f"{cert}.key")),
@@ -248,7 +248,7 @@ class TlsCluster:
         }  # fmt: skip
         path = self.workdir / "cluster.yaml"
         path.write_text(yaml.safe_dump(config))
-        proc = self._spawn("router", ["router", "--config", str(path)])
+        proc = self._spawn("router", ["serve", "router", "--config", str(path)])
         self.router_url = f"https://127.0.0.1:{port}"
         _wait_https(self.router_url + "/readyz", self.pki.client(None), proc)
 
@@ -613,7 +613,17 @@ async def test_tls_liveness_is_answered_while_the_event_loop_is_busy(
 
 
 def _node_args(*extra: str) -> list[str]:
-    return ["node", "--id", "n1", "--port", "1", "--redis", "redis://127.0.0.1:1/0", *extra]
+    return [
+        "serve",
+        "node",
+        "--id",
+        "n1",
+        "--port",
+        "1",
+        "--redis",
+        "redis://127.0.0.1:1/0",
+        *extra,
+    ]
 
 
 def test_bad_node_tls_flags_are_one_line_errors(
@@ -633,9 +643,9 @@ def test_bad_node_tls_flags_are_one_line_errors(
          f"--tls-key: cannot read {tmp_path / 'missing.key'}"),
         (_node_args("--tls-cert", str(garbage), "--tls-key", key),
          f"cannot load certificate {garbage}"),
-        (["node", "--id", "n1", "--port", "1", "--redis", "http://127.0.0.1:1"],
+        (["serve", "node", "--id", "n1", "--port", "1", "--redis", "http://127.0.0.1:1"],
          "--redis: Redis URL must specify one of the following schemes"),
-        (["node", "--id", "n1", "--port", "1", "--redis",
+        (["serve", "node", "--id", "n1", "--port", "1", "--redis",
           f"rediss://127.0.0.1:1/0?ssl_ca_certs={tmp_path / 'nope.pem'}"],
          f"--redis: ssl_ca_certs: cannot read {tmp_path / 'nope.pem'}"),
     ]  # fmt: skip
@@ -668,7 +678,7 @@ def test_bad_router_tls_settings_name_the_field(
         path = tmp_path / "cluster.yaml"
         router = {"data_dir": str(tmp_path / "data"), **settings}
         path.write_text(yaml.safe_dump({"router": router, "cluster": {"nodes": nodes}}))
-        assert cli.main(["router", "--config", str(path)]) == 2, settings
+        assert cli.main(["serve", "router", "--config", str(path)]) == 2, settings
         err = capsys.readouterr().err.strip()
         assert expected in err, (settings, err)
         assert err.count("\n") == 0 and err.startswith("shardlimit router: "), err
