@@ -382,7 +382,7 @@ def _require_matplotlib() -> None:
         import matplotlib  # noqa: F401
     except ImportError as exc:
         raise RuntimeError(
-            "--plot needs matplotlib, which is not installed: pip install matplotlib"
+            "--plot needs matplotlib, which is not installed: pip install 'shardlimit[plot]'"
         ) from exc
 
 
