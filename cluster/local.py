@@ -154,9 +154,14 @@ class LocalCluster:
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.check_stored_topology()
+        # The nodes' and routers' ports are promised already: Redis must not take one.
+        promised = {self.options.base_port + i for i in range(self.options.nodes)}
+        promised |= {self.options.port + i for i in range(self.options.routers)}
+        if self.options.grpc_port is not None:
+            promised.add(self.options.grpc_port)
         for i in range(self.options.nodes):
             redis = RedisProcess(
-                port=free_port(),
+                port=free_port(avoid=promised),
                 data_dir=self.data_dir / f"redis-n{i + 1}",
                 appendfsync=self.options.appendfsync,
             )

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,8 +58,9 @@ def _ephemeral_low() -> int:
         return 32768
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port free now, for a process that will bind it a moment later.
+def free_port(host: str = "127.0.0.1", avoid: Collection[int] = ()) -> int:
+    """A port free now, for a process that will bind it a moment later, and not one of
+    `avoid` (ports promised to other processes that have not bound them yet).
 
     Chosen below the kernel's ephemeral range when it can be: a port handed out for
     binding(0) stays free only until the next ephemeral bind or outgoing connection
@@ -68,6 +70,8 @@ def free_port(host: str = "127.0.0.1") -> int:
     if low > 12_000:
         for _ in range(100):
             port = random.randrange(10_000, low)
+            if port in avoid:
+                continue
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
                 try:
                     sock.bind((host, port))

@@ -115,9 +115,12 @@ def _start_up(workdir: Path, router_settings: dict[str, Any]) -> tuple[subproces
     config = workdir / "base.yaml"
     config.write_text(yaml.safe_dump({"router": router_settings, "cluster": {"nodes": []}}))
     port = consecutive_free_ports(3)
+    base_port = consecutive_free_ports(3)
+    while abs(base_port - port) < 3:  # two runs picked while neither was bound yet
+        base_port = consecutive_free_ports(3)
     up = subprocess.Popen(
         [sys.executable, "-m", "cluster.cli", "up", "--routers", "3", "--nodes", "3",
-         "--port", str(port), "--base-port", str(consecutive_free_ports(3)),
+         "--port", str(port), "--base-port", str(base_port),
          "--data-dir", str(workdir / "data"), "--config", str(config), "--json"],
         env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         preexec_fn=child_preexec,
