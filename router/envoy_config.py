@@ -8,7 +8,6 @@ a limit applies only when it sits at the depth of the request's last entry.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import re
@@ -22,6 +21,7 @@ from cluster.errors import Problems, ValidationError
 from cluster.keys import MAX_KEY_BYTES
 from cluster.limits import MAX_COUNT, LimitSpec, parse_limits
 from router.rules import ON_FAILURE, Rule, make_rule
+from router.watched_file import WatchedFile
 
 log = logging.getLogger("shardlimit.envoy")
 
@@ -308,16 +308,15 @@ def match(domains: dict[str, Level], domain: str, entries: list[tuple[str, str]]
     return None if found is None else Match(found, limit_key(domain, parts))
 
 
-class EnvoyConfigFile:
+class EnvoyConfigFile(WatchedFile):
     """The descriptors file, reloaded when its mtime changes; a bad file keeps the
     previous config (logged, counted in reload_errors)."""
 
+    LOAD_ERRORS = (ValidationError, yaml.YAMLError)
+
     def __init__(self, path: Path | None) -> None:
-        self.path = path
+        super().__init__(path)
         self.domains: dict[str, Level] = {}
-        self.reloads = 0
-        self.reload_errors = 0
-        self._mtime: float | None = None
 
     def load(self) -> None:
         """Raises ValidationError, yaml.YAMLError or OSError (a bad or unreadable file)."""
@@ -334,13 +333,3 @@ class EnvoyConfigFile:
             raise
         self.domains, self._mtime = domains, mtime
         self.reloads += 1
-
-    def reload_if_changed(self) -> bool:
-        if self.path is None:
-            return False
-        mtime = self.path.stat().st_mtime if self.path.exists() else None
-        if mtime == self._mtime:
-            return False
-        with contextlib.suppress(ValidationError, yaml.YAMLError):
-            self.load()
-        return True

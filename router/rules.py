@@ -15,6 +15,7 @@ import yaml
 from cluster.errors import Problems, ValidationError
 from cluster.keys import INLINE_SCOPE, RULE_NAME
 from cluster.limits import LimitSpec, parse_limits
+from router.watched_file import WatchedFile
 
 log = logging.getLogger("shardlimit.rules")
 ON_FAILURE = ("allow", "deny")
@@ -100,21 +101,20 @@ def parse_rules_document(doc: Any) -> dict[str, Rule]:
     return rules
 
 
-class RuleBook:
+class RuleBook(WatchedFile):
     """The live rule set and its cluster version (router/cluster_rules.py; 0 = this
     router's file, not yet in the cluster). File edits and SIGHUP reload the file; API
     writes rewrite it."""
 
+    LOAD_ERRORS = (yaml.YAMLError, ValueError)
+
     def __init__(self, path: Path | None) -> None:
-        self.path = path
+        super().__init__(path)
         self.rules: dict[str, Rule] = {}
         self.version = 0
         # The `version:` a rules file names: the cluster version a router wrote it from.
         # An edit of such a file is published only while the cluster is still there.
         self.file_version: int | None = None
-        self._mtime: float | None = None
-        self.reloads = 0
-        self.reload_errors = 0
 
     def load(self) -> None:
         if self.path is None:
@@ -143,16 +143,6 @@ class RuleBook:
         self.file_version = file_version
         self._mtime = stat.st_mtime
         self.reloads += 1
-
-    def reload_if_changed(self) -> bool:
-        if self.path is None:
-            return False
-        mtime = self.path.stat().st_mtime if self.path.exists() else None
-        if mtime == self._mtime:
-            return False
-        with contextlib.suppress(yaml.YAMLError, ValueError):
-            self.load()
-        return True
 
     def get(self, name: str) -> Rule | None:
         return self.rules.get(name)
