@@ -27,16 +27,18 @@ lint: $(STAMP)
 test: lint test-deps
 	$(BIN)/pytest
 
-# The gateways tests/test_gateways.py runs (Debian's nginx, Caddy, HAProxy): from apt,
-# only when one is missing. If apt cannot install them, their tests skip and say why.
+# The gateways tests/test_gateways.py runs (Debian's nginx, Caddy, HAProxy) and the
+# headless browser tests/test_ui.py drives (Chromium): from apt, only when one is missing.
+# If apt cannot install them, their tests skip and say why.
 test-deps:
 	@command -v nginx >/dev/null || test -x /usr/sbin/nginx || NEED=1; \
 	 command -v caddy >/dev/null || NEED=1; \
 	 command -v haproxy >/dev/null || test -x /usr/sbin/haproxy || NEED=1; \
+	 command -v chromium >/dev/null || NEED=1; \
 	 if [ -n "$$NEED" ]; then \
 	   ($(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive \
-	     apt-get install -y -q --no-install-recommends nginx-light caddy haproxy) >&2 \
-	   || echo "warning: could not install nginx, caddy, haproxy; their tests will skip" >&2; \
+	     apt-get install -y -q --no-install-recommends nginx-light caddy haproxy chromium) >&2 \
+	   || echo "warning: could not install nginx, caddy, haproxy, chromium; their tests will skip" >&2; \
 	 fi
 
 # The benchmark suite's Python extras (the `limits` library, profilers). Set-up output

@@ -1,7 +1,7 @@
 """Chaos figures: the fault scenarios of tests/test_chaos.py, timed.
 
-Each scenario starts its own real processes (redis-server with AOF, `shardlimit node`
-x3, `shardlimit router` with the production 50 ms node timeout), runs 24 concurrent
+Each scenario starts its own real processes through the cluster launcher (redis-server
+with AOF, `shardlimit serve node` x3, `shardlimit serve router`), runs 24 concurrent
 clients on keys spread over every node (a fixed_window rule that fails open and a
 calendar rule that fails closed), injects the fault, and reports:
 
@@ -30,8 +30,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from router.dispatch import CIRCUIT_OPEN
-from tests.chaos_support import (
+from bench.chaos_scenarios import (
     FAULTS,
     Answer,
     ChaosCluster,
@@ -42,6 +41,7 @@ from tests.chaos_support import (
     run_fault,
     run_router_kill,
 )
+from router.dispatch import CIRCUIT_OPEN
 
 TARGET_P99_MS = 100.0
 TARGET_RECOVERY_S = 1.0

@@ -23,13 +23,13 @@ from typing import Any
 import redis
 
 from bench.cpu import CpuWindow
+from bench.env import python_env
 from bench.openloop import OpenLoopConfig
 from bench.peers import bare_redis
-from bench.procs import python_env, python_module
 from bench.progress import note
 from bench.redisbench import evalsha_benchmark
 from bench.wrk import WrkSettings, batch_script, check_script, run_wrk
-from cluster.procs import child_preexec
+from cluster.procs import child_preexec, python_module
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,8 @@ CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 ROLES = (
     ("redis-server", "redis"),
     ("redis-benchmark", "redis-benchmark"),
-    ("cluster.cli router", "router"),
-    ("cluster.cli node", "nodes"),
+    ("cluster.cli serve router", "router"),
+    ("cluster.cli serve node", "nodes"),
     ("cluster.cli up", "up supervisor"),
     ("bench.peers", "trivial aiohttp"),
     ("bench.openloop", "open-loop generator"),

@@ -7,7 +7,8 @@ migration, and compares keys moved per second with `MIGRATE ... KEYS` batches
 between two bare Redis instances in the same run. Prints JSON; writes
 bench/results/migration.json.
 
-    python -m bench.migration --keys 200000
+    python -m bench.migration --keys 200000 [--partitioner slots]
+    python -m bench.migration --keys 1000000 --busy-pct 50   # the 1M-key cluster, 3 -> 4
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ import asyncio
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -29,11 +28,11 @@ import redis
 import yaml
 
 from bench.openloop import OpenLoopConfig, open_loop
-from bench.procs import stop as stop_process
 from cluster.keys import counter_key
+from cluster.local import node_process, router_process
 from cluster.model import NodeSpec
 from cluster.partition import new_partitioner
-from cluster.procs import child_preexec
+from cluster.procs import ChildProcess
 from cluster.redis_proc import RedisProcess, free_port
 from cluster.serve import install_fast_loop
 
@@ -95,20 +94,6 @@ async def latency_probe(
     return await open_loop(config, stop)
 
 
-async def wait_http(url: str, within: float = 30) -> None:
-    deadline = time.monotonic() + within
-    async with aiohttp.ClientSession() as http:
-        while time.monotonic() < deadline:
-            try:
-                async with http.get(url) as resp:
-                    if resp.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.05)  # polling a condition with a deadline
-    raise RuntimeError(f"{url} not ready")
-
-
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="sl-bench-migration-"))
     try:
@@ -122,7 +107,7 @@ async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                SHARDLIMIT_LOG_LEVEL="WARNING")  # fmt: skip
     servers = {f"n{i}": RedisProcess(port=free_port(), data_dir=tmp / f"r{i}", aof=False)
                for i in range(1, 5)}  # fmt: skip
-    procs: list[subprocess.Popen[bytes]] = []
+    procs: list[ChildProcess] = []
     try:
         for server in servers.values():
             server.start()
@@ -130,25 +115,23 @@ async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         for node_id, server in servers.items():
             port = free_port()
             specs.append(NodeSpec(node_id, f"http://127.0.0.1:{port}"))
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "cluster.cli", "node", "--id", node_id, "--port",
-                 str(port), "--redis", server.url], env=env, preexec_fn=child_preexec))  # fmt: skip
-        for spec in specs:
-            await wait_http(spec.url + "/healthz")
+            procs.append(node_process(node_id, port, server.url, env=env))
+            procs[-1].spawn()
+        for proc in procs:
+            await proc.wait_ready_async()
         part = new_partitioner(args.partitioner, specs[:3])
         fill({s.id: servers[s.id] for s in specs[:3]}, part.owner, args.keys)
         router_port = free_port()
         router = f"http://127.0.0.1:{router_port}"
         config = {
             "router": {"port": router_port, "data_dir": str(tmp / "router"),
-                       "node_deadline": "1s", "reshard_step_keys": args.step},
+                       "node_deadline": "1s", "reshard_step_keys": args.step,
+                       "reshard_rate": args.reshard_rate, "reshard_busy_pct": args.busy_pct},
             "cluster": {"partitioner": args.partitioner, "nodes": [s.to_dict() for s in specs[:3]]},
         }  # fmt: skip
         (tmp / "cluster.yaml").write_text(yaml.safe_dump(config))
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "cluster.cli", "router", "--config", str(tmp / "cluster.yaml")],
-            env=env, preexec_fn=child_preexec))  # fmt: skip
-        await wait_http(router + "/readyz")
+        procs.append(router_process("router", tmp / "cluster.yaml", router, env=env))
+        await procs[-1].start_async()
         before = await latency_probe(router, args.probe_seconds, args.rate)
         headers = {"Authorization": f"Bearer {TOKEN}"}
         async with aiohttp.ClientSession() as http:
@@ -164,6 +147,8 @@ async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                         migration = (await resp.json())["migration"]
                     if migration and migration["phase"] == "done" and not migration["running"]:
                         break
+                    if migration and migration.get("phase") == "paused":
+                        raise RuntimeError(f"migration paused: {migration.get('last_error')}")
                     if time.monotonic() > deadline:
                         raise RuntimeError(
                             f"migration not done within {args.timeout:g} s: {migration}"
@@ -174,11 +159,10 @@ async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                 during = await probe
         moved_per_s = migration["keys_moved"] / migration["seconds"]
     finally:
+        for proc in reversed(procs):
+            proc.terminate()
         for proc in procs:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in procs:
-            stop_process(proc, grace=10)
+            proc.wait_stopped(grace=10)
         for server in servers.values():
             server.stop()
     raw = raw_migrate(args.keys, tmp, args.migrate_batch)
@@ -187,9 +171,12 @@ async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "partitioner": args.partitioner,
         "keys_moved": migration["keys_moved"],
         "migration_seconds": migration["seconds"],
+        "reshard_rate": args.reshard_rate,
+        "busy_pct": args.busy_pct,
         "moved_keys_per_s": round(moved_per_s),
         "raw_migrate_keys_per_s": round(raw),
         "ratio_vs_raw_migrate": round(moved_per_s / raw, 3),
+        "sources": migration.get("sources"),
         "latency_before": before,
         "latency_during": during,
         "p99_during_over_before": round(during["p99_ms"] / before["p99_ms"], 2)
@@ -202,7 +189,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--keys", type=int, default=200_000)
     parser.add_argument("--partitioner", choices=("ring", "slots"), default="ring")
-    parser.add_argument("--step", type=int, default=1000)
+    parser.add_argument("--step", type=int, default=20_000, help="keys examined per copy step")
+    parser.add_argument("--reshard-rate", type=int, default=0,
+                        help="keys/s budget of the copy (0: none)")  # fmt: skip
+    parser.add_argument("--busy-pct", type=int, default=50,
+                        help="most of a source Redis' time the copy may take")  # fmt: skip
     parser.add_argument("--migrate-batch", type=int, default=1000)
     parser.add_argument("--rate", type=float, default=200.0)
     parser.add_argument("--probe-seconds", type=float, default=3.0)

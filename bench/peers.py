@@ -16,7 +16,8 @@ from pathlib import Path
 import orjson
 from aiohttp import web
 
-from bench.procs import python_env, python_module, running, wait_http
+from bench.env import python_env
+from cluster.procs import ChildProcess, python_module
 from cluster.redis_proc import RedisProcess, free_port
 
 
@@ -41,9 +42,9 @@ def trivial_app() -> web.Application:
 def trivial_server() -> Iterator[str]:
     """A trivial handler process on a free port; yields its base URL."""
     port = free_port()
-    with running(python_module("bench.peers", "--port", str(port)), env=python_env()) as proc:
-        url = f"http://127.0.0.1:{port}"
-        wait_http(url + "/healthz", proc)
+    url = f"http://127.0.0.1:{port}"
+    args = python_module("bench.peers", "--port", str(port))
+    with ChildProcess("trivial aiohttp", args, env=python_env(), ready_url=url + "/healthz"):
         yield url
 
 

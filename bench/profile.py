@@ -113,7 +113,7 @@ def main() -> None:
     args = parser.parse_args()
     pids = pids_of(
         {
-            "router": f"cluster.cli router --config {args.data_dir}",
+            "router": f"cluster.cli serve router --config {args.data_dir}",
             "node": f"--port {args.node_port} --redis",
         }
     )

@@ -12,8 +12,8 @@ import io
 import subprocess
 from typing import Any
 
+from bench.env import require_tool
 from bench.peers import bare_redis
-from bench.procs import require_tool
 from cluster.procs import child_preexec
 
 INCR_SCRIPT = "return redis.call('INCR', KEYS[1])"

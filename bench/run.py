@@ -18,6 +18,8 @@ Pieces (`--only NAME[,NAME]`, `--skip NAME[,NAME]`):
   migration  live reshard speed ÷ raw MIGRATE, latency before/during (bench/migration.py)
   profile    py-spy samples of the router and a node at 1,000 checks/s (bench/profile.py)
   burst      128/256/512 connections at once: degraded answers, admitted == held (bench/burst.py)
+  hotkey     one hot key with spread 1 and 3 on 3 nodes: each node's share, decisions/s
+             (bench/hotkey.py)
 
 Each comparison is a ratio of two measurements taken side by side in this run: the
 machine has 2 shared cores, so absolute numbers are noise and only ratios mean much.
@@ -44,18 +46,19 @@ from bench import compare
 from bench.burst import burst
 from bench.chart import draw
 from bench.compare import Settings, run_module_json
-from bench.localcluster import local_cluster
+from bench.hotkey import hotkey
 from bench.peers import trivial_server
 from bench.progress import note
 from bench.scaling import scaling
 from bench.targets import targets
 from bench.wrk import WrkSettings
+from cluster.local import LocalCluster, scratch_cluster
 from cluster.redis_proc import redis_server_binary
 
 RESULTS = Path(__file__).parent / "results"
 PIECES = (
     "single", "batch", "sdk", "latency", "quick", "profile", "burst", "memory", "rediscost",
-    "scaling", "migration",
+    "scaling", "migration", "hotkey",
 )  # fmt: skip
 ON_SHARED_CLUSTER = {"single", "batch", "sdk", "latency", "quick", "profile", "burst"}
 NEEDS_TRIVIAL = {"single", "latency"}
@@ -149,14 +152,14 @@ class Suite:
             rate=args.rate,
             extra_rates=args.extra_rates,
         )
-        self._cluster: dict[str, Any] | None = None
+        self._cluster: LocalCluster | None = None
         self._trivial: str | None = None
 
     def router(self) -> str:
         if self._cluster is None:
             note("starting a local cluster: router, 3 nodes, 3 Redis")
-            self._cluster = self.stack.enter_context(local_cluster(3))
-        return str(self._cluster["router"])
+            self._cluster = self.stack.enter_context(scratch_cluster(3, log_level="WARNING"))
+        return self._cluster.router_url
 
     def trivial(self) -> str:
         if self._trivial is None:
@@ -184,6 +187,7 @@ class Suite:
             ),
             "profile": self.profile,
             "burst": lambda: burst(self.router()),
+            "hotkey": hotkey,
             "memory": lambda: run_module_json("bench.memory", "--keys", str(a.memory_keys)),
             "rediscost": lambda: run_module_json("bench.rediscost"),
             "scaling": lambda: scaling(s),
@@ -195,9 +199,9 @@ class Suite:
     def profile(self) -> dict[str, Any]:
         router = self.router()
         assert self._cluster is not None
-        node_port = self._cluster["nodes"][0]["url"].rsplit(":", 1)[1]
+        node_port = self._cluster.node_url(0).rsplit(":", 1)[1]
         return run_module_json(
-            "bench.profile", "--router", router, "--data-dir", self._cluster["data_dir"],
+            "bench.profile", "--router", router, "--data-dir", str(self._cluster.data_dir),
             "--node-port", node_port, "--seconds", str(self.args.seconds),
             "--rate", str(self.args.rate),
         )  # fmt: skip

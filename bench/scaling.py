@@ -13,17 +13,17 @@ from functools import partial
 from typing import Any
 
 from bench.compare import Settings, batch_load, ratio, with_cpu
-from bench.localcluster import local_cluster
 from bench.progress import note
 from bench.wrk import batch_script, run_wrk
+from cluster.local import scratch_cluster
 
 
 def scaling(s: Settings, node_counts: tuple[int, ...] = (1, 2, 4)) -> dict[str, Any]:
     runs: dict[str, dict[str, Any]] = {}
     for nodes in node_counts:
         note(f"scaling: starting a cluster of {nodes} node(s)")
-        with local_cluster(nodes) as info:
-            router = info["router"]
+        with scratch_cluster(nodes, log_level="WARNING") as local:
+            router = local.router_url
             run_wrk(router + "/v1/check/batch", batch_script(s.keys, s.batch_size),
                     replace(s.batch, seconds=s.warmup_seconds))  # fmt: skip
             result = with_cpu(partial(batch_load, router, s))

@@ -56,6 +56,10 @@ TARGETS: dict[str, tuple[str, tuple[str, ...], str, float, str]] = {
         "migration", ("p99_during_over_before",), "<=", 3.0,
         "open-loop p99 during the reshard ÷ before it",
     ),
+    "hotkey_max_node_share_spread_3": (
+        "hotkey", ("spread_3", "max_share"), "<=", 0.45,
+        "one hot key with spread: 3 on 3 nodes: the busiest node's share of its operations",
+    ),
     "burst_degraded": (
         "burst", ("degraded_total",), "<=", 0.0,
         "degraded answers over all burst runs (128/256/512 connections x hot, money, many keys)",

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.procs import require_tool
+from bench.env import require_tool
 from cluster.procs import child_preexec
 
 LIMITS_JSON = '[{"algorithm":"fixed_window","limit":1000000000,"window":"1h"}]'

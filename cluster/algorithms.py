@@ -18,22 +18,32 @@ from cluster.calendar import boundaries, load_timezone
 if TYPE_CHECKING:
     from cluster.limits import LimitSpec
 
-__all__ = ["ALGORITHMS", "BY_CODE", "BY_NAME", "NONE", "Algorithm"]
+__all__ = ["ALGORITHMS", "BY_CODE", "BY_NAME", "DEFAULT_QUOTA_TTL_MS", "NONE", "Algorithm"]
 
 NONE = -1  # "no value" in script arguments and replies
-# spec, the node's estimate of its Redis' clock (ms) -> the six script parameters p1..p6
-Pack = Callable[["LimitSpec", int], list[int]]
+DEFAULT_QUOTA_TTL_MS = 400 * 86_400_000
+# spec, the node's estimate of its Redis' clock (ms), the quota TTL the router sent (ms)
+# -> the six script parameters p1..p6
+Pack = Callable[["LimitSpec", int, int], list[int]]
 
 
-def _windowed(spec: LimitSpec, _now_ms: int) -> list[int]:
+def _windowed(spec: LimitSpec, _now_ms: int, _quota_ttl_ms: int) -> list[int]:
     return [spec.limit or 0, spec.window_ms, 0, 0, 0, 0]
 
 
-def _bucket(spec: LimitSpec, _now_ms: int) -> list[int]:
+def _bucket(spec: LimitSpec, _now_ms: int, _quota_ttl_ms: int) -> list[int]:
     return [spec.rate, spec.window_ms, spec.limit or 0, 0, 0, 0]
 
 
-def _calendar(spec: LimitSpec, now_ms: int) -> list[int]:
+def _quota(spec: LimitSpec, _now_ms: int, quota_ttl_ms: int) -> list[int]:
+    # No window: count and amount limits, the end (Unix ms) or -1, the idle lifetime.
+    count = NONE if spec.limit is None else spec.limit
+    amount = NONE if spec.max_amount is None else spec.max_amount
+    expires = NONE if spec.expires_at_ms is None else spec.expires_at_ms
+    return [count, amount, expires, quota_ttl_ms or DEFAULT_QUOTA_TTL_MS, 0, 0]
+
+
+def _calendar(spec: LimitSpec, now_ms: int, _quota_ttl_ms: int) -> list[int]:
     # Four consecutive natural-period starts around now: the script picks the one that
     # holds its Redis' clock (and asks for a re-measure if none does).
     starts = boundaries(spec.period, load_timezone(spec.timezone), now_ms)
@@ -61,6 +71,7 @@ ALGORITHMS: tuple[Algorithm, ...] = (
         "calendar", 6, "calendar.lua", _calendar,
         ("period", "timezone", "max_amount", "amount_remaining"),
     ),
+    Algorithm("quota", 7, "quota.lua", _quota, ("max_amount", "amount_remaining")),
 )  # fmt: skip
 BY_NAME = {algorithm.name: algorithm for algorithm in ALGORITHMS}
 BY_CODE = {algorithm.code: algorithm for algorithm in ALGORITHMS}

@@ -12,7 +12,7 @@ from functools import partial
 from pathlib import Path
 from typing import NoReturn
 
-from cluster import admin_cli, compare, rules_cli
+from cluster import admin_cli, compare, logs, quota_cli, rules_cli
 from cluster.auth import ADMIN_TOKEN_ENV, CLUSTER_TOKEN_ENV, token_from
 
 DEFAULT_ROUTER = "http://127.0.0.1:8080"
@@ -49,12 +49,19 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def _json_logs(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true",
+                        help="log lines as JSON objects, one a line (ts, level, logger, "
+                             "message and extra fields)")  # fmt: skip
+
+
 def _router_server_args(router: argparse.ArgumentParser) -> None:
     router.add_argument("--config", type=Path, required=True)
     router.add_argument("--host")
     router.add_argument("--port", type=int)
     router.add_argument("--cluster-token-file")
     router.add_argument("--admin-token-file")
+    _json_logs(router)
 
 
 def _node_server_args(node: argparse.ArgumentParser) -> None:
@@ -72,6 +79,7 @@ def _node_server_args(node: argparse.ArgumentParser) -> None:
                            "--tls-cert to peer nodes")  # fmt: skip
     # The test suite's controllable clock; documented in tests/conftest.py only.
     node.add_argument("--test-clock", action="store_true", help="(tests) offset clock")
+    _json_logs(node)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,7 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="Envoy's rate-limit gRPC service on this port (first router)")  # fmt: skip
     up.add_argument("--envoy-config", type=Path,
                     help="Envoy descriptors YAML (default: <data dir>/ratelimit.yaml)")  # fmt: skip
-    up.add_argument("--json", action="store_true")
+    up.add_argument("--json", action="store_true",
+                    help="the summary as one JSON line on stdout; every log line (up's, "
+                         "the routers' and nodes') as a JSON object")  # fmt: skip
 
     serve = sub.add_parser("serve", help="run one service: a router or a counter node")
     servers = serve.add_subparsers(dest="service", required=True, metavar="{router,node}")
@@ -114,12 +124,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     # Listed for --help only: main() answers `completion ...` itself.
     sub.add_parser(
-        "completion", help="a shell completion script: completion bash|zsh", add_help=False
+        "completion",
+        help="a shell completion script: completion bash|zsh [--json]",
+        add_help=False,
     )
 
     status = sub.add_parser("status", help="topology and node state")
     _add_router_args(status)
     admin_cli.add_arguments(sub, _add_router_args)
+    quota_cli.add_arguments(sub, _add_router_args)
     rules_cli.add_arguments(sub, _add_router_args)
     return parser
 
@@ -161,7 +174,7 @@ def cmd_router(args: argparse.Namespace) -> int:
 
     from cluster.config import load_config
     from cluster.errors import ValidationError
-    from cluster.serve import run_app
+    from cluster.serve import CannotListenError, run_app
     from cluster.tls import TlsError
     from router.app import ROUTER, create_app
 
@@ -187,7 +200,11 @@ def cmd_router(args: argparse.Namespace) -> int:
         app = create_app(config, admin, cluster_token)
     except TlsError as exc:
         return _refuse("router", str(exc))
-    run_app(app, config.host, config.port, on_hup=app[ROUTER].reload_rules, ssl_context=server_ssl)
+    try:
+        run_app(app, config.host, config.port, on_hup=app[ROUTER].reload_rules,
+                ssl_context=server_ssl)  # fmt: skip
+    except CannotListenError as exc:
+        return _refuse("router", str(exc))
     return 0
 
 
@@ -214,7 +231,7 @@ _NODE_TLS_FLAGS = {"cert": "--tls-cert", "key": "--tls-key", "ca": "--tls-ca",
 
 
 def cmd_node(args: argparse.Namespace) -> int:
-    from cluster.serve import run_app
+    from cluster.serve import CannotListenError, run_app
     from cluster.tls import TlsError, TlsFiles
     from node.app import create_app
 
@@ -240,12 +257,16 @@ def cmd_node(args: argparse.Namespace) -> int:
         )  # fmt: skip
     except TlsError as exc:
         return _refuse("node", str(exc))
-    run_app(app, args.host, args.port, ssl_context=server_ssl)
+    try:
+        run_app(app, args.host, args.port, ssl_context=server_ssl)
+    except CannotListenError as exc:
+        return _refuse("node", str(exc))
     return 0
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from cluster.local import UpOptions, run_up
+    from cluster.local import UpOptions
+    from cluster.up import run_up
 
     options = UpOptions(
         nodes=args.nodes,
@@ -292,16 +313,13 @@ def cmd_bench(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(
-        level=os.environ.get("SHARDLIMIT_LOG_LEVEL", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     argv = legacy_spelling(list(sys.argv[1:] if argv is None else argv))
     if argv[:1] == ["bench"]:
         return cmd_bench(argv[1:])
     if argv[:1] == ["completion"]:
         return cmd_completion(argv[1:])
     args = build_parser().parse_args(argv)
+    logs.configure(as_json=bool(getattr(args, "json", False)))
     if args.command == "serve":
         return cmd_router(args) if args.service == "router" else cmd_node(args)
     if args.command == "node":
@@ -313,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         "compare": compare.run,
         "reshard": partial(admin_cli.run, admin_cli.cmd_reshard),
         "rules": partial(admin_cli.run, rules_cli.cmd_rules),
+        "quota": partial(admin_cli.run, quota_cli.cmd_quota),
     }
     return handlers[args.command](args)
 
@@ -341,13 +360,20 @@ def legacy_spelling(argv: list[str]) -> list[str]:
 
 
 def cmd_completion(argv: list[str]) -> int:
-    """`shardlimit completion bash|zsh`: a completion script for commands and options."""
-    shell = argv[0] if argv else "bash"
-    if shell not in ("bash", "zsh") or len(argv) > 1:
-        print(f"shardlimit: error: completion takes bash or zsh, not {' '.join(argv)!r}",
+    """`shardlimit completion bash|zsh [--json]`: a completion script for commands and
+    options; with --json, {"shell": ..., "script": ...} for a script that installs it."""
+    as_json = "--json" in argv
+    words = [a for a in argv if a != "--json"]
+    shell = words[0] if words else "bash"
+    if shell not in ("bash", "zsh") or len(words) > 1:
+        print(f"shardlimit: error: completion takes bash or zsh, not {' '.join(words)!r}",
               file=sys.stderr)  # fmt: skip
         return 2
-    print(completion_script(build_parser(), shell), end="")
+    script = completion_script(build_parser(), shell)
+    if as_json:
+        print(json.dumps({"shell": shell, "script": script}))
+    else:
+        print(script, end="")
     return 0
 
 
@@ -374,6 +400,7 @@ def completion_script(parser: argparse.ArgumentParser, shell: str) -> str:
 
     walk("", parser)
     table[""] += ["bench", "completion"]
+    table["completion"] = ["--json", "bash", "zsh"]
     cases = "\n".join(
         f'        "{path}") words="{" ".join(words)}" ;;' for path, words in sorted(table.items())
     )

@@ -32,6 +32,7 @@ __all__ = [
     "GivenBack",
     "LimitState",
     "NotFound",
+    "QuotaAdjustment",
     "RefundResult",
     "RuleInfo",
     "ShardlimitError",
@@ -296,6 +297,46 @@ def _refund_call(
     return _Call("POST", "/v1/refund", _json(body), _refund_result)
 
 
+@dataclass(frozen=True)
+class QuotaAdjustment:
+    """The answer of POST /v1/quota/adjust: the quota after the adjustment."""
+
+    key: str
+    rule: str
+    request_id: str
+    replayed: bool  # the same request_id was applied before: nothing changed now
+    limit: int | None
+    remaining: int | None
+    max_amount: Decimal | None
+    amount_remaining: Decimal | None
+
+
+def _quota_adjustment(data: dict[str, Any]) -> QuotaAdjustment:
+    return QuotaAdjustment(
+        key=data["key"],
+        rule=data["rule"],
+        request_id=data["request_id"],
+        replayed=bool(data["replayed"]),
+        limit=data["limit"],
+        remaining=data["remaining"],
+        max_amount=_opt_decimal(data.get("max_amount")),
+        amount_remaining=_opt_decimal(data.get("amount_remaining")),
+    )
+
+
+def _quota_adjust_call(
+    key: str,
+    rule: str,
+    request_id: str,
+    changes: Mapping[str, int | Amount | None],
+) -> _Call[QuotaAdjustment]:
+    body: dict[str, Any] = {"key": key, "rule": rule, "request_id": request_id}
+    for name, value in changes.items():
+        if value is not None:
+            body[name] = _amount(value) if name.endswith("_amount") else value
+    return _Call("POST", "/v1/quota/adjust", _json(body), _quota_adjustment)
+
+
 def _usage_call(key: str, rule: str) -> _Call[Decision]:
     return _Call("GET", "/v1/usage?" + urlencode({"key": key, "rule": rule}), None, _decision)
 
@@ -482,6 +523,22 @@ class AsyncClient:
         """Current state of a key under a rule; consumes nothing."""
         return await self._send(_usage_call(key, rule))
 
+    async def quota_adjust(
+        self,
+        key: str,
+        rule: str,
+        *,
+        request_id: str,
+        delta: int | None = None,
+        set: int | None = None,  # the API's field name
+        delta_amount: Amount | None = None,
+        set_amount: Amount | None = None,
+    ) -> QuotaAdjustment:
+        """Restock a quota key (needs the admin token); applied once per request_id."""
+        changes = {"delta": delta, "set": set, "delta_amount": delta_amount,
+                   "set_amount": set_amount}  # fmt: skip
+        return await self._send(_quota_adjust_call(key, rule, request_id, changes))
+
     async def rule(self, name: str) -> RuleInfo:
         """A rule's definition (its limits and on_failure); needs no token."""
         return await self._send(_rule_call(name))
@@ -654,6 +711,22 @@ class Client:
     def usage(self, key: str, rule: str) -> Decision:
         """Current state of a key under a rule; consumes nothing."""
         return self._send(_usage_call(key, rule))
+
+    def quota_adjust(
+        self,
+        key: str,
+        rule: str,
+        *,
+        request_id: str,
+        delta: int | None = None,
+        set: int | None = None,  # the API's field name
+        delta_amount: Amount | None = None,
+        set_amount: Amount | None = None,
+    ) -> QuotaAdjustment:
+        """Restock a quota key (needs the admin token); applied once per request_id."""
+        changes = {"delta": delta, "set": set, "delta_amount": delta_amount,
+                   "set_amount": set_amount}  # fmt: skip
+        return self._send(_quota_adjust_call(key, rule, request_id, changes))
 
     def rule(self, name: str) -> RuleInfo:
         """A rule's definition (its limits and on_failure); needs no token."""

@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from cluster.algorithms import DEFAULT_QUOTA_TTL_MS
 from cluster.errors import Problems
 from cluster.limits import parse_duration
 from cluster.model import NodeSpec
@@ -34,10 +35,14 @@ class RouterConfig:
     coalesce_wait_us: int = 0
     coalesce_max: int = 1000
     idempotency_ttl_ms: int = 86_400_000
+    # A `quota` counter without expires_at lives this long after its last change.
+    quota_ttl_ms: int = DEFAULT_QUOTA_TTL_MS
     rules_poll_ms: int = 1000
-    reshard_step_keys: int = 1000
+    reshard_step_keys: int = 20_000  # keys a source examines per copy step
+    reshard_rate: int = 0  # keys/s each source may move (0: no fixed rate)
+    reshard_busy_pct: int = 50  # most of a source Redis' time the copy may take
     reshard_lease_ttl_ms: int = 15_000
-    reshard_parallel: int = 1
+    reshard_parallel: int = 8  # sources copying at once (each under its own budget)
     aon_hold_ms: int = 10_000  # all-or-nothing holds are given back after this
     partitioner: str = "ring"
     vnodes: int = DEFAULT_VNODES
@@ -63,6 +68,7 @@ _ROUTER_DURATIONS = (
     "node_deadline",
     "deadline_margin",
     "idempotency_ttl",
+    "quota_ttl",
     "rules_poll",
     "reshard_lease_ttl",
     "aon_hold",
@@ -75,6 +81,8 @@ _ROUTER_INTS = (
     ("coalesce_max", 1, 10_000),
     ("reshard_parallel", 1, 64),
     ("reshard_step_keys", 10, 100_000),
+    ("reshard_rate", 0, 10_000_000),
+    ("reshard_busy_pct", 1, 100),
 )
 
 

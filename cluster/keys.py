@@ -2,10 +2,15 @@
 
 Counter:  c<shape id>|<limit key>        shape id: 8 base64url chars naming (scope, shape)
 Record:   r|<scope>|<request id>|<limit key>
+Adjusted: r|<scope>|!<request id>|<limit key>   a quota adjustment's record ("!" is
+                                           never in a request id: no clash with checks)
+Spread:   <limit key>#<i>                   sub-counter i of a `spread: N` rule's key,
+                                           an ordinary limit key placed on its own
 
 Node-local keys (never migrated; they start with "sl|", outside DATA_KEYS_PATTERN):
 Holds:    sl|holds                          all-or-nothing holds, for the sweeper
 Decision: sl|d|<batch id>                   an all-or-nothing batch's commit/abort
+Pending:  sl|dp|<batch id>                  holds of a committed batch not yet settled
 Lease:    sl|lease|<name>                   topology or rules change lease
 Marker:   sl|i|<migration id>|<redis key>   a key already imported by a migration
 Rules:    sl|rules                          the cluster's rules: version, document
@@ -30,20 +35,34 @@ from functools import lru_cache
 
 INLINE_SCOPE = "~inline"
 MAX_KEY_BYTES = 512
-RULE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
-REQUEST_ID = re.compile(r"^[A-Za-z0-9_.:@~+=/-]{1,128}$")
+# \Z, not $: $ also matches before a final newline ("basic\n")
+RULE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}\Z")
+REQUEST_ID = re.compile(r"^[A-Za-z0-9_.:@~+=/-]{1,128}\Z")
 # SCAN pattern that finds every counter and record (and nothing else of ours).
 DATA_KEYS_PATTERN = "[cr]*"
 _SHAPE_ID_CHARS = 8
 
 HOLDS_KEY = "sl|holds"
 DECISION_PREFIX = "sl|d|"  # + batch id
+PENDING_PREFIX = "sl|dp|"  # + batch id: a set of hold ids (see hold_id)
 RULES_KEY = "sl|rules"  # a hash: version, doc (JSON)
 LEASES = ("topology", "rules")
 
 
 def lease_key(name: str) -> str:
     return f"sl|lease|{name}"
+
+
+def hold_id(request_id: str, key: str) -> str:
+    """Names one hold of a batch: its request id and limit key (neither has "|"
+    before the key)."""
+    return f"{request_id}|{key}"
+
+
+def hold_id_of(record: str) -> str | None:
+    """The hold id of an idempotency record's Redis key, or None if it is not one."""
+    parts = record.split("|", 3)
+    return f"{parts[2]}|{parts[3]}" if len(parts) == 4 and parts[0] == "r" else None
 
 
 def marker_key(migration_id: str, redis_key: str) -> str:
@@ -66,6 +85,18 @@ def counter_key(scope: str, shape: str, key: str) -> str:
 
 def record_key(scope: str, request_id: str, key: str) -> str:
     return f"r|{scope}|{request_id}|{key}"
+
+
+def adjust_record_key(scope: str, request_id: str, key: str) -> str:
+    return f"r|{scope}|!{request_id}|{key}"
+
+
+SPREAD_SEPARATOR = "#"
+
+
+def sub_key(key: str, index: int) -> str:
+    """The limit key of sub-counter `index` of a spread key."""
+    return f"{key}{SPREAD_SEPARATOR}{index}"
 
 
 def limit_key_of(redis_key: str) -> str | None:

@@ -8,7 +8,9 @@ that, when changed, make the old counter meaningless).
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -23,11 +25,28 @@ MAX_SLIDING_LOG = 10_000
 MAX_DURATION_MS = 10 * 366 * 86_400_000
 MAX_AMOUNT_MINOR = 10**15  # exact in a Lua double (< 2**53)
 MAX_AMOUNT_SCALE = 6
-# token/leaky buckets keep state in units of token*period_ms; both must stay below 2**53.
-MAX_BUCKET_PRODUCT = 2**53
+# token/leaky buckets keep state in units of token*period_ms, exact in a Lua double only
+# below 2**53. Bounds on each field (not on their product, which no schema can state)
+# keep it there: up to 100,000,000 per period, periods up to a day.
+MAX_BUCKET_SIZE = 10**8  # rate, burst, capacity
+MAX_BUCKET_PERIOD_MS = 86_400_000
+assert MAX_BUCKET_SIZE * MAX_BUCKET_PERIOD_MS < 2**53
 MAX_LIMITS_PER_RULE = 16
 
-_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
+MAX_TIMESTAMP_MS = 253_402_300_800_000  # 10000-01-01
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_RFC3339 = re.compile(
+    r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
+)
+# ASCII white space and digits only, as the OpenAPI document's patterns (ECMA 262) read
+# them: Python's \s and \d take other Unicode characters too. At most 18 significant
+# digits: int() refuses thousands of them.
+SPACES = r"[ \t\n\r\f\v]*"
+_NUMBER = r"0*([0-9]{1,18})"
+_DURATION = re.compile(rf"{SPACES}{_NUMBER}{SPACES}(ms|s|m|h|d){SPACES}")
+# Decimal() also reads underscores anywhere, non-ASCII digits and exponents it cannot hold.
+DECIMAL_TEXT = rf"{SPACES}[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{{1,17}})?{SPACES}"
+_DECIMAL_TEXT = re.compile(DECIMAL_TEXT)
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
@@ -43,8 +62,9 @@ class LimitSpec:
     rate: int = 0  # token/leaky
     period: str = ""  # calendar
     timezone: str = ""  # calendar
-    max_amount: int | None = None  # calendar, minor units
-    amount_scale: int = 2  # calendar
+    max_amount: int | None = None  # calendar and quota, minor units
+    amount_scale: int = 2  # calendar and quota
+    expires_at_ms: int | None = None  # quota: Unix ms when it ends (None: lives quota_ttl)
 
     @property
     def shape(self) -> str:
@@ -60,6 +80,8 @@ class LimitSpec:
             return f"tb:{self.window_ms}"
         if a == "leaky_bucket":
             return f"lb:{self.window_ms}"
+        if a == "quota":
+            return "q"  # one stock per key and rule: limits and expiry change, it stays
         return f"cal:{self.period}:{self.timezone}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -72,6 +94,14 @@ class LimitSpec:
             out.update(rate=self.rate, period=format_duration(self.window_ms), burst=self.limit)
         elif a == "leaky_bucket":
             out.update(rate=self.rate, period=format_duration(self.window_ms), capacity=self.limit)
+        elif a == "quota":
+            if self.limit is not None:
+                out["limit"] = self.limit
+            if self.max_amount is not None:
+                out["max_amount"] = format_amount(self.max_amount, self.amount_scale)
+            out["amount_scale"] = self.amount_scale
+            if self.expires_at_ms is not None:
+                out["expires_at"] = format_timestamp(self.expires_at_ms)
         else:
             out.update(period=self.period, timezone=self.timezone)
             if self.limit is not None:
@@ -92,14 +122,16 @@ class LimitSpec:
             self.timezone,
             self.max_amount,
             self.amount_scale,
+            self.expires_at_ms,
         ]
 
     @classmethod
     def from_wire(cls, data: Any) -> LimitSpec:
-        if not isinstance(data, list) or len(data) != 8:
-            raise ValueError("limit must be an 8-element list")
-        alg, limit, window_ms, rate, period, tz, max_amount, scale = data
-        spec = cls(alg, limit, window_ms, rate, period, tz, max_amount, scale)
+        if not isinstance(data, list) or len(data) not in (8, 9):
+            raise ValueError("limit must be an 8- or 9-element list")
+        alg, limit, window_ms, rate, period, tz, max_amount, scale = data[:8]
+        expires = data[8] if len(data) == 9 else None
+        spec = cls(alg, limit, window_ms, rate, period, tz, max_amount, scale, expires)
         problems = Problems()
         parse_limit(spec.to_dict(), "limit", problems)
         problems.raise_if_any()
@@ -124,17 +156,43 @@ def format_amount(minor: int, scale: int) -> str:
     return f"{sign}{whole}.{frac:0{scale}d}"
 
 
+def format_timestamp(ms: int) -> str:
+    """Unix ms -> RFC 3339 in UTC ("2026-12-01T00:00:00Z", milliseconds when present)."""
+    moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{text}.{ms % 1000:03d}Z" if ms % 1000 else f"{text}Z"
+
+
+def parse_timestamp(value: Any, path: str, problems: Problems) -> int | None:
+    """An RFC 3339 date-time with an offset ("2026-12-01T00:00:00Z") -> Unix ms."""
+    if not isinstance(value, str) or not _RFC3339.match(value):
+        problems.add(path, "must be an RFC 3339 date-time with an offset: 2026-12-01T00:00:00Z")
+        return None
+    try:
+        moment = datetime.fromisoformat(value.upper().replace("Z", "+00:00"))
+    except ValueError:
+        problems.add(path, "is not a valid date-time")
+        return None
+    ms = (moment - _EPOCH) // timedelta(milliseconds=1)
+    if not 0 < ms < MAX_TIMESTAMP_MS:
+        problems.add(path, "must be between 1970 and 9999")
+        return None
+    return ms
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def parse_duration(value: Any, path: str, problems: Problems) -> int:
+def parse_duration(
+    value: Any, path: str, problems: Problems, maximum: int = MAX_DURATION_MS
+) -> int:
     """`"500ms"`, `"1s"`, `"1m"`, `"1h"`, `"1d"` or an integer number of ms; > 0."""
     ms: int | None = None
     if _is_int(value):
         ms = value
     elif isinstance(value, str):
-        match = _DURATION.match(value)
+        match = _DURATION.fullmatch(value)
         if match:
             ms = int(match.group(1)) * _UNIT_MS[match.group(2)]
     if ms is None:
@@ -143,8 +201,8 @@ def parse_duration(value: Any, path: str, problems: Problems) -> int:
     if ms <= 0:
         problems.add(path, "must be greater than zero")
         return 0
-    if ms > MAX_DURATION_MS:
-        problems.add(path, "must be at most 3660d")
+    if ms > maximum:
+        problems.add(path, f"must be at most {format_duration(maximum)}")
         return 0
     return ms
 
@@ -166,6 +224,9 @@ def parse_decimal(value: Any, path: str, problems: Problems) -> Decimal | None:
     """An exact decimal from a JSON number or a string; None after reporting a problem."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         problems.add(path, "must be a decimal number or a string holding one")
+        return None
+    if isinstance(value, str) and not _DECIMAL_TEXT.fullmatch(value):
+        problems.add(path, "is not a decimal number")
         return None
     try:
         # repr() of a float is the shortest string that round-trips: 0.1 -> "0.1".
@@ -205,6 +266,7 @@ _KNOWN_FIELDS = {
     "token_bucket": {"algorithm", "rate", "period", "burst"},
     "leaky_bucket": {"algorithm", "rate", "period", "capacity"},
     "calendar": {"algorithm", "period", "timezone", "max_count", "max_amount", "amount_scale"},
+    "quota": {"algorithm", "limit", "max_amount", "amount_scale", "expires_at"},
 }
 
 
@@ -228,19 +290,73 @@ def parse_limit(data: Any, path: str, problems: Problems) -> LimitSpec | None:
         spec = LimitSpec(algorithm, limit=limit, window_ms=window)
     elif algorithm in ("token_bucket", "leaky_bucket"):
         size_name = "burst" if algorithm == "token_bucket" else "capacity"
-        rate = parse_positive_int(data.get("rate"), f"{path}.rate", problems)
-        period = parse_duration(data.get("period"), f"{path}.period", problems)
-        size_raw = data.get(size_name, rate if rate else None)
-        size = parse_positive_int(size_raw, f"{path}.{size_name}", problems)
-        if period and (rate * period >= MAX_BUCKET_PRODUCT or size * period >= MAX_BUCKET_PRODUCT):
-            problems.add(path, f"rate x period and {size_name} x period must stay below 2**53")
+        rate = parse_positive_int(data.get("rate"), f"{path}.rate", problems, MAX_BUCKET_SIZE)
+        period = parse_duration(
+            data.get("period"), f"{path}.period", problems, MAX_BUCKET_PERIOD_MS
+        )
+        size = rate  # the default; reported at rate if wrong
+        if size_name in data:
+            size = parse_positive_int(
+                data[size_name], f"{path}.{size_name}", problems, MAX_BUCKET_SIZE
+            )
         spec = LimitSpec(algorithm, limit=size, window_ms=period, rate=rate)
+    elif algorithm == "quota":
+        spec = _parse_quota(data, path, problems)
     else:
         spec_or_none = _parse_calendar(data, path, problems)
         if spec_or_none is None:
             return None
         spec = spec_or_none
     return spec if len(problems.errors) == before else None
+
+
+def _parse_scale(data: dict[str, Any], path: str, problems: Problems) -> int:
+    scale = data.get("amount_scale", 2)
+    if not _is_int(scale) or not 0 <= scale <= MAX_AMOUNT_SCALE:
+        problems.add(f"{path}.amount_scale", f"must be an integer from 0 to {MAX_AMOUNT_SCALE}")
+        return 2
+    return int(scale)
+
+
+def _parse_max_amount(
+    data: dict[str, Any], scale: int, path: str, problems: Problems
+) -> int | None:
+    if data.get("max_amount") is None:
+        return None
+    number = parse_decimal(data["max_amount"], f"{path}.max_amount", problems)
+    if number is None:
+        return None
+    max_amount = to_minor_units(number, scale, f"{path}.max_amount", problems)
+    if max_amount == 0:
+        problems.add(f"{path}.max_amount", "must be greater than zero")
+    return max_amount
+
+
+def _parse_quota(data: dict[str, Any], path: str, problems: Problems) -> LimitSpec:
+    """quota: `limit` and/or `max_amount` (exact, minor units), optional `expires_at`."""
+    scale = _parse_scale(data, path, problems)
+    limit = None
+    if data.get("limit") is not None:
+        limit = parse_positive_int(data["limit"], f"{path}.limit", problems)
+    max_amount = _parse_max_amount(data, scale, path, problems)
+    if data.get("limit") is None and data.get("max_amount") is None:
+        problems.add(path, "quota needs limit, max_amount or both")
+    expires = None
+    if data.get("expires_at") is not None:
+        expires = parse_timestamp(data["expires_at"], f"{path}.expires_at", problems)
+    return LimitSpec(
+        "quota", limit=limit, max_amount=max_amount, amount_scale=scale, expires_at_ms=expires
+    )
+
+
+def expired_quotas(limits: tuple[LimitSpec, ...], path: str, problems: Problems) -> None:
+    """A problem for each quota whose expires_at is not in the future. Checked where a
+    rule is written or given inline, not when a stored rule is read back: a quota that
+    has since expired stays a valid rule (it denies every check)."""
+    now_ms = int(time.time() * 1000)
+    for index, spec in enumerate(limits):
+        if spec.expires_at_ms is not None and spec.expires_at_ms <= now_ms:
+            problems.add(f"{path}[{index}].expires_at", "must be in the future")
 
 
 def _parse_calendar(data: dict[str, Any], path: str, problems: Problems) -> LimitSpec | None:
@@ -257,20 +373,11 @@ def _parse_calendar(data: dict[str, Any], path: str, problems: Problems) -> Limi
             load_timezone(tz_name)
         except ValueError as exc:
             problems.add(f"{path}.timezone", str(exc))
-    scale = data.get("amount_scale", 2)
-    if not _is_int(scale) or not 0 <= scale <= MAX_AMOUNT_SCALE:
-        problems.add(f"{path}.amount_scale", f"must be an integer from 0 to {MAX_AMOUNT_SCALE}")
-        scale = 2
+    scale = _parse_scale(data, path, problems)
     max_count = None
     if data.get("max_count") is not None:
         max_count = parse_positive_int(data["max_count"], f"{path}.max_count", problems)
-    max_amount = None
-    if data.get("max_amount") is not None:
-        number = parse_decimal(data["max_amount"], f"{path}.max_amount", problems)
-        if number is not None:
-            max_amount = to_minor_units(number, scale, f"{path}.max_amount", problems)
-            if max_amount == 0:
-                problems.add(f"{path}.max_amount", "must be greater than zero")
+    max_amount = _parse_max_amount(data, scale, path, problems)
     if data.get("max_count") is None and data.get("max_amount") is None:
         problems.add(path, "calendar needs max_count, max_amount or both")
     return LimitSpec(
@@ -285,8 +392,12 @@ def _parse_calendar(data: dict[str, Any], path: str, problems: Problems) -> Limi
 
 # `limits`-style rate strings: "10/second", "1000 per day", "500/7 days"; several
 # separated by ";" or ","; an optional "sliding_window:" (or "fixed_window:") first.
-_RATE = re.compile(r"^\s*(\d+)\s*(?:/|per\s)\s*(\d+)?\s*(second|minute|hour|day|month|year)s?\s*$")
-_RATE_ALGORITHM = re.compile(r"^\s*(fixed_window|sliding_window)\s*:")
+_RATE = re.compile(
+    rf"{SPACES}{_NUMBER}{SPACES}(?:/|per[ \t\n\r\f\v]){SPACES}(?:{_NUMBER})?{SPACES}"
+    r"(second|minute|hour|day|month|year)s?"
+    rf"{SPACES}"
+)
+_RATE_ALGORITHM = re.compile(rf"{SPACES}(fixed_window|sliding_window){SPACES}:")
 # As in the `limits` library: a month is 30 days and a year 365 (calendar months and
 # years that follow the calendar are the `calendar` algorithm's).
 _RATE_UNIT_MS = {
@@ -304,7 +415,7 @@ def expand_rate_string(text: str, path: str, problems: Problems) -> list[dict[st
         algorithm, text = named.group(1), text[named.end() :]
     out: list[dict[str, Any]] = []
     for part in re.split(r"[;,]", text.lower()):
-        match = _RATE.match(part)
+        match = _RATE.fullmatch(part)
         if match is None:
             problems.add(path, f"'{part.strip()}' is not a rate like '10/second' or '500/7 days'")
             continue

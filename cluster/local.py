@@ -1,25 +1,37 @@
-"""`shardlimit up`: a whole local cluster (Redis processes, nodes, router) as children."""
+"""The launcher of a whole local cluster: Redis processes, nodes and routers as children.
+
+One launcher for `shardlimit up` (cluster/up.py), the benchmarks and the chaos tests:
+
+    with scratch_cluster(nodes=3) as local:      # free ports, a temporary data dir
+        local.router_url                          # "http://127.0.0.1:P"
+        local.nodes[0].pause(); local.nodes[0].resume()     # SIGSTOP / SIGCONT
+        local.redis[1].kill(); await local.redis[1].start_async()   # crash, AOF replay
+
+Nodes are `shardlimit serve node`, routers `shardlimit serve router` from a config
+written under the data dir; `stop()` takes routers, then nodes, then Redis down.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
-import signal
-import subprocess
-import sys
-import threading
+import shutil
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from types import TracebackType
+from typing import Any
 
 import yaml
 
 from cluster import topology as topo
 from cluster.auth import ADMIN_TOKEN_ENV, CLUSTER_TOKEN_ENV
-from cluster.procs import child_preexec, wait_http_ok
-from cluster.redis_proc import RedisProcess, free_port
+from cluster.model import NodeSpec
+from cluster.ports import free_port, free_port_run
+from cluster.procs import ChildProcess, python_module
+from cluster.redis_proc import RedisProcess
 
 
 @dataclass
@@ -36,13 +48,40 @@ class UpOptions:
     routers: int = 1  # on consecutive ports from `port`, sharing nodes, rules and topology
     grpc_port: int | None = None  # Envoy's rate-limit service on the first router
     envoy_config: Path | None = None  # its descriptors (default: <data dir>/ratelimit.yaml)
+    router_settings: dict[str, Any] = field(default_factory=dict)  # over --config's router:
+    log_level: str | None = None  # the children's SHARDLIMIT_LOG_LEVEL (default: inherited)
+    json_logs: bool = False  # children log JSON objects, one a line
 
 
-@dataclass
-class Child:
-    name: str
-    proc: subprocess.Popen[bytes]
-    log_path: Path
+def node_process(
+    node_id: str,
+    port: int,
+    redis_url: str,
+    *,
+    host: str = "127.0.0.1",
+    log: Path | None = None,
+    env: dict[str, str] | None = None,
+    extra: tuple[str, ...] = (),
+) -> ChildProcess:
+    """`shardlimit serve node`, ready once /healthz answers."""
+    args = python_module("cluster.cli", "serve", "node", "--id", node_id, "--host", host,
+                         "--port", str(port), "--redis", redis_url, *extra)  # fmt: skip
+    return ChildProcess(f"node-{node_id}", args, log=log, env=env,
+                        ready_url=f"http://{host}:{port}/healthz")  # fmt: skip
+
+
+def router_process(
+    name: str,
+    config: Path,
+    url: str,
+    *,
+    log: Path | None = None,
+    env: dict[str, str] | None = None,
+    extra: tuple[str, ...] = (),
+) -> ChildProcess:
+    """`shardlimit serve router --config FILE`, ready once `url`/readyz answers."""
+    args = python_module("cluster.cli", "serve", "router", "--config", str(config), *extra)
+    return ChildProcess(name, args, log=log, env=env, ready_url=url + "/readyz")
 
 
 @dataclass
@@ -51,8 +90,8 @@ class LocalCluster:
     admin_token: str
     cluster_token: str
     redis: list[RedisProcess] = field(default_factory=list)
-    children: list[Child] = field(default_factory=list)
-    _logs: list[IO[bytes]] = field(default_factory=list)
+    nodes: list[ChildProcess] = field(default_factory=list)
+    routers: list[ChildProcess] = field(default_factory=list)
 
     @property
     def router_url(self) -> str:
@@ -63,6 +102,11 @@ class LocalCluster:
         return [f"http://{self.options.host}:{self.options.port + i}"
                 for i in range(self.options.routers)]  # fmt: skip
 
+    @property
+    def children(self) -> list[ChildProcess]:
+        """Nodes and routers (not Redis), in start order."""
+        return [*self.nodes, *self.routers]
+
     def router_name(self, index: int) -> str:
         """router, router-2, router-3, ...: its log and data dir are named alike."""
         return "router" if index == 0 else f"router-{index + 1}"
@@ -71,31 +115,26 @@ class LocalCluster:
     def data_dir(self) -> Path:
         return self.options.data_dir.resolve()
 
+    def node_id(self, index: int) -> str:
+        return f"n{index + 1}"
+
     def node_url(self, index: int) -> str:
         return f"http://{self.options.host}:{self.options.base_port + index}"
 
-    def _env(self) -> dict[str, str]:
+    def node_specs(self) -> list[NodeSpec]:
+        return [NodeSpec(self.node_id(i), self.node_url(i)) for i in range(self.options.nodes)]
+
+    def env(self) -> dict[str, str]:
+        """The children's environment: tokens travel here, never on a command line."""
         env = dict(os.environ)
         env[ADMIN_TOKEN_ENV] = self.admin_token
         env[CLUSTER_TOKEN_ENV] = self.cluster_token
+        if self.options.log_level is not None:
+            env["SHARDLIMIT_LOG_LEVEL"] = self.options.log_level
         return env
 
-    def _spawn(self, name: str, args: list[str]) -> Child:
-        log_dir = self.data_dir / "logs"
-        log_dir.mkdir(parents=True, exist_ok=True)
-        log_path = log_dir / f"{name}.log"
-        handle = log_path.open("ab")
-        self._logs.append(handle)
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "cluster.cli", *args],
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            env=self._env(),
-            preexec_fn=child_preexec,
-        )
-        child = Child(name, proc, log_path)
-        self.children.append(child)
-        return child
+    def _log(self, name: str) -> Path:
+        return self.data_dir / "logs" / f"{name}.log"
 
     def write_router_config(self, index: int = 0) -> Path:
         base: dict[str, Any] = {}
@@ -104,6 +143,7 @@ class LocalCluster:
             base = yaml.safe_load(self.options.config.read_text()) or {}
             config_dir = self.options.config.resolve().parent
         router = dict(base.get("router") or {})
+        router.update(self.options.router_settings)
         rules_file = router.get("rules_file")
         if rules_file:
             router["rules_file"] = str((config_dir / rules_file).resolve())
@@ -117,10 +157,7 @@ class LocalCluster:
         self._envoy_settings(router, index, config_dir)
         cluster = dict(base.get("cluster") or {})
         cluster["partitioner"] = self.options.partitioner
-        cluster["nodes"] = [
-            {"id": f"n{i + 1}", "url": self.node_url(i), "weight": 1}
-            for i in range(self.options.nodes)
-        ]
+        cluster["nodes"] = [spec.to_dict() for spec in self.node_specs()]
         path = self.data_dir / ("cluster.yaml" if index == 0 else f"cluster-{index + 1}.yaml")
         path.write_text(yaml.safe_dump({"router": router, "cluster": cluster}, sort_keys=False))
         return path
@@ -142,7 +179,7 @@ class LocalCluster:
         stored = topo.load(self.data_dir / "router" / "topology.json")
         if stored is None:
             return
-        wanted = {(f"n{i + 1}", self.node_url(i)) for i in range(self.options.nodes)}
+        wanted = {(spec.id, spec.url) for spec in self.node_specs()}
         have = {(n.id, n.url) for n in stored.nodes}
         if wanted != have or stored.partitioner.kind != self.options.partitioner:
             raise SystemExit(
@@ -151,46 +188,57 @@ class LocalCluster:
                 "--partitioner or use another --data-dir"
             )
 
-    def start(self) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.check_stored_topology()
-        # The nodes' and routers' ports are promised already: Redis must not take one.
+    def _promised_ports(self) -> set[int]:
+        """The nodes' and routers' ports: a Redis must not take one before they bind."""
         promised = {self.options.base_port + i for i in range(self.options.nodes)}
         promised |= {self.options.port + i for i in range(self.options.routers)}
         if self.options.grpc_port is not None:
             promised.add(self.options.grpc_port)
+        return promised
+
+    def _build(self) -> None:
+        """Every child, not started yet."""
+        env = self.env()
+        extra = ("--json",) if self.options.json_logs else ()
+        promised = self._promised_ports()
         for i in range(self.options.nodes):
-            redis = RedisProcess(
-                port=free_port(avoid=promised),
-                data_dir=self.data_dir / f"redis-n{i + 1}",
-                appendfsync=self.options.appendfsync,
-            )
-            redis.start()
+            node_id = self.node_id(i)
+            redis = RedisProcess(port=free_port(avoid=promised),
+                                 data_dir=self.data_dir / f"redis-{node_id}",
+                                 appendfsync=self.options.appendfsync)  # fmt: skip
+            promised.add(redis.port)
             self.redis.append(redis)
-        for i, redis in enumerate(self.redis):
-            args = ["serve", "node", "--id", f"n{i + 1}", "--host", self.options.host,
-                    "--port", str(self.options.base_port + i), "--redis", redis.url]  # fmt: skip
-            if self.options.test_clock:
-                args.append("--test-clock")
-            self._spawn(f"node-n{i + 1}", args)
-        for i in range(self.options.nodes):
-            self.wait_http(self.node_url(i) + "/healthz", f"node-n{i + 1}")
-        # The first router seeds the cluster's rules from the rules file; the others
-        # start once it is ready and serve the cluster's.
+            clock = ("--test-clock",) if self.options.test_clock else ()
+            self.nodes.append(node_process(
+                node_id, self.options.base_port + i, redis.url, host=self.options.host,
+                log=self._log(f"node-{node_id}"), env=env, extra=(*clock, *extra),
+            ))  # fmt: skip
         for index, url in enumerate(self.router_urls):
-            config = self.write_router_config(index)
             name = self.router_name(index)
-            self._spawn(name, ["serve", "router", "--config", str(config)])
-            self.wait_http(url + "/readyz", name)
+            config = self.write_router_config(index)
+            self.routers.append(
+                router_process(name, config, url, log=self._log(name), env=env, extra=extra)
+            )
 
-    def wait_http(self, url: str, name: str, timeout: float = 30.0) -> None:
-        child = next((c for c in self.children if c.name == name), None)
-
-        def log_tail() -> str:
-            assert child is not None
-            return f" ({name}):\n" + child.log_path.read_text(errors="replace")[-3000:]
-
-        wait_http_ok(url, timeout, child.proc if child else None, log_tail)
+    def start(self, within: float = 30.0) -> None:
+        """Redis, then the nodes (started together), then the routers one by one: the
+        first seeds the cluster's rules from the rules file, the others serve the
+        cluster's. On failure, whatever was started is stopped again."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.check_stored_topology()
+        try:
+            self._build()
+            for redis in self.redis:
+                redis.start()
+            for node in self.nodes:
+                node.spawn()
+            for node in self.nodes:
+                node.wait_ready(within)
+            for router in self.routers:
+                router.start(within)
+        except BaseException:
+            self.stop()
+            raise
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -201,7 +249,7 @@ class LocalCluster:
             "logs": str(self.data_dir / "logs"),
             "nodes": [
                 {
-                    "id": f"n{i + 1}",
+                    "id": self.node_id(i),
                     "url": self.node_url(i),
                     "redis": r.url,
                     "redis_dir": str(r.data_dir),
@@ -211,72 +259,56 @@ class LocalCluster:
             "partitioner": self.options.partitioner,
         }
 
-    def stop(self) -> None:
-        """Router first, then nodes, then Redis (SIGTERM: Redis fsyncs its AOF)."""
-        for child in reversed(self.children):
-            if child.proc.poll() is None:
-                child.proc.send_signal(signal.SIGTERM)
-        for child in reversed(self.children):
-            try:
-                child.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                child.proc.kill()
-                child.proc.wait()
+    def stop(self, grace: float = 10.0) -> None:
+        """Routers, then nodes (SIGTERM together, then awaited), then Redis (SIGTERM:
+        Redis fsyncs its AOF). Every child, also when one of them misbehaves."""
+        for tier in (self.routers, self.nodes):
+            for child in tier:
+                child.terminate()
+            for child in tier:
+                child.wait_stopped(grace)
         for redis in self.redis:
-            redis.stop()
-        for handle in self._logs:
-            handle.close()
+            redis.stop(grace)
+
+    def __enter__(self) -> LocalCluster:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
 
 
-def run_up(options: UpOptions, as_json: bool) -> int:
-    admin = os.environ.get(ADMIN_TOKEN_ENV) or secrets.token_urlsafe(24)
-    cluster_token = os.environ.get(CLUSTER_TOKEN_ENV) or secrets.token_urlsafe(24)
-    local = LocalCluster(options, admin, cluster_token)
-    stop = threading.Event()
+def scratch_options(nodes: int = 3, routers: int = 1, **settings: Any) -> UpOptions:
+    """UpOptions on free ports, for a throwaway cluster (data_dir still to be set)."""
+    base_port = free_port_run(nodes)
+    port = free_port_run(routers, avoid=range(base_port, base_port + nodes))
+    return UpOptions(nodes=nodes, routers=routers, port=port, base_port=base_port, **settings)
 
-    def on_signal(_signum: int, _frame: object) -> None:
-        stop.set()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+@contextlib.contextmanager
+def scratch_cluster(
+    nodes: int = 3,
+    *,
+    admin_token: str | None = None,
+    cluster_token: str | None = None,
+    data_dir: Path | None = None,
+    **settings: Any,
+) -> Iterator[LocalCluster]:
+    """A started LocalCluster on free ports; stopped after, and its data dir removed
+    unless one was given; tokens made up unless given. `settings` are further UpOptions
+    fields."""
+    own_dir = data_dir is None
+    root = Path(tempfile.mkdtemp(prefix="sl-cluster-")) if data_dir is None else data_dir
     try:
-        local.start()
-        info = local.summary()
-        if as_json:
-            print(json.dumps(info), flush=True)
-        else:
-            print_summary(info)
-        while not stop.is_set():
-            stop.wait(0.5)
-            for child in local.children:
-                if child.proc.poll() is not None and not stop.is_set():
-                    print(
-                        f"{child.name} exited with {child.proc.returncode}; see {child.log_path}",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-                    stop.set()
-    except (RuntimeError, OSError) as exc:
-        print(f"shardlimit up failed: {exc}", file=sys.stderr)
-        return 1
+        options = scratch_options(nodes, data_dir=root, **settings)
+        admin = admin_token or secrets.token_urlsafe(24)
+        with LocalCluster(options, admin, cluster_token or secrets.token_urlsafe(24)) as local:
+            yield local
     finally:
-        with contextlib.suppress(KeyboardInterrupt):
-            local.stop()
-    if not as_json:
-        print("stopped: router, nodes and Redis processes are down", flush=True)
-    return 0
-
-
-def print_summary(info: dict[str, Any]) -> None:
-    routers = info.get("routers") or [info["router"]]
-    print(f"shardlimit is up: router {', '.join(routers)} ({info['partitioner']} partitioner)")
-    for node in info["nodes"]:
-        print(f"  node {node['id']:<4} {node['url']:<24} redis {node['redis']}  "
-              f"data {node['redis_dir']}")  # fmt: skip
-    print(f"data dir:     {info['data_dir']}")
-    print(f"logs:         {info['logs']}")
-    print(f"admin token:  {info['admin_token']}")
-    print(f"try:          curl -s -XPOST {info['router']}/v1/check "
-          "-d '{\"key\":\"user:1\",\"limits\":[{\"algorithm\":\"fixed_window\","
-          "\"limit\":10,\"window\":\"1m\"}]}'")  # fmt: skip
-    print("Ctrl-C stops everything.", flush=True)
+        if own_dir:
+            shutil.rmtree(root, ignore_errors=True)

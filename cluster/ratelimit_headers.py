@@ -32,8 +32,10 @@ _NOMINAL_PERIOD_S = {
 }
 
 
-def window_seconds(spec: LimitSpec) -> int:
-    """The policy window of one limit, in seconds."""
+def window_seconds(spec: LimitSpec) -> int | None:
+    """The policy window of one limit, in seconds; None for a quota (no window)."""
+    if spec.algorithm == "quota":
+        return None
     if spec.algorithm in ("fixed_window", "sliding_log", "sliding_window"):
         return max(1, math.ceil(spec.window_ms / 1000))
     if spec.algorithm in ("token_bucket", "leaky_bucket"):
@@ -84,7 +86,9 @@ def header_values(
         spec = specs[index] if known and specs is not None else None
         name = f'"{prefix}.{index}"'
         if spec is not None:
-            policies.append(f"{name};q={state.limit};w={window_seconds(spec)}")
+            window = window_seconds(spec)
+            policy = f"{name};q={state.limit}"
+            policies.append(policy if window is None else f"{policy};w={window}")
         if state.remaining is not None and state.reset_after_ms is not None:
             t = _more_quota_seconds(spec, state.limit, state.remaining, state.reset_after_ms)
             fields.append(f"{name};r={state.remaining};t={t}")

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import contextlib
-import random
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
 
-from cluster.procs import child_preexec
+from cluster.ports import free_port
+from cluster.procs import ChildProcess
+
+__all__ = ["RedisNotFoundError", "RedisProcess", "free_port", "redis_server_binary"]
 
 
 class RedisNotFoundError(RuntimeError):
@@ -51,42 +48,10 @@ def redis_server_binary() -> str:
     return str(bundled)
 
 
-def _ephemeral_low() -> int:
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
-def free_port(host: str = "127.0.0.1", avoid: Collection[int] = ()) -> int:
-    """A port free now, for a process that will bind it a moment later, and not one of
-    `avoid` (ports promised to other processes that have not bound them yet).
-
-    Chosen below the kernel's ephemeral range when it can be: a port handed out for
-    binding(0) stays free only until the next ephemeral bind or outgoing connection
-    takes it (a node's liveness socket once took a router's pre-picked port).
-    """
-    low = _ephemeral_low()
-    if low > 12_000:
-        for _ in range(100):
-            port = random.randrange(10_000, low)
-            if port in avoid:
-                continue
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                try:
-                    sock.bind((host, port))
-                except OSError:
-                    continue
-                return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        found: int = sock.getsockname()[1]
-        return found
-
-
 @dataclass
 class RedisProcess:
-    """One redis-server child process."""
+    """One redis-server child process; started again on the same port and directory
+    after a kill, it replays its AOF."""
 
     port: int
     data_dir: Path
@@ -94,12 +59,16 @@ class RedisProcess:
     aof: bool = True
     extra_args: list[str] = field(default_factory=list)
     host: str = "127.0.0.1"
-    proc: subprocess.Popen[bytes] | None = None
     binary: str | None = None  # default: redis_server_binary()
+    child: ChildProcess | None = field(default=None, init=False, repr=False)
 
     @property
     def url(self) -> str:
         return f"redis://{self.host}:{self.port}/0"
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return None if self.child is None else self.child.proc
 
     def command(self) -> list[str]:
         args = [
@@ -118,50 +87,52 @@ class RedisProcess:
             args += ["--appendonly", "no"]
         return args + self.extra_args
 
-    def start(self, timeout: float = 10.0) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(
-            self.command(),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            preexec_fn=child_preexec,
-        )
-        self.wait_ready(timeout)
-
-    def wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
+    def pong(self) -> bool:
+        """One probe: does it answer PING now?"""
         client = redis.Redis(host=self.host, port=self.port, socket_timeout=0.5)
         try:
-            while True:
-                if self.proc is not None and self.proc.poll() is not None:
-                    log = self.data_dir / "redis.log"
-                    tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
-                    raise RuntimeError(f"redis-server on port {self.port} exited:\n{tail}")
-                try:
-                    if client.ping():
-                        return
-                except redis.exceptions.RedisError:
-                    if time.monotonic() > deadline:
-                        raise
-                # Polling a condition, not waiting a fixed time.
-                time.sleep(0.02)
+            return bool(client.ping())
+        except redis.exceptions.RedisError:
+            return False
         finally:
             client.close()
 
+    def _spawn(self) -> ChildProcess:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.child is None:
+            # Its own --logfile holds what it says; stdout stays empty.
+            self.child = ChildProcess(f"redis-server :{self.port}", self.command(),
+                                      log=self.data_dir / "redis.log", probe=self.pong)  # fmt: skip
+        self.child.spawn()
+        return self.child
+
+    def start(self, timeout: float = 10.0) -> None:
+        self._spawn()
+        self.wait_ready(timeout)
+
+    async def start_async(self, within: float = 10.0) -> None:
+        """`start` from an event loop, without blocking it while Redis loads its AOF."""
+        await self._spawn().wait_ready_async(within)
+
+    def wait_ready(self, timeout: float) -> None:
+        assert self.child is not None
+        self.child.wait_ready(timeout)
+
     def kill(self) -> None:
         """SIGKILL: a crash, no AOF flush."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        if self.child is not None and self.child.alive:
+            self.child.kill()
+
+    def pause(self) -> None:
+        """SIGSTOP: a hung Redis."""
+        assert self.child is not None
+        self.child.pause()
+
+    def resume(self) -> None:
+        assert self.child is not None
+        self.child.resume()
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM: redis-server shuts down cleanly and fsyncs its AOF."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.kill()
-            self.proc.wait()
+        if self.child is not None:
+            self.child.stop(timeout)

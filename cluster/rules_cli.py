@@ -22,7 +22,10 @@ def _live(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
 
 def _public(rule: dict[str, Any]) -> dict[str, Any]:
-    return {"limits": rule["limits"], "on_failure": rule["on_failure"]}
+    public = {"limits": rule["limits"], "on_failure": rule["on_failure"]}
+    if rule.get("spread", 1) > 1:
+        public["spread"] = rule["spread"]
+    return public
 
 
 def _yaml(rules: dict[str, Any]) -> str:

@@ -15,6 +15,10 @@ from aiohttp import web
 log = logging.getLogger("shardlimit")
 
 
+class CannotListenError(RuntimeError):
+    """The listener could not be bound (the port is taken, the address is not ours)."""
+
+
 def install_fast_loop() -> None:
     with contextlib.suppress(ImportError):
         import uvloop
@@ -31,22 +35,26 @@ async def _serve(
 ) -> None:
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
-    site = web.TCPSite(
-        runner, host, port, backlog=1024, reuse_address=True, ssl_context=ssl_context
-    )
-    await site.start()
-    log.info("listening on %s://%s:%d", "http" if ssl_context is None else "https", host, port)
-    # Everything built at start-up lives for the whole process: keep it out of the
-    # cyclic GC's full collections, whose pauses otherwise land in the latency tail.
-    gc.collect()
-    gc.freeze()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    if on_hup is not None:
-        loop.add_signal_handler(signal.SIGHUP, on_hup)
-    try:
+    try:  # cleaned up also when the port cannot be bound
+        site = web.TCPSite(
+            runner, host, port, backlog=1024, reuse_address=True, ssl_context=ssl_context
+        )
+        try:
+            await site.start()
+        except OSError as exc:
+            raise CannotListenError(f"cannot listen on {host}:{port}: {exc}") from exc
+        scheme = "http" if ssl_context is None else "https"
+        log.info("listening on %s://%s:%d", scheme, host, port)
+        # Everything built at start-up lives for the whole process: keep it out of the
+        # cyclic GC's full collections, whose pauses otherwise land in the latency tail.
+        gc.collect()
+        gc.freeze()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        if on_hup is not None:
+            loop.add_signal_handler(signal.SIGHUP, on_hup)
         await stop.wait()
     finally:
         await runner.cleanup()
@@ -59,6 +67,7 @@ def run_app(
     on_hup: Callable[[], None] | None = None,
     ssl_context: ssl.SSLContext | None = None,
 ) -> None:
-    """Serve `app` until SIGINT/SIGTERM; HTTPS when given a server `ssl_context`."""
+    """Serve `app` until SIGINT/SIGTERM; HTTPS when given a server `ssl_context`.
+    CannotListenError when it cannot bind its listener."""
     install_fast_loop()
     asyncio.run(_serve(app, host, port, on_hup, ssl_context))

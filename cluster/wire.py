@@ -27,6 +27,8 @@ __all__ = [
     "DECISION_PATH",
     "EXPORT_PATH",
     "HEALTH_PATH",
+    "HOLDS_ADOPT_PATH",
+    "HOLDS_SETTLE_PATH",
     "IMPORT_PATH",
     "LEASE_PATH",
     "MIGRATE_PATH",
@@ -36,6 +38,7 @@ __all__ = [
     "STATS_PATH",
     "TEST_CLOCK_PATH",
     "TOPOLOGY_PATH",
+    "Adjusted",
     "Batch",
     "BatchReply",
     "Checked",
@@ -60,6 +63,8 @@ TOPOLOGY_PATH: Final = "/node/v1/topology"  # PUT: adopt a topology; GET: the no
 STATS_PATH: Final = "/node/v1/stats"  # epoch, liveness port, key counts
 EXPORT_PATH: Final = "/node/v1/export"  # a migration source hands out moving keys
 IMPORT_PATH: Final = "/node/v1/import"  # a target takes keys in
+HOLDS_SETTLE_PATH: Final = "/node/v1/holds/settle"  # settle holds whose key moved here
+HOLDS_ADOPT_PATH: Final = "/node/v1/holds/adopt"  # a source hands over holds of moved keys
 MIGRATE_PATH: Final = "/node/v1/migrate"  # one copy step of a migration
 MIGRATION_CLEANUP_PATH: Final = "/node/v1/migration/cleanup"  # drop migration markers
 LEASE_PATH: Final = "/node/v1/lease"  # acquire / renew / release a change lease
@@ -94,6 +99,10 @@ class Op(msgspec.Struct, array_like=True, frozen=True):
     batch: str | None = None  # a held check's batch id ...
     coordinator: str | None = None  # ... and the node holding its decision
     undo: bytes | None = None  # kind "undo": the undo entries of the check to take back
+    quota_ttl_ms: NonNegative = 0  # quota limits: lifetime from last change (0: default)
+    # kind "adjust": a quota's restock, [count_mode, count, amount_mode, amount] with
+    # mode 0 = none, 1 = delta (remaining += value), 2 = set (remaining = value)
+    adjust: list[int] | None = None
 
 
 class Batch(msgspec.Struct, array_like=True, frozen=True):
@@ -135,6 +144,14 @@ class Undone(msgspec.Struct, array_like=True, frozen=True, tag="undone"):
     counters: int  # counters given back to
 
 
+class Adjusted(msgspec.Struct, array_like=True, frozen=True, tag="adjusted"):
+    """A quota adjustment. status: 1 applied, 2 already applied (this is its first
+    answer), 3 the request_id was used for something else, 4 the quota is over."""
+
+    status: int
+    row: LimitRow | None = None  # the quota after it (ok, retry and delay unused)
+
+
 class Moved(msgspec.Struct, array_like=True, frozen=True, tag="moved"):
     """The node does not own the key under its topology of this epoch."""
 
@@ -151,7 +168,7 @@ class Failed(msgspec.Struct, array_like=True, frozen=True, tag="error"):
     detail: str
 
 
-Result = Checked | Refunded | Committed | Undone | Moved | Expired | Failed
+Result = Checked | Refunded | Committed | Undone | Adjusted | Moved | Expired | Failed
 
 
 class BatchReply(msgspec.Struct, array_like=True, frozen=True):

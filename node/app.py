@@ -16,6 +16,7 @@ import msgspec
 import orjson
 import redis.asyncio as aioredis
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
 from redis.exceptions import RedisError
 
 from cluster import wire
@@ -24,13 +25,16 @@ from cluster.keys import LEASES, REQUEST_ID, RULES_KEY, lease_key, limit_key_of
 from cluster.problem import problem, problem_middleware, read_json
 from cluster.topology import Topology
 from node.boundary import redis_boundary
+from node.holds import HoldKeeper
 from node.liveness import LivenessResponder
+from node.metrics import METRICS_PATH, NodeMetrics
 from node.migration import Migrator, PeerError, decode_entries, encode_entries
 from node.ops import BadOp, Op, parse_op
 from node.ownership import Ownership, Role
 from node.scripts import read_lua
 from node.store import (
     CounterStore,
+    adjust_result,
     check_result,
     commit_result,
     is_expired,
@@ -56,6 +60,7 @@ class NodeState:
         host: str = "127.0.0.1",
         server_ssl: ssl.SSLContext | None = None,
         client_ssl: ssl.SSLContext | None = None,
+        decision_ttl_ms: int | None = None,
     ) -> None:
         self.node_id = node_id
         # The liveness port speaks what the main listener speaks (node/liveness.py).
@@ -81,9 +86,14 @@ class NodeState:
             redis_url, socket_connect_timeout=2.0, socket_timeout=None, max_connections=64
         )
         self.store = CounterStore(self.counters)
+        if decision_ttl_ms is not None:
+            self.store.decision_ttl_ms = decision_ttl_ms
+        # All-or-nothing holds: swept, settled where their key lives (node/holds.py).
+        self.holds = HoldKeeper(self, functools.partial(_resolve, self))
         self.ownership: Ownership | None = None
         self._session: aiohttp.ClientSession | None = None
-        self.migrator = Migrator(self.redis, self.session, cluster_token)
+        # The copy's SCAN and MIGRATE calls may take longer than a read timeout.
+        self.migrator = Migrator(self.counters, self.session, cluster_token)
         self.lease_script = self.redis.register_script(read_lua("lease.lua"))
         self.rules_script = self.redis.register_script(read_lua("rules.lua"))
         self.sweeper: asyncio.Task[None] | None = None
@@ -93,6 +103,8 @@ class NodeState:
         self.drained = asyncio.Condition()
         self.expired_batches = 0  # batches answered `expired` (late in, or late out)
         self.undone_checks = 0  # checks taken back because their answer was late
+        self.metrics = NodeMetrics(node_id, self.redis, self)
+        self.store.on_redis_call = self.metrics.redis_call_seconds.observe
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -175,6 +187,7 @@ async def batch(request: web.Request, state: NodeState, body: Any) -> web.Respon
         return problem(400, "bad-batch", f"not a batch: {exc}")
     if len(message.ops) > MAX_OPS:
         return problem(413, "too-many-ops", f"at most {MAX_OPS} ops per batch")
+    state.metrics.batch_ops.observe(len(message.ops))
     deadline_ms = message.deadline_ms
     if _now_ms() > deadline_ms:
         state.expired_batches += 1
@@ -204,7 +217,9 @@ async def batch(request: web.Request, state: NodeState, body: Any) -> web.Respon
         try:
             if imports and ownership is not None:
                 await _pull(state, ownership, imports)
+            began = time.monotonic()
             outputs = await state.store.run(runnable, deadline_ms)
+            state.migrator.live.observe(time.monotonic() - began)  # the copy's budget
             for index, op, out in zip(slots, runnable, outputs, strict=True):
                 results[index] = _result(op, out)
             if _now_ms() > deadline_ms:
@@ -234,6 +249,8 @@ def _result(op: Op, out: Any) -> wire.Result:
         return commit_result(out)
     if op.kind == "undo":
         return wire.Undone(int(out))
+    if op.kind == "adjust":
+        return adjust_result(out)
     return refund_result(out)
 
 
@@ -244,7 +261,8 @@ async def _pull(state: NodeState, ownership: Ownership, imports: dict[str, list[
         spec = ownership.node_spec(source)
         if spec is None:
             raise PeerError(f"previous owner {source} unknown")
-        await state.migrator.pull(ownership, spec.url, sorted(set(keys)))
+        pulled = await state.migrator.pull(ownership, spec.url, sorted(set(keys)))
+        state.metrics.keys_pulled.inc(pulled)
 
 
 async def install_topology(state: NodeState, topology: Topology) -> str | None:
@@ -327,13 +345,22 @@ async def migrate_step(request: web.Request, state: NodeState, body: Any) -> web
     migration = body.get("migration") if isinstance(body, dict) else None
     if not isinstance(cursor, int) or not isinstance(count, int) or not 1 <= count <= 100_000:
         return problem(400, "bad-step", "cursor and count (1..100000) must be integers")
+    rate = body.get("rate", 0)
+    busy_pct = body.get("busy_pct", 100)
+    if type(rate) is not int or type(busy_pct) is not int or rate < 0 or not 1 <= busy_pct <= 100:
+        return problem(400, "bad-step", "rate (keys/s, >= 0) and busy_pct (1..100): integers")
     ownership = state.ownership
-    if ownership is None or ownership.migration_id != migration:
+    if ownership is None or ownership.migration_id != migration or migration is None:
         return problem(409, "wrong-migration", "this node is not in that migration")
     try:
-        step = await state.migrator.copy_batch(ownership, cursor, count)
+        budget = state.migrator.budget(migration, rate, busy_pct)
+        step = await state.migrator.copy_batch(ownership, cursor, count, budget)
+        if step["cursor"] == 0:
+            # Every moving key is at its new owner now: so go the holds on them.
+            step["holds"] = await state.holds.hand_over(ownership.moving_away)
     except PeerError as exc:
         return problem(503, "peer-unavailable", str(exc))
+    state.metrics.keys_copied.inc(step["moved"])
     return _json(step)
 
 
@@ -422,6 +449,12 @@ async def healthz(request: web.Request) -> web.Response:
     return _json({"status": "ok", "node": state.node_id, "live": state.liveness.port})
 
 
+async def metrics(request: web.Request) -> web.Response:
+    """Prometheus exposition (node/metrics.py); no token, like /healthz."""
+    body = await request.app[STATE].metrics.render()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
 async def readyz(request: web.Request) -> web.Response:
     state = request.app[STATE]
     await state.redis.ping()
@@ -430,15 +463,46 @@ async def readyz(request: web.Request) -> web.Response:
 
 @internal(with_body=True)
 async def decide(request: web.Request, state: NodeState, body: Any) -> web.Response:
-    """This node coordinates an all-or-nothing batch: record its decision, first wins."""
+    """This node coordinates an all-or-nothing batch: record its decision, first wins.
+
+    {"batch", "decision", "holds"?}: record (holds: the ids of the batch's holds; a
+    "commit" naming them lasts until they are all settled); {"batch", "settled"}:
+    those holds are settled (a node's sweeper reports them)."""
     batch = body.get("batch") if isinstance(body, dict) else None
-    wanted = body.get("decision") if isinstance(body, dict) else None
     if not isinstance(batch, str) or not REQUEST_ID.match(batch):
         return problem(400, "bad-decision", "batch must be a batch id")
+    settled = body.get("settled")
+    holds = settled if settled is not None else body.get("holds", [])
+    if not isinstance(holds, list) or not all(isinstance(h, str) and h for h in holds):
+        return problem(400, "bad-decision", "holds must be a list of hold ids")
+    if len(holds) > MAX_OPS:
+        return problem(413, "too-many-holds", f"at most {MAX_OPS} holds")
+    if settled is not None:
+        left = await state.store.settled(batch, holds)
+        return _json({"batch": batch, "unsettled": left})
+    wanted = body.get("decision")
     if wanted not in ("commit", "abort"):
         return problem(400, "bad-decision", "decision must be 'commit' or 'abort'")
-    stored = await state.store.decide(batch, wanted)
+    stored = await state.store.decide(batch, wanted, holds)
     return _json({"batch": batch, "decision": stored})
+
+
+@internal(with_body=True)
+async def settle_holds(request: web.Request, state: NodeState, body: Any) -> web.Response:
+    """Settle holds whose key lives here now (their old owner's sweeper sends them)."""
+    done = await state.holds.settle_for_peer(body.get("holds") if isinstance(body, dict) else None)
+    if isinstance(done, str):
+        return problem(400, "bad-holds", done)
+    return _json({"settled": done})
+
+
+@internal(with_body=True)
+async def adopt_holds(request: web.Request, state: NodeState, body: Any) -> web.Response:
+    """Take over holds of keys that moved here (the old owner's copy is done)."""
+    added = await state.holds.adopt(body.get("holds") if isinstance(body, dict) else None)
+    if isinstance(added, str):
+        return problem(400, "bad-holds", added)
+    return _json({"adopted": added})
 
 
 async def _resolve(state: NodeState, batch: str, coordinator: str) -> str | None:
@@ -459,27 +523,13 @@ async def _resolve(state: NodeState, batch: str, coordinator: str) -> str | None
     return decision if decision in ("commit", "abort") else None
 
 
-HOLD_SWEEP_S = 0.25
-
-
-async def _sweep_holds_forever(state: NodeState) -> None:
-    resolve = functools.partial(_resolve, state)
-    while True:
-        try:
-            while await state.store.sweep_holds(resolve) > 0:
-                pass
-        except (RedisError, OSError) as exc:
-            log.warning("hold sweep failed, will retry: %s", exc)
-        await asyncio.sleep(HOLD_SWEEP_S)  # sweep cadence
-
-
 async def _on_startup(app: web.Application) -> None:
     state = app[STATE]
     try:
         await state.store.measure_skew()
     except (RedisError, OSError):
         log.warning("redis not reachable at start-up; clock skew assumed 0")
-    state.sweeper = asyncio.get_running_loop().create_task(_sweep_holds_forever(state))
+    state.sweeper = asyncio.get_running_loop().create_task(state.holds.run_forever())
     state.liveness.start()
 
 
@@ -504,13 +554,15 @@ def create_app(
     host: str = "127.0.0.1",
     server_ssl: ssl.SSLContext | None = None,
     client_ssl: ssl.SSLContext | None = None,
+    decision_ttl_ms: int | None = None,
 ) -> web.Application:
     """The node app; `host` is the address it serves on (its liveness port binds there).
     `server_ssl`: the listener's context (cluster/tls.py), which the liveness port uses
-    too; `client_ssl`: for calls to peer nodes."""
+    too; `client_ssl`: for calls to peer nodes; `decision_ttl_ms`: how long a batch's
+    decision record lasts once no hold needs it (default node/store.py)."""
     state = NodeState(
         node_id, redis_url, cluster_token, test_mode=test_mode, host=host,
-        server_ssl=server_ssl, client_ssl=client_ssl,
+        server_ssl=server_ssl, client_ssl=client_ssl, decision_ttl_ms=decision_ttl_ms,
     )  # fmt: skip
     app = web.Application(
         client_max_size=MAX_BODY,
@@ -523,6 +575,8 @@ def create_app(
     app.router.add_get(wire.TOPOLOGY_PATH, get_topology)
     app.router.add_post(wire.EXPORT_PATH, export_keys)
     app.router.add_post(wire.IMPORT_PATH, import_keys)
+    app.router.add_post(wire.HOLDS_SETTLE_PATH, settle_holds)
+    app.router.add_post(wire.HOLDS_ADOPT_PATH, adopt_holds)
     app.router.add_post(wire.MIGRATE_PATH, migrate_step)
     app.router.add_post(wire.LEASE_PATH, lease)
     app.router.add_get(wire.RULES_PATH, get_rules)
@@ -532,6 +586,7 @@ def create_app(
     app.router.add_post(wire.TEST_CLOCK_PATH, set_clock)
     app.router.add_get(wire.HEALTH_PATH, healthz)
     app.router.add_get(wire.READY_PATH, readyz)
+    app.router.add_get(METRICS_PATH, metrics)
     app.on_startup.append(_on_startup)
     app.on_cleanup.append(_on_cleanup)
     return app

@@ -6,7 +6,6 @@ See docs/resharding.md for the protocol and why each step is safe to repeat.
 from __future__ import annotations
 
 import base64
-from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,12 +15,12 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from cluster import wire
-from cluster.keys import DATA_KEYS_PATTERN, limit_key_of, marker_key, marker_pattern
+from cluster.keys import limit_key_of, marker_key, marker_pattern
+from node.copy import Budget, Finder, LiveLatency, copy_step
 from node.ownership import Ownership
 from node.scripts import read_lua
 
 MARKER_TTL_MS = 2 * 86_400_000
-MIGRATE_CHUNK = 200
 ExportEntry = tuple[str, bytes | None, int]  # (redis key, dump or None, absolute expiry ms or -1)
 
 
@@ -60,6 +59,9 @@ class Migrator:
         self.import_script = client.register_script(read_lua("import.lua"))
         self._session_factory = session_factory
         self._redis_addresses: dict[str, tuple[str, int, int]] = {}
+        self._finder: tuple[tuple[str, int], Finder] | None = None
+        self._budget: tuple[str, Budget] | None = None
+        self.live = LiveLatency()  # the node's live batches, timed by node/app.py
         self.headers = {"Content-Type": "application/json"}
         if cluster_token:
             self.headers["Authorization"] = f"Bearer {cluster_token}"
@@ -129,37 +131,36 @@ class Migrator:
         body = await self.post(source_url + wire.EXPORT_PATH, payload, timeout_s=5.0)
         return await self.import_entries(migration_id, decode_entries(body["entries"]))
 
-    async def copy_batch(self, ownership: Ownership, cursor: int, count: int) -> dict[str, Any]:
-        """One SCAN step: send the keys that moved away to their new owners, then drop them."""
+    def budget(self, migration_id: str, rate: int, busy_pct: int) -> Budget:
+        """The pacing of this source's copy: kept across the steps of a migration, so
+        a keys/s rate holds over the whole copy."""
+        if self._budget is None or self._budget[0] != migration_id:
+            self._budget = (migration_id, Budget(busy_pct, rate, self.live))
+        budget = self._budget[1]
+        budget.busy_pct, budget.rate = busy_pct, rate
+        return budget
+
+    async def copy_batch(
+        self, ownership: Ownership, cursor: int, count: int, budget: Budget | None = None
+    ) -> dict[str, Any]:
+        """One copy step (node/copy.py): examine up to `count` keys from `cursor`, send
+        those that moved away to their new owners, then drop them here."""
         migration_id = ownership.migration_id
         if migration_id is None:
             return {"cursor": 0, "scanned": 0, "moved": 0, "restored": 0}
-        next_cursor, names = await self.client.scan(
-            cursor=cursor, match=DATA_KEYS_PATTERN, count=count
-        )
-        by_target: dict[str, list[str]] = defaultdict(list)
-        for raw in names:
-            name = raw.decode() if isinstance(raw, bytes) else str(raw)
-            limit_key = limit_key_of(name)
-            if limit_key is None:
-                continue
-            target = ownership.moving_away(limit_key)
-            if target is not None:
-                by_target[target].append(name)
-        moved = restored = 0
-        for target, keys in by_target.items():
+        cached = (migration_id, ownership.epoch)
+        if self._finder is None or self._finder[0] != cached:
+            self._finder = (cached, Finder(self.client, ownership))
+        finder = self._finder[1]
+
+        async def move(target: str, keys: list[str]) -> int:
             spec = ownership.node_spec(target)
             if spec is None:
                 raise PeerError(f"target {target} is not in the topology")
-            # Small MIGRATE calls: each one blocks the source Redis while it runs.
-            for start in range(0, len(keys), MIGRATE_CHUNK):
-                chunk = keys[start : start + MIGRATE_CHUNK]
-                left = await self._migrate_direct(spec.url, chunk)
-                if left:
-                    restored += await self._send_dumps(spec.url, migration_id, left)
-            moved += len(keys)
-        return {"cursor": int(next_cursor), "scanned": len(names), "moved": moved,
-                "restored": restored}  # fmt: skip
+            left = await self._migrate_direct(spec.url, keys)
+            return await self._send_dumps(spec.url, migration_id, left) if left else 0
+
+        return await copy_step(finder, move, cursor, count, budget or Budget())
 
     async def _target_redis(self, target_url: str) -> tuple[str, int, int] | None:
         address = self._redis_addresses.get(target_url)

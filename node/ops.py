@@ -7,11 +7,12 @@ from typing import Any
 import msgspec
 
 from cluster.keys import INLINE_SCOPE, MAX_KEY_BYTES, REQUEST_ID, RULE_NAME
-from cluster.limits import LimitSpec
+from cluster.limits import MAX_DURATION_MS, LimitSpec
 from cluster.wire import Op as WireOp
 
 MAX_TTL_MS = 30 * 86_400_000
 MAX_HOLD_MS = 600_000
+MAX_ADJUST = 10**15  # counts and minor units stay exact in Lua doubles
 
 
 class BadOp(ValueError):
@@ -34,6 +35,8 @@ class Op(msgspec.Struct, frozen=True):  # a Struct: built once per op, ~10x chea
     batch: str | None = None
     coordinator: str | None = None
     undo: bytes | None = None  # kind "undo": the undo entries of the check to take back
+    quota_ttl_ms: int = 0  # quota limits: lifetime from last change (0: the default)
+    adjust: tuple[int, int, int, int] | None = None  # kind "adjust" (cluster/wire.py)
 
 
 _limit_cache: dict[str, LimitSpec] = {}
@@ -56,8 +59,8 @@ def _limit(wire: Any) -> LimitSpec:
 
 def parse_op(wire: WireOp) -> Op:
     """A decoded wire op (types already checked by msgspec) -> a validated Op."""
-    if wire.kind not in ("check", "refund", "commit", "undo"):
-        raise BadOp("op must be 'check', 'refund', 'commit' or 'undo'")
+    if wire.kind not in ("check", "refund", "commit", "undo", "adjust"):
+        raise BadOp("op must be 'check', 'refund', 'commit', 'undo' or 'adjust'")
     if (wire.kind == "undo") != (wire.undo is not None):
         raise BadOp("an undo op, and only an undo op, carries undo entries")
     key = wire.key
@@ -76,6 +79,8 @@ def parse_op(wire: WireOp) -> Op:
         raise BadOp("bad request_id")
     if wire.record_ttl_ms > MAX_TTL_MS:
         raise BadOp("record_ttl_ms too large")
+    if wire.quota_ttl_ms > MAX_DURATION_MS:
+        raise BadOp("quota_ttl_ms too large")
     if wire.kind in ("refund", "commit") and request_id is None:
         raise BadOp(f"{wire.kind} needs a request_id")
     if wire.hold_ms > MAX_HOLD_MS:
@@ -102,4 +107,23 @@ def parse_op(wire: WireOp) -> Op:
         batch=batch,
         coordinator=coordinator,
         undo=wire.undo,
+        quota_ttl_ms=wire.quota_ttl_ms,
+        adjust=_adjust(wire),
     )
+
+
+def _adjust(wire: WireOp) -> tuple[int, int, int, int] | None:
+    if (wire.kind == "adjust") != (wire.adjust is not None):
+        raise BadOp("an adjust op, and only an adjust op, carries an adjustment")
+    if wire.adjust is None:
+        return None
+    if len(wire.adjust) != 4 or not all(isinstance(v, int) for v in wire.adjust):
+        raise BadOp("adjust must be [count_mode, count, amount_mode, amount]")
+    count_mode, count, amount_mode, amount = wire.adjust
+    if count_mode not in (0, 1, 2) or amount_mode not in (0, 1, 2) or count_mode + amount_mode == 0:
+        raise BadOp("adjust modes are 0 (none), 1 (delta), 2 (set); one at least")
+    if max(abs(count), abs(amount)) > MAX_ADJUST:
+        raise BadOp(f"adjust values must be at most {MAX_ADJUST} in size")
+    if wire.request_id is None or len(wire.limits) != 1 or wire.limits[0][0] != "quota":
+        raise BadOp("adjust needs a request_id and exactly one quota limit")
+    return (count_mode, count, amount_mode, amount)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -13,21 +13,28 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, ResponseError
 
 from cluster.algorithms import BY_NAME
-from cluster.keys import DECISION_PREFIX, counter_key, record_key
+from cluster.keys import (
+    DECISION_PREFIX,
+    PENDING_PREFIX,
+    adjust_record_key,
+    counter_key,
+    record_key,
+)
 from cluster.keys import HOLDS_KEY as HOLDS_KEY  # re-exported: tests read the holds set
 from cluster.limits import LimitSpec
-from cluster.wire import Checked, Committed, LimitRow, Refunded
+from cluster.wire import Adjusted, Checked, Committed, LimitRow, Refunded
 from node.ops import Op
 from node.resp import RespPipe
 from node.scripts import read_lua, script_source
 
+# How long a decision record lasts once nothing needs it any more (node/lua/decide.lua).
 DECISION_TTL_MS = 3_600_000
-UNRESOLVED_RETRY_MS = 1_000
-# How a sweeper learns a held batch's fate: (batch, coordinator) -> "commit", "abort",
-# or None when the coordinator cannot be asked right now.
-Resolver = Callable[[str, str], Awaitable[str | None]]
 # One EVALSHA: the script, its KEYS, its ARGV.
 ScriptCall = tuple[AsyncScript, list[str], list[int | str | bytes]]
+
+
+def _ignore(_seconds: float) -> None:
+    pass
 
 
 class CounterStore:
@@ -46,11 +53,16 @@ class CounterStore:
         self.pipe = RespPipe.for_client(client) if raw_pipe else None
         self._scripts: dict[tuple[str, tuple[int, ...]], AsyncScript] = {}
         self.commit_script = client.register_script(read_lua("commit.lua"))
+        self.decide_script = client.register_script(read_lua("decide.lua"))
+        self.settled_script = client.register_script(read_lua("settled.lua"))
+        self.decision_ttl_ms = DECISION_TTL_MS
         self.default_record_ttl_ms = default_record_ttl_ms
         # Test-mode clock offset, passed to every script; 0 in production.
         self.offset_ms = 0
         # Redis clock minus local clock, for computing calendar bounds close to Redis time.
         self.skew_ms = 0
+        # Seconds of each script pipeline, for /metrics (node/metrics.py).
+        self.on_redis_call: Callable[[float], None] = _ignore
 
     async def close(self) -> None:
         if self.pipe is not None:
@@ -66,17 +78,20 @@ class CounterStore:
     def _estimated_now_ms(self) -> int:
         return int(time.time() * 1000) + self.skew_ms + self.offset_ms
 
-    def _limit_args(self, spec: LimitSpec, amount: int, now_ms: int) -> list[int]:
+    def _limit_args(
+        self, spec: LimitSpec, amount: int, now_ms: int, quota_ttl_ms: int = 0
+    ) -> list[int]:
         """One limit's 8 script arguments: code, amount, p1..p6."""
         algorithm = BY_NAME[spec.algorithm]
-        return [algorithm.code, amount, *algorithm.pack(spec, now_ms)]
+        return [algorithm.code, amount, *algorithm.pack(spec, now_ms, quota_ttl_ms)]
 
     @staticmethod
     def redis_keys(op: Op) -> list[str]:
         """Every Redis key the operation may read or write."""
         keys = [counter_key(op.scope, spec.shape, op.key) for spec in op.limits]
         if op.request_id is not None:
-            keys.append(record_key(op.scope, op.request_id, op.key))
+            make = adjust_record_key if op.kind == "adjust" else record_key
+            keys.append(make(op.scope, op.request_id, op.key))
         return keys
 
     def _script(self, entry: str, op: Op) -> AsyncScript:
@@ -93,7 +108,7 @@ class CounterStore:
     def _op_limit_args(self, op: Op, now_ms: int) -> list[list[int]]:
         """The 8 script arguments of each of an op's limits."""
         return [
-            self._limit_args(spec, amount, now_ms)
+            self._limit_args(spec, amount, now_ms, op.quota_ttl_ms)
             for spec, amount in zip(op.limits, op.amounts, strict=True)
         ]
 
@@ -148,6 +163,8 @@ class CounterStore:
             assert op.undo is not None
             return self._undo_call(op, op.undo, now_ms)
         assert op.request_id is not None
+        if op.kind == "adjust":
+            return self._adjust_call(op, now_ms)
         record = record_key(op.scope, op.request_id, op.key)
         if op.kind == "commit":
             return self.commit_script, [record, HOLDS_KEY], []
@@ -158,51 +175,37 @@ class CounterStore:
         ]  # fmt: skip
         return self._script("refund.lua", op), keys, args
 
-    async def decide(self, batch: str, decision: str) -> str:
-        """Record a batch's decision unless one exists; the decision that stands."""
-        key = DECISION_PREFIX + batch
-        async with self.client.pipeline(transaction=True) as pipe:
-            pipe.set(key, decision, nx=True, px=DECISION_TTL_MS)
-            pipe.get(key)
-            _, stored = await pipe.execute()
+    def _adjust_call(self, op: Op, now_ms: int) -> ScriptCall:
+        """adjust.lua: a quota restock, once per request_id."""
+        assert op.request_id is not None and op.adjust is not None
+        spec = op.limits[0]
+        keys = [
+            counter_key(op.scope, spec.shape, op.key),
+            adjust_record_key(op.scope, op.request_id, op.key),
+        ]
+        ttl = op.record_ttl_ms or self.default_record_ttl_ms
+        args: list[int | str | bytes] = [
+            self.offset_ms * 1000, ttl, *self._limit_args(spec, 0, now_ms, op.quota_ttl_ms),
+            *op.adjust,
+        ]  # fmt: skip
+        return self._script("adjust.lua", op), keys, args
+
+    async def decide(self, batch: str, decision: str, holds: Sequence[str] = ()) -> str:
+        """Record a batch's decision unless one exists; the decision that stands.
+        A "commit" naming its `holds` does not expire before they all reported
+        themselves settled (node/lua/decide.lua, settled.lua)."""
+        keys = [DECISION_PREFIX + batch, PENDING_PREFIX + batch]
+        args: list[str | int] = [decision, self.decision_ttl_ms]
+        if decision == "commit":
+            args += holds
+        stored = await self.decide_script(keys=keys, args=args)
         return stored.decode() if isinstance(stored, bytes) else str(stored)
 
-    async def sweep_holds(self, resolve: Resolver | None = None, batch: int = 200) -> int:
-        """Settle held decisions whose hold ran out; how many were settled.
-
-        A hold of a batch with a coordinator is settled by the batch's decision: the
-        router records "commit" there before committing anywhere, and a sweeper
-        records "abort" (first writer wins), so every node settles a batch the same
-        way. A hold whose coordinator cannot be asked now is retried later.
-        """
-        seconds, micros = await self.client.time()
-        now_ms = seconds * 1000 + micros // 1000
-        entries = await self.client.zrangebyscore(HOLDS_KEY, "-inf", now_ms, start=0, num=batch)
-        settled = 0
-        for raw in entries:
-            assert isinstance(raw, bytes | str)
-            entry = orjson.loads(raw)
-            keys, limit_args = entry["k"], entry["a"]
-            decision = "abort"
-            if "b" in entry and resolve is not None:
-                found = await resolve(entry["b"], entry["c"])
-                if found is None:
-                    member = raw.decode() if isinstance(raw, bytes) else raw
-                    await self.client.zadd(
-                        HOLDS_KEY, {member: now_ms + UNRESOLVED_RETRY_MS}, xx=True
-                    )
-                    continue
-                decision = found
-            if decision == "commit":
-                await self.commit_script(keys=[keys[0], HOLDS_KEY], args=[])
-            else:
-                script = self._script_for("refund.lua", set(limit_args[0::8]))
-                n = len(limit_args) // 8
-                args = [self.offset_ms * 1000, n, 1, *limit_args, 1]
-                await script(keys=keys, args=args)
-            await self.client.zrem(HOLDS_KEY, raw)
-            settled += 1
-        return settled
+    async def settled(self, batch: str, holds: Sequence[str]) -> int:
+        """Holds of a batch are settled; how many are still not."""
+        keys = [DECISION_PREFIX + batch, PENDING_PREFIX + batch]
+        left: int = await self.settled_script(keys=keys, args=[self.decision_ttl_ms, *holds])
+        return left
 
     async def run(self, ops: list[Op], deadline_ms: int = 0) -> list[Any]:
         """Raw results in order, from ONE pipeline: one batch.lua call for all checks,
@@ -251,7 +254,9 @@ class CounterStore:
 
     async def _evalsha_all(self, calls: list[ScriptCall]) -> list[Any]:
         """One pipeline of EVALSHA calls; results (or error objects) in order."""
+        started = time.perf_counter()
         results = await self._evalsha_pipeline(calls)
+        self.on_redis_call(time.perf_counter() - started)
         missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
         if missing:
             # Redis lost its script cache (restart, SCRIPT FLUSH); those calls did not run.
@@ -314,6 +319,13 @@ def check_result(raw: list[Any]) -> Checked:
 
 def commit_result(raw: int) -> Committed:
     return Committed(raw == 1)
+
+
+def adjust_result(raw: list[int]) -> Adjusted:
+    if raw[0] not in (1, 2):
+        return Adjusted(raw[0])
+    row = LimitRow(1, raw[1], raw[2], raw[3], -1, -1, raw[4], raw[5])
+    return Adjusted(raw[0], row)
 
 
 def refund_result(raw: list[int]) -> Refunded:

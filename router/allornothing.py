@@ -20,6 +20,7 @@ from typing import Any
 from msgspec.structs import replace
 
 from cluster import wire
+from cluster.keys import hold_id
 from router.cluster_view import ClusterView
 from router.dispatch import NodeUnavailable
 from router.requests import CheckRequest, RefundRequest
@@ -31,6 +32,16 @@ DECISION_TIMEOUT_S = 1.0
 # (request, hold_ms, (batch id, coordinator)) -> the decision body
 Check = Callable[[CheckRequest, int, tuple[str, str] | None], Awaitable[dict[str, Any]]]
 Refund = Callable[..., Awaitable[wire.Refunded]]
+
+
+def _held(request: CheckRequest, body: dict[str, Any]) -> bool:
+    """Whether the check may have left a hold on its node (batch.lua: a recorded
+    decision that consumed something). A degraded answer counts: its check may have
+    reached the node after all. Naming a hold that does not exist only keeps the
+    decision record longer; missing one could let it expire too early."""
+    if not body["allowed"] or body["replayed"] or request.dry_run:
+        return False
+    return request.cost > 0 or any(amount > 0 for amount in request.amounts)
 
 
 class AllOrNothing:
@@ -59,7 +70,12 @@ class AllOrNothing:
         )
         decision: str | None = "abort"
         if all(r["allowed"] for r in results):
-            decision = await self._decide(*batch)
+            holds = [
+                hold_id(r.request_id, r.key)
+                for r, body in zip(requests, results, strict=True)
+                if r.request_id is not None and _held(r, body)
+            ]
+            decision = await self._decide(*batch, holds)
         if decision == "commit":
             await self._commit(requests, results)
         elif decision == "abort":
@@ -73,10 +89,12 @@ class AllOrNothing:
                     body["degraded"] = True
         return {"allowed": decision == "commit", "results": results}
 
-    async def _decide(self, batch: str, coordinator: str) -> str | None:
+    async def _decide(self, batch: str, coordinator: str, holds: list[str]) -> str | None:
         """Record "commit" for the batch unless it was aborted; the decision that stands.
 
         If the answer is lost, asking again to "abort" returns whatever was recorded.
+        `holds` names the batch's holds: a "commit" record lasts until each of them
+        was reported settled by its node, however long that takes.
         """
         channel = self.view.channels.get(coordinator)
         if channel is None:
@@ -87,7 +105,7 @@ class AllOrNothing:
             try:
                 body = await channel.post(
                     wire.DECISION_PATH,
-                    {"batch": batch, "decision": wanted},
+                    {"batch": batch, "decision": wanted, "holds": holds},
                     timeout_s=DECISION_TIMEOUT_S,
                 )
             except NodeUnavailable as exc:

@@ -4,25 +4,30 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 import orjson
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from cluster import wire
 from cluster.auth import bearer_matches
 from cluster.config import RouterConfig
 from cluster.errors import FieldError, Problems, ValidationError
 from cluster.keys import RULE_NAME
-from cluster.limits import format_amount
+from cluster.limits import expired_quotas, format_amount
 from cluster.model import NodeSpec
 from cluster.problem import problem, problem_middleware, read_json
 from router.cluster_rules import Change, RulesConflict, RulesUnavailable, UnknownRule
 from router.cluster_view import ClusterView
 from router.decisions import ReplayMismatch, ratelimit_headers
 from router.dispatch import NodeUnavailable
+from router.metrics import endpoint_of
 from router.openapi import openapi_document
+from router.quota_adjust import AdjustRefused, parse_adjust, run_adjust
 from router.requests import (
+    IF_MATCH,
     parse_authz,
     parse_batch,
     parse_check,
@@ -30,8 +35,11 @@ from router.requests import (
     parse_refund,
 )
 from router.resharding import ReshardError
+from router.ring_view import RingView
 from router.rules import Rule, parse_rule, parse_rules_document
 from router.service import Router
+from router.ui import HEADERS as UI_HEADERS
+from router.ui import asset as ui_asset
 
 log = logging.getLogger("shardlimit.router")
 MAX_BODY = 1024 * 1024
@@ -39,6 +47,8 @@ MAX_BODY = 1024 * 1024
 ROUTER: web.AppKey[Router] = web.AppKey("router")
 # The Envoy rate-limit gRPC listener (router/envoy.py), present when grpc_port is set.
 ENVOY: web.AppKey[Any] = web.AppKey("envoy")
+# The layout behind GET /v1/cluster/ring, encoded once per topology epoch.
+RING_VIEW: web.AppKey[RingView] = web.AppKey("ring_view")
 
 
 def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -71,7 +81,6 @@ def _need_admin() -> web.Response:
 
 async def post_check(request: web.Request) -> web.Response:
     router = _router(request)
-    router.metrics.requests["check"] += 1
     body, error = await read_json(request)
     if error is not None:
         return error
@@ -86,7 +95,6 @@ async def post_check(request: web.Request) -> web.Response:
 
 async def post_batch(request: web.Request) -> web.Response:
     router = _router(request)
-    router.metrics.requests["batch"] += 1
     body, error = await read_json(request)
     if error is not None:
         return error
@@ -99,7 +107,6 @@ async def post_batch(request: web.Request) -> web.Response:
 
 async def post_refund(request: web.Request) -> web.Response:
     router = _router(request)
-    router.metrics.requests["refund"] += 1
     body, error = await read_json(request)
     if error is not None:
         return error
@@ -125,7 +132,7 @@ async def post_refund(request: web.Request) -> web.Response:
     if status == 1:
         for spec, (count, amount) in zip(parsed.rule.limits, result.given, strict=True):
             item: dict[str, Any] = {"algorithm": spec.algorithm, "count": count}
-            if spec.algorithm == "calendar":
+            if spec.algorithm == "calendar" or spec.max_amount is not None:
                 item["amount"] = format_amount(amount, spec.amount_scale)
             given.append(item)
     return _json(
@@ -140,9 +147,33 @@ async def post_refund(request: web.Request) -> web.Response:
     )
 
 
+async def post_quota_adjust(request: web.Request) -> web.Response:
+    """Restock a quota counter or set what it has left (router/quota_adjust.py)."""
+    if not _is_admin(request):
+        return _need_admin()
+    router = _router(request)
+    body, error = await read_json(request)
+    if error is not None:
+        return error
+    problems = Problems()
+    parsed = parse_adjust(body, router.rules, problems)
+    if parsed is None:
+        return _invalid(problems.errors)
+    config = router.config
+    try:
+        result = await run_adjust(
+            router.view, parsed, config.idempotency_ttl_ms, config.quota_ttl_ms
+        )
+    except NodeUnavailable as exc:
+        return problem(503, "node-unavailable", f"the key's node is unavailable: {exc}")
+    except AdjustRefused as exc:
+        status = 502 if exc.kind == "error" else 409
+        return problem(status, exc.kind, str(exc))
+    return _json(result)
+
+
 async def get_usage(request: web.Request) -> web.Response:
     router = _router(request)
-    router.metrics.requests["usage"] += 1
     problems = Problems()
     body = {
         "key": request.query.get("key"),
@@ -161,7 +192,6 @@ async def get_authz(request: web.Request) -> web.Response:
     204 allowed, `deny_status` (429, or 403 for nginx) denied, with the RateLimit
     headers either way and Retry-After when denied. No body: gateways drop it."""
     router = _router(request)
-    router.metrics.requests["authz"] += 1
     problems = Problems()
     parsed = parse_authz(request.query, request.headers, router.rules, problems)
     if parsed is None:
@@ -182,13 +212,13 @@ def _if_match(request: web.Request) -> int | web.Response | None:
     raw = request.headers.get("If-Match")
     if raw is None:
         return None
-    value = raw.strip().removeprefix("W/").strip('"')
-    if not value.isdigit():
+    value = raw.strip()
+    if not IF_MATCH.fullmatch(value):  # not isdigit(): "²" is a digit, int() refuses it
         return problem(
             400, "validation", 'If-Match must be a rules version as an ETag, e.g. "3"',
             [FieldError("If-Match", "not a rules version")],
         )  # fmt: skip
-    return int(value)
+    return int(value.removeprefix("W/").strip('"'))
 
 
 async def _publish(
@@ -238,6 +268,11 @@ async def put_rules(request: web.Request) -> web.Response:
         rules = parse_rules_document(body)
     except ValidationError as exc:
         return _invalid(exc.errors or [FieldError("body", "must be an object with 'rules'")])
+    problems = Problems()
+    for name, rule in rules.items():
+        expired_quotas(rule.limits, f"rules.{name}.limits", problems)
+    if problems.errors:
+        return _invalid(problems.errors)
     version = await _publish(request, lambda _current: rules, expected)
     if isinstance(version, web.Response):
         return version
@@ -282,7 +317,9 @@ async def put_rule(request: web.Request) -> web.Response:
         return error
     problems = Problems()
     rule = parse_rule(name, body, "body", problems)
-    if rule is None:
+    if rule is not None:
+        expired_quotas(rule.limits, "body.limits", problems)
+    if rule is None or problems.errors:
         return _invalid(problems.errors)
     if isinstance(body, dict) and body.get("name") not in (None, name):
         return _invalid([FieldError("body.name", "must match the name in the path")])
@@ -355,6 +392,24 @@ async def get_cluster(request: web.Request) -> web.Response:
             "migration": _router(request).resharder.status(),
         }
     )
+
+
+async def get_cluster_ring(request: web.Request) -> web.Response:
+    """Ring points or slot ranges of the current layout (router/ring_view.py), for /ui."""
+    body = request.app[RING_VIEW].body(_router(request).view.topology)
+    return web.Response(body=body, content_type="application/json")
+
+
+async def get_ui(request: web.Request) -> web.Response:
+    """The live cluster page (router/ui/): /ui, and its files under /ui/."""
+    if request.path == "/ui/":
+        raise web.HTTPFound("/ui")
+    found = ui_asset(request.match_info.get("name", "index.html"))
+    if found is None:
+        return problem(404, "not-found", f"no file {request.path}")
+    body, content_type = found
+    return web.Response(body=body, content_type=content_type, charset="utf-8",
+                        headers=UI_HEADERS)  # fmt: skip
 
 
 def _new_node(body: Any, existing: set[str]) -> NodeSpec | list[FieldError]:
@@ -501,11 +556,10 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    router = _router(request)
+    """Prometheus exposition; no token, like /healthz: no label carries a limit key."""
     return web.Response(
-        text=router.render_metrics(),
-        content_type="text/plain",
-        headers={"X-Content-Type-Options": "nosniff"},
+        body=_router(request).render_metrics(),
+        headers={"Content-Type": CONTENT_TYPE_LATEST, "X-Content-Type-Options": "nosniff"},
     )
 
 
@@ -525,10 +579,12 @@ async def replay_conflicts(request: web.Request, handler: Any) -> web.StreamResp
 
 
 @web.middleware
-async def count_problems(request: web.Request, handler: Any) -> web.StreamResponse:
+async def observe(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Every request's latency by endpoint, and its status if it is a problem."""
+    started = time.perf_counter()
     response: web.StreamResponse = await handler(request)
-    if response.status >= 400 and response.status != 429:
-        request.app[ROUTER].metrics.errors[response.status] += 1
+    elapsed = time.perf_counter() - started
+    request.app[ROUTER].metrics.responded(endpoint_of(request), response.status, elapsed)
     return response
 
 
@@ -536,13 +592,15 @@ def create_app(
     config: RouterConfig, admin_token: str | None, cluster_token: str | None
 ) -> web.Application:
     app = web.Application(
-        client_max_size=MAX_BODY, middlewares=[count_problems, problem_middleware, replay_conflicts]
+        client_max_size=MAX_BODY, middlewares=[observe, problem_middleware, replay_conflicts]
     )
     router = Router(config, admin_token, cluster_token)
     app[ROUTER] = router
+    app[RING_VIEW] = RingView()
     app.router.add_post("/v1/check", post_check)
     app.router.add_post("/v1/check/batch", post_batch)
     app.router.add_post("/v1/refund", post_refund)
+    app.router.add_post("/v1/quota/adjust", post_quota_adjust)
     app.router.add_get("/v1/usage", get_usage)
     app.router.add_get("/v1/authz", get_authz)
     app.router.add_get("/v1/rules", list_rules)
@@ -551,6 +609,7 @@ def create_app(
     app.router.add_put("/v1/rules/{name}", put_rule)
     app.router.add_delete("/v1/rules/{name}", delete_rule)
     app.router.add_get("/v1/cluster", get_cluster)
+    app.router.add_get("/v1/cluster/ring", get_cluster_ring)
     app.router.add_post("/v1/cluster/nodes", add_node)
     app.router.add_delete("/v1/cluster/nodes/{id}", remove_node)
     app.router.add_post("/v1/cluster/migration/resume", resume_migration)
@@ -559,6 +618,9 @@ def create_app(
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/openapi.json", get_openapi)
+    app.router.add_get("/ui", get_ui)
+    app.router.add_get("/ui/", get_ui)
+    app.router.add_get("/ui/{name}", get_ui)
 
     async def on_startup(app: web.Application) -> None:
         try:

@@ -48,6 +48,8 @@ class ClusterView:
         self._poller: asyncio.Task[None] | None = None
         self._stats_listeners: list[Callable[[str, dict[str, Any]], None]] = []
         self.moved_retries = 0
+        # Called with each channel opened to a member node (router/metrics.py observes it).
+        self.on_channel: Callable[[NodeChannel], None] | None = None
 
     def _initial_topology(self) -> Topology:
         stored = topo.load(self.path)
@@ -103,6 +105,8 @@ class ClusterView:
             if spec.id in self.channels and self.channels[spec.id].spec == spec:
                 continue
             self.channels[spec.id] = self.channel_for(spec)
+            if self.on_channel is not None:
+                self.on_channel(self.channels[spec.id])
 
     def adopt(self, topology: Topology) -> bool:
         """Take a newer topology: persist it, open channels to new nodes."""

@@ -35,7 +35,7 @@ def _limit_view(spec: LimitSpec, row: LimitRow) -> dict[str, Any]:
         "algorithm": spec.algorithm,
         "limit": _opt(row.limit),
         "remaining": _opt(row.remaining),
-        "reset_after_ms": row.reset_after_ms,
+        "reset_after_ms": _opt(row.reset_after_ms),
     }
     for name in BY_NAME[spec.algorithm].view_fields:
         view[name] = _VIEW_FIELDS[name](spec, row)

@@ -112,6 +112,10 @@ class Breaker:
 Pending = tuple[wire.Op, "asyncio.Future[wire.Result]"]
 
 
+def _ignore(_value: float) -> None:
+    pass
+
+
 class NodeChannel:
     def __init__(
         self,
@@ -163,6 +167,9 @@ class NodeChannel:
         self.late_undos = 0  # checks of late answers taken back
         self.late_undo_failures = 0
         self.last_error: str | None = None
+        # Observers for /metrics (router/metrics.py): ops per batch, answered round trips.
+        self.on_batch: Callable[[int], None] = _ignore
+        self.on_round_trip: Callable[[float], None] = _ignore
 
     @property
     def state(self) -> str:
@@ -247,6 +254,7 @@ class NodeChannel:
         """One batch request: (results in order, the node's epoch)."""
         self.requests += 1
         self.ops += len(ops)
+        self.on_batch(len(ops))
         deadline_ms = int(time.time() * 1000 + self.deadline_s * 1000)
         payload = wire.encode(wire.Batch(deadline_ms, ops))
         started = asyncio.get_running_loop().time()
@@ -270,6 +278,7 @@ class NodeChannel:
             self._check_liveness(reason)
             raise NodeUnavailable(reason) from exc
         self._heard()
+        self.on_round_trip(self._last_heard - started)
         self._rtt_peak = max(self._last_heard - started, self._rtt_peak * RTT_DECAY)
         if status == 503:
             reason = f"node {self.spec.id} answered 503: {_detail(raw)}"

@@ -31,6 +31,7 @@ from router.envoy_config import (
     match,
     scope_name,
 )
+from router.metrics import ENVOY_ENDPOINT
 from router.requests import CheckRequest
 from router.rules import make_rule
 from router.service import Router
@@ -141,11 +142,14 @@ class RateLimitService:
         self.shadow_overrides = 0  # over-limit answers turned OK by shadow_mode
 
     async def ShouldRateLimit(self, request: Any, context: Any) -> Any:
-        self.router.metrics.requests["envoy"] += 1
+        started = time.perf_counter()
         try:
             return await self.decide(request)
         except InvalidRequest as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        finally:
+            elapsed = time.perf_counter() - started
+            self.router.metrics.request_seconds(ENVOY_ENDPOINT).observe(elapsed)
 
     def _limits(self, request: Any) -> list[Match | None]:
         if not request.domain:
@@ -198,6 +202,7 @@ class RateLimitService:
             statuses[index] = _status(limit, check.rule.limits, body)
             if limit.shadow_mode and not body["allowed"]:
                 self.shadow_overrides += 1
+                self.router.metrics.shadow(check.rule.name).inc()
         over = any(status.code == OVER_LIMIT for status in statuses)
         return rls_pb2.RateLimitResponse(overall_code=OVER_LIMIT if over else OK, statuses=statuses)
 

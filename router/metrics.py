@@ -1,94 +1,279 @@
-"""A few Prometheus counters, kept as plain ints on the hot path."""
+"""The router's Prometheus metrics (prometheus-client), in a registry of its own.
+
+Hot-path series (decisions, latencies, batch sizes) are lock-free children created once
+per label values (cluster/metrics.py). Everything the router already keeps as plain
+state (node channels' ints, breakers, topology, rules, migration progress) is read only
+when scraped, by `_StateCollector`.
+
+Cardinality is bounded: `rule` is a rule's name (a configured rule, an Envoy descriptor
+scope, or `~inline` for inline limits), never a limit key; `node` is a node id;
+`endpoint` is a route template.
+"""
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterator, Sequence
 
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from cluster import wire
+from cluster.algorithms import NONE
+from cluster.metrics import Families
+from router.cluster_view import ClusterView
 from router.dispatch import NodeChannel
+from router.requests import CheckRequest
+from router.resharding import Resharder
+from router.rules import RuleBook
 
-# Per node channel: (metric, type, help, attribute of NodeChannel).
-_CHANNEL_SERIES = (
-    ("shardlimit_node_up", "gauge", "1 if the router's circuit to the node is closed.", "up"),
-    ("shardlimit_node_requests_total", "counter", "Batch requests sent to the node.", "requests"),
-    ("shardlimit_node_ops_total", "counter", "Ops sent to the node in batches.", "ops"),
-    ("shardlimit_node_failures_total", "counter",
-     "Batches that failed: refused, reset, 503, bad answer or no answer.", "failures"),
-    ("shardlimit_node_timeouts_total", "counter",
-     "Batches with no answer by their deadline plus the margin.", "timeouts"),
-    ("shardlimit_node_expired_total", "counter",
+__all__ = [
+    "BATCH_OPS_BUCKETS",
+    "ENVOY_ENDPOINT",
+    "LATENCY_BUCKETS",
+    "NEAR_LIMIT_RATIO",
+    "RouterMetrics",
+    "near_limit",
+]
+
+# Seconds: a check takes well under a millisecond on a healthy cluster, a degraded one
+# up to the node deadline plus its margin.
+LATENCY_BUCKETS = (
+    0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+)  # fmt: skip
+BATCH_OPS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
+# A decision is near its limit once this share of some limit is used (envoyproxy/ratelimit's
+# near_limit, same ratio).
+NEAR_LIMIT_RATIO = 0.8
+ENVOY_ENDPOINT = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+UNMATCHED_ENDPOINT = "unmatched"
+
+
+def _near(limit: int, left: int) -> bool:
+    return limit > 0 and left != NONE and limit - left >= NEAR_LIMIT_RATIO * limit
+
+
+def near_limit(rows: Sequence[wire.LimitRow]) -> bool:
+    """Whether any limit of a decision (count or amount) has NEAR_LIMIT_RATIO of it used."""
+    for row in rows:
+        if _near(row.limit, row.remaining) or _near(row.max_amount, row.amount_remaining):
+            return True
+    return False
+
+
+class RouterMetrics:
+    """Every series of one router. Adding a counter is one line in __init__, e.g.
+    `self.cache_hits = families.counter("shardlimit_cache_hits_total", "Help.", "rule")`,
+    counted with `metrics.cache_hits(rule).inc()` (no labels: `metrics.cache_hits().inc()`).
+    """
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        families = Families(self.registry)
+        self.decisions = families.counter(
+            "shardlimit_decisions_total",
+            "Check decisions by rule and outcome (allowed, denied, degraded_allowed, "
+            "degraded_denied).",
+            "rule", "outcome",
+        )  # fmt: skip
+        self.degraded = families.counter(
+            "shardlimit_degraded_decisions_total",
+            "Degraded decisions (the rule's on_failure applied) by rule and reason.",
+            "rule", "reason",
+        )  # fmt: skip
+        self.near_limit = families.counter(
+            "shardlimit_near_limit_decisions_total",
+            "Allowed decisions that consumed and left some limit at least 80% used.",
+            "rule",
+        )
+        self.shadow = families.counter(
+            "shardlimit_shadow_decisions_total",
+            "Denials answered OK because their limit is in shadow mode (Envoy descriptors).",
+            "rule",
+        )
+        self.errors = families.counter(
+            "shardlimit_error_responses_total",
+            "Problem responses (status >= 400, 429 aside) by status.",
+            "status",
+        )
+        self.request_seconds = families.histogram(
+            "shardlimit_request_duration_seconds",
+            "Router requests from handler start to response, by endpoint (route template).",
+            LATENCY_BUCKETS,
+            "endpoint",
+        )
+        self.node_round_trip_seconds = families.histogram(
+            "shardlimit_node_round_trip_seconds",
+            "Batch requests to a node, sent to answered (answers of any status).",
+            LATENCY_BUCKETS,
+            "node",
+        )
+        self.node_batch_ops = families.histogram(
+            "shardlimit_node_batch_ops",
+            "Ops per batch request sent to a node (coalesced checks).",
+            BATCH_OPS_BUCKETS,
+            "node",
+        )
+
+    def attach(self, view: ClusterView, rules: RuleBook, resharder: Resharder) -> None:
+        """Read the router's state at each scrape."""
+        self.registry.register(_StateCollector(view, rules, resharder))
+
+    def watch_channel(self, channel: NodeChannel) -> None:
+        """Observe a node channel's batches (called for each channel a router opens)."""
+        node = channel.spec.id
+        channel.on_batch = self.node_batch_ops(node).observe
+        channel.on_round_trip = self.node_round_trip_seconds(node).observe
+
+    def checked(self, request: CheckRequest, result: wire.Checked) -> None:
+        """Count a decision a node made."""
+        rule = request.rule.name
+        if not result.allowed:
+            self.decisions(rule, "denied").inc()
+            return
+        self.decisions(rule, "allowed").inc()
+        consumed = (request.cost > 0 or any(request.amounts)) and not request.dry_run
+        if consumed and not result.replayed and near_limit(result.limits):
+            self.near_limit(rule).inc()
+
+    def degraded_decision(self, request: CheckRequest, reason: str, allowed: bool) -> None:
+        """Count a decision made up with the rule's on_failure."""
+        rule = request.rule.name
+        self.decisions(rule, "degraded_allowed" if allowed else "degraded_denied").inc()
+        self.degraded(rule, reason).inc()
+
+    def responded(self, endpoint: str, status: int, seconds: float) -> None:
+        self.request_seconds(endpoint).observe(seconds)
+        if status >= 400 and status != 429:
+            self.errors(str(status)).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def count(self, name: str, **labels: str) -> float:
+        """The sum of the samples `name` whose labels include `labels` (0 if none).
+        A full collection: for tests and tools, not for the hot path."""
+        total = 0.0
+        for family in self.registry.collect():
+            for sample in family.samples:
+                if sample.name == name and labels.items() <= sample.labels.items():
+                    total += sample.value
+        return total
+
+    def served(self, endpoint: str) -> int:
+        """Requests answered on `endpoint` (a route template), for tests and tools."""
+        return int(self.count("shardlimit_request_duration_seconds_count", endpoint=endpoint))
+
+
+def endpoint_of(request: web.Request) -> str:
+    """A request's endpoint label: its route's template, never its path."""
+    resource = request.match_info.route.resource
+    return UNMATCHED_ENDPOINT if resource is None else resource.canonical
+
+
+# Per node channel, read at scrape time: (metric, kind, help, value).
+_CHANNEL_SERIES: tuple[tuple[str, str, str, Callable[[NodeChannel], float]], ...] = (
+    ("shardlimit_node_up", "gauge", "1 if the router sends the node checks (breaker closed).",
+     lambda c: int(c.state == "up")),
+    ("shardlimit_node_breaker_open", "gauge",
+     "1 while the router's breaker for the node is open: its checks fail at once, unsent.",
+     lambda c: int(c.breaker.is_open)),
+    ("shardlimit_node_breaker_opened", "counter", "Times the node was marked down.",
+     lambda c: c.breaker.opened),
+    ("shardlimit_node_requests", "counter", "Batch requests sent to the node.",
+     lambda c: c.requests),
+    ("shardlimit_node_ops", "counter", "Ops sent to the node in batches.", lambda c: c.ops),
+    ("shardlimit_node_failures", "counter",
+     "Batches that failed: refused, reset, 503, bad answer or no answer.", lambda c: c.failures),
+    ("shardlimit_node_timeouts", "counter",
+     "Batches with no answer by their deadline plus the margin.", lambda c: c.timeouts),
+    ("shardlimit_node_expired", "counter",
      "Ops the node answered `expired` (not applied; sent again while the node is up).",
-     "expired"),
-    ("shardlimit_node_overloaded_total", "counter",
-     "Checks refused because the node's queue was full.", "overloaded"),
-    ("shardlimit_node_late_undos_total", "counter",
-     "Checks of answers that came after the router gave up, taken back.", "late_undos"),
-    ("shardlimit_node_late_undo_failures_total", "counter",
-     "Late checks that could not be taken back (they stay consumed).", "late_undo_failures"),
-    ("shardlimit_node_breaker_opened_total", "counter", "Times the node was marked down.",
-     "breaker_opened"),
-    ("shardlimit_node_inflight_requests", "gauge", "Batch requests in flight now.", "inflight"),
-    ("shardlimit_node_queued_ops", "gauge", "Ops waiting for the next batch now.", "queued"),
+     lambda c: c.expired),
+    ("shardlimit_node_overloaded", "counter", "Checks refused because the node's queue was full.",
+     lambda c: c.overloaded),
+    ("shardlimit_node_late_undos", "counter",
+     "Checks of answers that came after the router gave up, taken back.",
+     lambda c: c.late_undos),
+    ("shardlimit_node_late_undo_failures", "counter",
+     "Late checks that could not be taken back (they stay consumed).",
+     lambda c: c.late_undo_failures),
+    ("shardlimit_node_inflight_requests", "gauge", "Batch requests in flight now.",
+     lambda c: c.inflight),
+    ("shardlimit_node_queued_ops", "gauge", "Ops waiting for the next batch now.",
+     lambda c: c.queued),
 )  # fmt: skip
 
 
-def _channel_value(channel: NodeChannel, attribute: str) -> int:
-    if attribute == "up":
-        return int(channel.state == "up")
-    if attribute == "breaker_opened":
-        return channel.breaker.opened
-    value: int = getattr(channel, attribute)
-    return value
+_Family = CounterMetricFamily | GaugeMetricFamily
 
 
-def channel_lines(channels: Mapping[str, NodeChannel]) -> list[str]:
-    """Prometheus lines for every node channel of the router."""
-    lines: list[str] = []
-    for name, kind, help_text, attribute in _CHANNEL_SERIES:
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-        for node_id, channel in sorted(channels.items()):
-            lines.append(f'{name}{{node="{node_id}"}} {_channel_value(channel, attribute)}')
-    return lines
+def _family(name: str, kind: str, help_text: str, labels: Sequence[str] = ()) -> _Family:
+    if kind == "counter":
+        return CounterMetricFamily(name, help_text, labels=labels)
+    return GaugeMetricFamily(name, help_text, labels=labels)
 
 
-class Metrics:
-    def __init__(self) -> None:
-        self.decisions: Counter[str] = Counter()  # allowed / denied / degraded_allowed / ...
-        self.requests: Counter[str] = Counter()  # endpoint
-        self.errors: Counter[int] = Counter()  # problem status
-        self.degraded: Counter[str] = Counter()  # degraded decisions by Reason
-        self.moved_retries = 0
+def _single(name: str, kind: str, help_text: str, value: float) -> _Family:
+    family = _family(name, kind, help_text)
+    family.add_metric([], value)
+    return family
 
-    def render(self, node_lines: Iterable[str], extra: Iterable[str] = ()) -> str:
-        lines = [
-            "# HELP shardlimit_decisions_total Check decisions by outcome.",
-            "# TYPE shardlimit_decisions_total counter",
-        ]
-        for outcome, count in sorted(self.decisions.items()):
-            lines.append(f'shardlimit_decisions_total{{outcome="{outcome}"}} {count}')
-        lines += [
-            "# HELP shardlimit_degraded_total Degraded decisions (on_failure applied) by reason.",
-            "# TYPE shardlimit_degraded_total counter",
-        ]
-        for reason, count in sorted(self.degraded.items()):
-            lines.append(f'shardlimit_degraded_total{{reason="{reason}"}} {count}')
-        lines += [
-            "# HELP shardlimit_requests_total Router API requests by endpoint.",
-            "# TYPE shardlimit_requests_total counter",
-        ]
-        for endpoint, count in sorted(self.requests.items()):
-            lines.append(f'shardlimit_requests_total{{endpoint="{endpoint}"}} {count}')
-        lines += [
-            "# HELP shardlimit_client_errors_total Problem responses by status.",
-            "# TYPE shardlimit_client_errors_total counter",
-        ]
-        for status, count in sorted(self.errors.items()):
-            lines.append(f'shardlimit_client_errors_total{{status="{status}"}} {count}')
-        lines += [
-            "# HELP shardlimit_moved_retries_total Checks re-routed after a moved answer.",
-            "# TYPE shardlimit_moved_retries_total counter",
-            f"shardlimit_moved_retries_total {self.moved_retries}",
-        ]
-        lines += list(node_lines)
-        lines += list(extra)
-        return "\n".join(lines) + "\n"
+
+class _StateCollector(Collector):
+    def __init__(self, view: ClusterView, rules: RuleBook, resharder: Resharder) -> None:
+        self.view = view
+        self.rules = rules
+        self.resharder = resharder
+
+    def collect(self) -> Iterator[Metric]:
+        channels = sorted(self.view.channels.items())
+        for name, kind, help_text, value in _CHANNEL_SERIES:
+            family = _family(name, kind, help_text, ["node"])
+            for node_id, channel in channels:
+                family.add_metric([node_id], value(channel))
+            yield family
+        view, book = self.view, self.rules
+        yield _single("shardlimit_topology_epoch", "gauge", "The topology epoch this router "
+                      "serves.", view.topology.epoch)  # fmt: skip
+        yield _single("shardlimit_moved_retries", "counter",
+                      "Checks re-routed after a moved answer.", view.moved_retries)  # fmt: skip
+        yield _single("shardlimit_rules", "gauge", "Rules this router serves.", len(book.rules))
+        yield _single("shardlimit_rules_version", "gauge",
+                      "The cluster rules version this router serves.", book.version)  # fmt: skip
+        file_version = -1 if book.file_version is None else book.file_version
+        yield _single("shardlimit_rules_file_version", "gauge",
+                      "The version the rules file names (-1: none).", file_version)  # fmt: skip
+        reloads = CounterMetricFamily(
+            "shardlimit_rules_reloads", "Rules file loads (start, change, SIGHUP) by result.",
+            labels=["result"],
+        )  # fmt: skip
+        reloads.add_metric(["ok"], book.reloads)
+        reloads.add_metric(["error"], book.reload_errors)
+        yield reloads
+        yield from self._migration()
+
+    def _migration(self) -> Iterator[Metric]:
+        migration = self.view.topology.migration
+        yield _single("shardlimit_migration_in_progress", "gauge",
+                      "1 while the topology names a migration (keys moving between nodes).",
+                      int(migration is not None))  # fmt: skip
+        resharder = self.resharder
+        yield _single("shardlimit_migration_moved_keys", "counter",
+                      "Keys moved by migrations this router orchestrated.",
+                      resharder.moved_keys_total)  # fmt: skip
+        sources = resharder.progress.get("sources") or {}
+        done = sum(1 for entry in sources.values() if entry.get("done"))
+        yield _single("shardlimit_migration_sources_done_ratio", "gauge",
+                      "Share of the current (or last) migration's source nodes fully copied, "
+                      "on the router running it.",
+                      done / len(sources) if sources else 0.0)  # fmt: skip
+        scanned = GaugeMetricFamily(
+            "shardlimit_migration_scanned_keys",
+            "Keys the current (or last) migration scanned on each source node.",
+            labels=["node"],
+        )
+        for node_id, entry in sorted(sources.items()):
+            scanned.add_metric([node_id], entry.get("scanned", 0))
+        yield scanned

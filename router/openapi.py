@@ -11,12 +11,21 @@ from cluster.keys import MAX_KEY_BYTES
 from cluster.limits import (
     ALGORITHMS,
     MAX_AMOUNT_SCALE,
+    MAX_BUCKET_PERIOD_MS,
+    MAX_BUCKET_SIZE,
     MAX_COUNT,
     MAX_DURATION_MS,
     MAX_LIMITS_PER_RULE,
     MAX_SLIDING_LOG,
+    SPACES,
+    format_duration,
 )
-from router.requests import MAX_BATCH
+from router.requests import IF_MATCH, MAX_BATCH
+from router.spread_split import MAX_SPREAD
+
+# The patterns below read white space and digits as the server's parsers do (ASCII only,
+# cluster.limits.SPACES) and hold in ECMA 262 and Python alike (no \s, \d or \Z).
+_SPACE = SPACES.removesuffix("*")
 
 
 def _upto(n: int) -> str:
@@ -34,24 +43,34 @@ def _upto(n: int) -> str:
 
 
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-DURATION_PATTERN = (
-    r"^\s*(?:"
-    + "|".join(f"{_upto(MAX_DURATION_MS // ms)}\\s*{unit}" for unit, ms in _UNIT_MS.items())
-    + r")\s*$"
-)
-_DURATION = {
-    "anyOf": [
-        {"type": "string", "pattern": DURATION_PATTERN},
-        {"type": "integer", "minimum": 1, "maximum": MAX_DURATION_MS},
-    ],
-    "description": "'500ms', '1s', '1m', '1h', '1d' or milliseconds; from 1ms to 3660d",
-}
-_DIGITS = "[0-9](?:_?[0-9])*"
-# What Python's Decimal reads, finite and not negative ("-0" is zero).
+
+
+def duration_pattern(maximum_ms: int) -> str:
+    """Duration strings of 1ms..maximum_ms as cluster.limits.parse_duration reads them."""
+    units = "|".join(
+        f"{_upto(maximum_ms // ms)}{SPACES}{unit}"
+        for unit, ms in _UNIT_MS.items()
+        if maximum_ms >= ms
+    )
+    return f"^{SPACES}(?:{units}){SPACES}$"
+
+
+def _duration(maximum_ms: int) -> dict[str, Any]:
+    return {
+        "anyOf": [
+            {"type": "string", "pattern": duration_pattern(maximum_ms)},
+            {"type": "integer", "minimum": 1, "maximum": maximum_ms},
+        ],
+        "description": "'500ms', '1s', '1m', '1h', '1d' or milliseconds; from 1ms to "
+        + format_duration(maximum_ms),
+    }
+
+
+_DURATION = _duration(MAX_DURATION_MS)
+# cluster.limits.DECIMAL_TEXT, finite and not negative ("-0" is zero).
+_MANTISSA = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
 DECIMAL_PATTERN = (
-    rf"^\s*(?:\+?(?:{_DIGITS}(?:\.(?:{_DIGITS})?)?|\.{_DIGITS})"
-    r"|-(?:0(?:_?0)*(?:\.(?:0(?:_?0)*)?)?|\.0(?:_?0)*))"
-    rf"(?:[eE][+-]?{_DIGITS})?\s*$"
+    rf"^{SPACES}(?:\+?{_MANTISSA}|-(?:0+(?:\.0*)?|\.0+))(?:[eE][+-]?[0-9]{{1,17}})?{SPACES}$"
 )
 _DECIMAL = {
     "anyOf": [
@@ -90,34 +109,29 @@ _RATE_UNIT_MS = {
     "month": 30 * 86_400_000, "year": 365 * 86_400_000,
 }  # fmt: skip
 _WINDOW = "|".join(
-    rf"(?:{_upto(MAX_DURATION_MS // ms)}\s*)?{_ci(unit)}" for unit, ms in _RATE_UNIT_MS.items()
+    rf"(?:{_upto(MAX_DURATION_MS // ms)}{SPACES})?{_ci(unit)}" for unit, ms in _RATE_UNIT_MS.items()
 )
-_RATE = rf"\s*{_upto(MAX_COUNT)}\s*(?:/|{_ci('per')}\s)\s*(?:{_WINDOW})[sS]?\s*"
+_RATE = (
+    rf"{SPACES}{_upto(MAX_COUNT)}{SPACES}(?:/|{_ci('per')}{_SPACE}){SPACES}(?:{_WINDOW})[sS]?"
+    + SPACES
+)
 RATE_PATTERN = (
-    rf"^\s*(?:(?:fixed_window|sliding_window)\s*:)?{_RATE}"
+    rf"^{SPACES}(?:(?:fixed_window|sliding_window){SPACES}:)?{_RATE}"
     rf"(?:[;,]{_RATE}){{0,{MAX_LIMITS_PER_RULE - 1}}}$"
 )
 
 
-def _given(name: str, other: str) -> dict[str, Any]:
-    """`name` given (not null), `other` absent or null."""
+def _rule_or_limits(*, on_failure: bool) -> dict[str, Any]:
+    """`rule` (a name) or inline `limits`, exactly one given (null counts as absent); with
+    limits, `on_failure` (when asked for) is 'allow', 'deny' or null. if/then/else, not
+    oneOf: generated clients (openapi-python-client) keep one model with every field."""
+    limits_given: dict[str, Any] = {"limits": {"not": {"type": "null"}}}
+    if on_failure:
+        limits_given["on_failure"] = {"enum": ["allow", "deny", None]}
     return {
-        "required": [name],
-        "properties": {
-            name: {"not": {"type": "null"}},
-            other: {"type": "null"},
-        },
-        **(
-            {
-                "properties": {
-                    name: {"not": {"type": "null"}},
-                    other: {"type": "null"},
-                    "on_failure": {"enum": ["allow", "deny", None]},
-                }
-            }
-            if name == "limits"
-            else {}
-        ),
+        "if": {"required": ["rule"], "properties": {"rule": {"type": "string"}}},
+        "then": {"properties": {"limits": {"type": "null"}}},
+        "else": {"required": ["limits"], "properties": limits_given},
     }
 
 
@@ -144,52 +158,173 @@ def _json_ok(ref: str, description: str = "ok", status: str = "200") -> dict[str
     }
 
 
-@cache
-def openapi_document() -> dict[str, Any]:
-    def count(maximum: int = MAX_COUNT) -> dict[str, Any]:
-        return {"type": "integer", "minimum": 1, "maximum": maximum}
+def _count(maximum: int = MAX_COUNT) -> dict[str, Any]:
+    return {"type": "integer", "minimum": 1, "maximum": maximum}
 
-    def variant(algorithm: str, required: list[str], **props: Any) -> dict[str, Any]:
-        return {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["algorithm", *required],
-            "properties": {"algorithm": {"type": "string", "const": algorithm}, **props},
-        }
 
-    windows = {
-        name: variant(
-            name,
-            ["limit", "window"],
-            limit=count(MAX_SLIDING_LOG if name == "sliding_log" else MAX_COUNT),
-            window=_DURATION,
-        )
-        for name in ("fixed_window", "sliding_log", "sliding_window")
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"anyOf": [*schema.get("anyOf", [schema]), {"type": "null"}]}
+
+
+def _one_or_both(first: str, second: str) -> dict[str, Any]:
+    """`first`, `second` or both given, not null (if/else rather than anyOf, as in
+    _rule_or_limits)."""
+    given = {
+        name: {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
+        for name in (first, second)
     }
-    buckets = {
-        name: variant(name, ["rate", "period"], rate=count(), period=_DURATION, **{size: count()})
-        for name, size in (("token_bucket", "burst"), ("leaky_bucket", "capacity"))
-    }
-    calendar = variant(
-        "calendar",
+    return {"if": given[first], "else": given[second]}
+
+
+# An RFC 3339 date-time with an offset, fields in range (cluster.limits.parse_timestamp).
+TIMESTAMP_PATTERN = (
+    "^[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])[Tt]"
+    "(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:[.][0-9]{1,9})?"
+    "(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])$"
+)
+
+
+def _windowed(algorithm: str) -> dict[str, Any]:
+    maximum = MAX_SLIDING_LOG if algorithm == "sliding_log" else MAX_COUNT
+    return _variant(algorithm, ["limit", "window"], limit=_count(maximum), window=_DURATION)
+
+
+def _bucket(algorithm: str) -> dict[str, Any]:
+    # Bounded field by field so that rate x period stays below 2**53 (cluster.limits).
+    size = "burst" if algorithm == "token_bucket" else "capacity"
+    return _variant(
+        algorithm,
+        ["rate", "period"],
+        rate=_count(MAX_BUCKET_SIZE),
+        period=_duration(MAX_BUCKET_PERIOD_MS),
+        **{size: {**_count(MAX_BUCKET_SIZE), "description": "default: rate"}},
+    )
+
+
+_SCALE = {"type": "integer", "minimum": 0, "maximum": MAX_AMOUNT_SCALE, "default": 2}
+_MAX_AMOUNT = {
+    **_nullable(_DECIMAL),
+    "description": "greater than zero, at most amount_scale decimal places and at most "
+    "10**15 minor units",
+}
+
+
+def _calendar(algorithm: str) -> dict[str, Any]:
+    schema = _variant(
+        algorithm,
         ["period"],
         period={"type": "string", "enum": list(PERIODS)},
         timezone={"type": "string", "enum": _timezones(), "default": "UTC"},
-        max_count={"anyOf": [count(), {"type": "null"}]},
-        max_amount={"anyOf": [*_DECIMAL["anyOf"], {"type": "null"}]},
-        amount_scale={"type": "integer", "minimum": 0, "maximum": MAX_AMOUNT_SCALE, "default": 2},
+        max_count=_nullable(_count()),
+        max_amount=_MAX_AMOUNT,
+        amount_scale=_SCALE,
     )
-    calendar["anyOf"] = [
-        {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
-        for name in ("max_count", "max_amount")
-    ]
-    calendar["description"] = "max_count, max_amount or both (not null)"
-    variants = {**windows, **buckets, "calendar": calendar}
-    assert set(variants) == set(ALGORITHMS)
+    schema.update(_one_or_both("max_count", "max_amount"))
+    schema["description"] = "max_count, max_amount or both (not null)"
+    return schema
+
+
+def _quota(algorithm: str) -> dict[str, Any]:
+    schema = _variant(
+        algorithm,
+        [],
+        limit=_nullable(_count()),
+        max_amount=_MAX_AMOUNT,
+        amount_scale=_SCALE,
+        expires_at=_nullable(
+            {
+                "type": "string",
+                "pattern": TIMESTAMP_PATTERN,
+                "description": "RFC 3339 with an offset; a real date, in the future",
+            }
+        ),
+    )
+    schema.update(_one_or_both("limit", "max_amount"))
+    schema["description"] = "limit, max_amount or both (not null); no window"
+    return schema
+
+
+def _variant(algorithm: str, required: list[str], **props: Any) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["algorithm", *required],
+        "properties": {"algorithm": {"type": "string", "const": algorithm}, **props},
+    }
+
+
+# The parameters of each algorithm of cluster/algorithms.py (what cluster.limits.parse_limit
+# reads); an algorithm missing here fails tests/test_openapi.py.
+_PARAMETERS = {
+    "fixed_window": _windowed,
+    "sliding_log": _windowed,
+    "sliding_window": _windowed,
+    "token_bucket": _bucket,
+    "leaky_bucket": _bucket,
+    "calendar": _calendar,
+    "quota": _quota,
+}
+
+
+def _limit_variants() -> dict[str, dict[str, Any]]:
+    """One schema per algorithm, in cluster/algorithms.py's order."""
+    return {name: _PARAMETERS[name](name) for name in ALGORITHMS if name in _PARAMETERS}
+
+
+_SIGNED_DECIMAL = {
+    "anyOf": [
+        {"type": "number"},
+        {
+            "type": "string",
+            "pattern": rf"^{SPACES}[+-]?{_MANTISSA}(?:[eE][+-]?[0-9]{{1,17}})?{SPACES}$",
+        },
+    ],
+    "description": 'exact decimal, may be negative, e.g. -12.30 or "-12.30"',
+}
+
+
+def _at_least_one(first: str, *others: str) -> dict[str, Any]:
+    """At least one of these properties present."""
+    if not others:
+        return {"required": [first]}
+    return {"if": {"required": [first]}, "else": _at_least_one(*others)}
+
+
+def _quota_adjust(key: dict[str, Any], rule_name: dict[str, Any]) -> dict[str, Any]:
+    """POST /v1/quota/adjust's body (router/quota_adjust.py)."""
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["key", "rule", "request_id"],
+        "description": "delta or set (the count), delta_amount or set_amount (the amount), "
+        "one of each pair at most, one at least. Not said here (a schema cannot): the rule "
+        "exists and has a quota limit with a limit (for delta/set) and a max_amount (for "
+        "delta_amount/set_amount); amounts have at most its amount_scale decimal places "
+        "and at most 10**15 minor units",
+        "properties": {
+            "key": key,
+            "rule": rule_name,
+            "request_id": {"type": "string", "pattern": r"^[A-Za-z0-9_.:@~+=/-]{1,128}$"},
+            "delta": {"type": "integer", "minimum": -MAX_COUNT, "maximum": MAX_COUNT},
+            "set": {"type": "integer", "minimum": 0, "maximum": MAX_COUNT},
+            "delta_amount": _SIGNED_DECIMAL,
+            "set_amount": _DECIMAL,
+        },
+        # nested if/else, not anyOf: openapi-python-client makes `Any` of an object anyOf
+        **_at_least_one("delta", "set", "delta_amount", "set_amount"),
+        "not": {
+            "anyOf": [{"required": ["delta", "set"]}, {"required": ["delta_amount", "set_amount"]}]
+        },
+    }
+
+
+@cache
+def openapi_document() -> dict[str, Any]:
+    variants = _limit_variants()
     limit = {
-        "description": "one limit; its fields depend on the algorithm. Not said here: a "
-        "bucket's rate x period and size x period stay below 2**53, and max_amount has at "
-        "most amount_scale decimal places and at most 10**15 minor units",
+        "description": "one limit; its fields depend on the algorithm. Not said here (a "
+        "schema cannot): max_amount's bounds depend on amount_scale, and a quota's "
+        "expires_at must be a real date in the future",
         "oneOf": [{"$ref": f"#/components/schemas/{name}"} for name in variants],
         "discriminator": {
             "propertyName": "algorithm",
@@ -222,7 +357,7 @@ def openapi_document() -> dict[str, Any]:
             "dry_run": {"type": "boolean", "default": False},
             "on_failure": {"description": "'allow', 'deny' or null (with inline limits)"},
         },
-        "oneOf": [_given("rule", "limits"), _given("limits", "rule")],
+        **_rule_or_limits(on_failure=True),
     }
     limit_state = {
         "type": "object",
@@ -282,6 +417,14 @@ def openapi_document() -> dict[str, Any]:
             "name": {"type": ["string", "null"], "description": "the name in the path, or null"},
             "limits": {"$ref": "#/components/schemas/Limits"},
             "on_failure": {"enum": ["allow", "deny", None]},
+            "spread": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_SPREAD,
+                "description": "split each key's budget over this many sub-counters `key#i` "
+                "(1: not spread). Not said here (a schema cannot): at most every limit's "
+                "limit, rate and max_amount in minor units",
+            },
         },
     }
     name_param = {
@@ -297,7 +440,50 @@ def openapi_document() -> dict[str, Any]:
         "required": False,
         "description": "the rules version the write is based on (the ETag of GET /v1/rules); "
         "409 when the cluster's rules are at another version",
-        "schema": {"type": "string", "pattern": '^(W/)?"?[0-9]+"?$'},
+        "schema": {"type": "string", "pattern": f"^{IF_MATCH.pattern}$"},
+    }
+    ring_layout = {  # router/ring_view.py: ring mode fills points/vnodes, slots mode slots/ranges
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["epoch", "partitioner", "vnodes", "nodes", "ranges"],
+        "properties": {
+            "epoch": {"type": "integer", "minimum": 1},
+            "partitioner": {"enum": ["ring", "slots"]},
+            "vnodes": {"type": ["integer", "null"], "minimum": 1},
+            "nodes": {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["id", "points", "slots"],
+                    "properties": {
+                        "id": {"type": "string"},
+                        "points": {
+                            "type": ["array", "null"],
+                            "items": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
+                        },
+                        "slots": {"type": ["integer", "null"], "minimum": 0},
+                    },
+                },
+            },
+            "ranges": {
+                "type": ["array", "null"],
+                "items": {
+                    "type": "array",
+                    "minItems": 3,
+                    "maxItems": 3,
+                    # [first slot, last slot, node id]; not prefixItems, which schemathesis
+                    # turns into an `items` list that its own validator then refuses
+                    "items": {
+                        "anyOf": [
+                            {"type": "integer", "minimum": 0, "maximum": 16383},
+                            {"type": "string"},
+                        ]
+                    },
+                },
+            },
+        },
     }
     admin: list[dict[str, list[str]]] = [{"admin": []}]
     paths: dict[str, Any] = {
@@ -347,6 +533,15 @@ def openapi_document() -> dict[str, Any]:
                 "responses": _responses(_json_ok("RefundResult"), 400, 404, 409, 413, 503),
             }
         },
+        "/v1/quota/adjust": {
+            "post": {
+                "summary": "Restock a quota key or set what it has left (admin), once per "
+                "request_id",
+                "security": admin,
+                "requestBody": _json_body("QuotaAdjust"),
+                "responses": _responses(_json_ok("QuotaAdjusted"), 400, 401, 409, 413, 503),
+            }
+        },
         "/v1/usage": {
             "get": {
                 "summary": "Current state of a key under a rule; consumes nothing",
@@ -387,7 +582,8 @@ def openapi_document() -> dict[str, Any]:
                         "name": "cost",
                         "in": "query",
                         "required": False,
-                        "schema": {"type": "string", "pattern": "^[0-9]{1,13}$"},
+                        "description": f"0 to {MAX_COUNT}; default 1",
+                        "schema": {"type": "string", "pattern": f"^(?:0+|{_upto(MAX_COUNT)})$"},
                     },
                     {
                         "name": "deny_status",
@@ -447,6 +643,17 @@ def openapi_document() -> dict[str, Any]:
         "/v1/cluster": {
             "get": {"summary": "Topology and node state", "responses": _json_ok("Cluster")}
         },
+        "/v1/cluster/ring": {
+            "get": {
+                "summary": "The layout drawn by /ui: ring points in [0, 1) or slot ranges",
+                "responses": {
+                    "200": {
+                        "description": "ok",
+                        "content": {"application/json": {"schema": ring_layout}},
+                    }
+                },
+            }
+        },
         "/v1/locate": {
             "get": {
                 "summary": "Which node (and slot or ring point) owns a key",
@@ -488,7 +695,10 @@ def openapi_document() -> dict[str, Any]:
                 "Limits": {
                     "description": "limit objects, or `limits`-style rate strings that stand "
                     "for fixed windows ('10/second;1000/day', '500/7 days'; "
-                    "'sliding_window: 10/minute' for sliding ones)",
+                    "'sliding_window: 10/minute' for sliding ones). Not said here (a schema "
+                    f"cannot): at most {MAX_LIMITS_PER_RULE} limits once rate strings expand, "
+                    "and no two that count the same counter (same algorithm and "
+                    "window/period; one quota)",
                     "anyOf": [
                         {
                             "type": "array",
@@ -555,7 +765,23 @@ def openapi_document() -> dict[str, Any]:
                             "pattern": r"^[A-Za-z0-9_.:@~+=/-]{1,128}$",
                         },
                     },
-                    "oneOf": [_given("rule", "limits"), _given("limits", "rule")],
+                    **_rule_or_limits(on_failure=False),
+                },
+                "QuotaAdjust": _quota_adjust(key, rule_name),
+                "QuotaAdjusted": {
+                    "type": "object",
+                    "required": ["key", "rule", "request_id", "replayed", "limit", "remaining"],
+                    "properties": {
+                        "key": {"type": "string"},
+                        "rule": {"type": "string"},
+                        "request_id": {"type": "string"},
+                        "replayed": {"type": "boolean"},
+                        "limit": {"type": ["integer", "null"]},
+                        "remaining": {"type": ["integer", "null"]},
+                        "max_amount": {"type": ["string", "null"]},
+                        "amount_remaining": {"type": ["string", "null"]},
+                        "reset_after_ms": {"type": ["integer", "null"]},
+                    },
                 },
                 "RefundResult": {
                     "type": "object",

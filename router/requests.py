@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
@@ -11,7 +12,13 @@ import msgspec
 from cluster import wire
 from cluster.errors import Problems
 from cluster.keys import INLINE_SCOPE, MAX_KEY_BYTES, REQUEST_ID
-from cluster.limits import MAX_COUNT, parse_decimal, parse_limits, to_minor_units
+from cluster.limits import (
+    MAX_COUNT,
+    expired_quotas,
+    parse_decimal,
+    parse_limits,
+    to_minor_units,
+)
 from router.rules import Rule, RuleBook, make_rule
 
 MAX_BATCH = 1000
@@ -28,7 +35,11 @@ class CheckRequest(msgspec.Struct, frozen=True):  # built per check: cheaper tha
     dry_run: bool
 
     def to_op(
-        self, record_ttl_ms: int, hold_ms: int = 0, batch: tuple[str, str] | None = None
+        self,
+        record_ttl_ms: int,
+        hold_ms: int = 0,
+        batch: tuple[str, str] | None = None,
+        quota_ttl_ms: int = 0,
     ) -> wire.Op:
         """The node op; `hold_ms` and `batch` (id, coordinator) for all-or-nothing holds."""
         batch_id, coordinator = batch if batch is not None else (None, None)
@@ -46,6 +57,7 @@ class CheckRequest(msgspec.Struct, frozen=True):  # built per check: cheaper tha
             hold_ms,
             batch_id,
             coordinator,
+            quota_ttl_ms=quota_ttl_ms,
         )
 
 
@@ -54,7 +66,7 @@ class RefundRequest(msgspec.Struct, frozen=True):
     rule: Rule
     request_id: str
 
-    def to_op(self, *, void: bool = False, kind: str = "refund") -> wire.Op:
+    def to_op(self, *, void: bool = False, kind: str = "refund", quota_ttl_ms: int = 0) -> wire.Op:
         """A refund op, or (kind="commit") the op that makes a held decision final."""
         return wire.Op(
             kind,
@@ -64,6 +76,7 @@ class RefundRequest(msgspec.Struct, frozen=True):
             [0] * len(self.rule.limits),
             request_id=self.request_id,
             void=void,
+            quota_ttl_ms=quota_ttl_ms,
         )
 
 
@@ -126,6 +139,7 @@ def _resolve_rule(
     limits = parse_limits(inline, f"{path}limits", problems)
     if not limits:
         return None
+    expired_quotas(limits, f"{path}limits", problems)
     if on_failure is not None and on_failure not in ("allow", "deny"):
         problems.add(f"{path}on_failure", "must be 'allow' or 'deny'")
         return None
@@ -181,7 +195,7 @@ def parse_check(
     if rule is not None and amount is not None:
         for spec in rule.limits:
             minor = 0
-            if spec.algorithm == "calendar":
+            if spec.algorithm in ("calendar", "quota"):
                 converted = to_minor_units(amount, spec.amount_scale, f"{path}amount", problems)
                 minor = converted or 0
             amounts.append(minor)
@@ -210,6 +224,11 @@ def parse_batch(body: Any, rules: RuleBook, problems: Problems) -> tuple[list[Ch
         request = parse_check(item, rules, problems, f"checks[{index}].")
         if request is not None:
             parsed.append(request)
+            if all_or_nothing is True and request.rule.spread > 1:
+                problems.add(
+                    f"checks[{index}].rule",
+                    "a spread rule cannot be part of an all_or_nothing batch",
+                )
     return parsed, bool(all_or_nothing)
 
 
@@ -230,6 +249,10 @@ def parse_refund(body: Any, rules: RuleBook, problems: Problems) -> RefundReques
 
 
 DENY_STATUSES = (429, 403, 401)  # nginx's auth_request passes only 401/403 on as denials
+_DENY_STATUS_TEXT = {str(status) for status in DENY_STATUSES}
+_COST = re.compile("[0-9]+")
+# If-Match on rules writes: a rules version as an ETag ("3", W/"3" or 3)
+IF_MATCH = re.compile(r'(?:W/)?(?:"[0-9]{1,18}"|[0-9]{1,18})')
 
 
 class AuthzRequest(msgspec.Struct, frozen=True):
@@ -259,10 +282,11 @@ def parse_authz(
         else:
             key = _client_address(raw) if header.lower() == "x-forwarded-for" else raw.strip()
     cost: int | str = query.get("cost", "1")
-    if isinstance(cost, str) and cost.isdigit() and len(cost) <= 13:
-        cost = int(cost)
+    if isinstance(cost, str) and _COST.fullmatch(cost):  # not isdigit(): "²" is a digit
+        significant = cost.lstrip("0") or "0"
+        cost = int(significant) if len(significant) <= 13 else MAX_COUNT + 1
     deny_raw = query.get("deny_status", "429")
-    deny_status = int(deny_raw) if deny_raw.isdigit() else 0
+    deny_status = int(deny_raw) if deny_raw in _DENY_STATUS_TEXT else 0
     if deny_status not in DENY_STATUSES:
         problems.add("deny_status", f"must be one of {', '.join(map(str, DENY_STATUSES))}")
     body = {"key": key, "rule": query.get("rule"), "cost": cost}

@@ -19,6 +19,7 @@ from router.cluster_view import ClusterView
 from router.dispatch import NodeUnavailable
 
 log = logging.getLogger("shardlimit.reshard")
+STEP_ATTEMPTS = 5
 
 
 class ReshardError(Exception):
@@ -37,6 +38,7 @@ class Resharder:
         self.progress: dict[str, Any] = {}
         self.token = secrets.token_hex(16)
         self.last_error: str | None = None
+        self.moved_keys_total = 0  # over every migration this router ran, for /metrics
 
     @property
     def running(self) -> bool:
@@ -156,7 +158,8 @@ class Resharder:
         await self._push_all()
         self.progress["phase"] = "copying"
         started = time.monotonic()
-        # One source at a time by default: copying competes with live checks for CPU.
+        # Sources copy at once (reshard_parallel): each is paced by its own budget
+        # (node/copy.py), which bounds what it takes of its Redis.
         gate = asyncio.Semaphore(self.view.config.reshard_parallel)
 
         async def copy(source: str) -> None:
@@ -183,19 +186,41 @@ class Resharder:
         self.progress["epoch"] = final.epoch
         log.info("migration %s done: %d keys moved", migration["id"], self.progress["keys_moved"])
 
+    async def _step(self, source: str, step: dict[str, Any]) -> Any:
+        """One copy step, tried again a few times: a step is safe to repeat (what it
+        moved is gone from the source, SCAN from the same cursor finds the rest), and
+        a busy source Redis should not pause a whole migration."""
+        for attempt in range(STEP_ATTEMPTS):
+            try:
+                return await self.view.channels[source].post(
+                    wire.MIGRATE_PATH, step, timeout_s=30.0
+                )
+            except NodeUnavailable as exc:
+                if attempt == STEP_ATTEMPTS - 1:
+                    raise
+                log.warning("copy step on %s failed, trying again: %s", source, exc)
+                await asyncio.sleep(0.5 * (attempt + 1))  # back-off before the next attempt
+        raise AssertionError("unreachable")
+
     async def _copy_from(self, source: str, migration_id: str) -> None:
         cursor = 0
         entry = self.progress["sources"][source]
         started = time.monotonic()
+        # The keys/s budget is the cluster's: shared by the sources copying at once.
+        config = self.view.config
+        rate = -(-config.reshard_rate // config.reshard_parallel) if config.reshard_rate else 0
         while True:
-            answer = await self.view.channels[source].post(
-                wire.MIGRATE_PATH,
-                {"migration": migration_id, "cursor": cursor, "count": self.step_keys},
-                timeout_s=30.0,
-            )
+            step = {"migration": migration_id, "cursor": cursor, "count": self.step_keys,
+                    "rate": rate, "busy_pct": config.reshard_busy_pct}  # fmt: skip
+            answer = await self._step(source, step)
             entry["scanned"] += answer["scanned"]
             entry["moved"] += answer["moved"]
+            entry["holds"] = entry.get("holds", 0) + answer.get("holds", 0)
+            # Where a source's copy time goes (node/copy.py): finding, moving, pausing.
+            for part in ("seconds", "find_s", "move_s", "paused_s"):
+                entry[part] = round(entry.get(part, 0.0) + answer.get(part, 0.0), 3)
             self.progress["keys_moved"] += answer["moved"]
+            self.moved_keys_total += answer["moved"]
             elapsed = max(time.monotonic() - started, 1e-9)
             self.progress["keys_per_s"] = round(self.progress["keys_moved"] / elapsed, 1)
             cursor = int(answer["cursor"])

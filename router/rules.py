@@ -15,6 +15,7 @@ import yaml
 from cluster.errors import Problems, ValidationError
 from cluster.keys import INLINE_SCOPE, RULE_NAME
 from cluster.limits import LimitSpec, parse_limits
+from router.spread_split import check_spread, split_limits
 from router.watched_file import WatchedFile
 
 log = logging.getLogger("shardlimit.rules")
@@ -32,39 +33,51 @@ class Rule:
     limits: tuple[LimitSpec, ...]
     on_failure: str
     wire: tuple[list[Any], ...]
+    # `spread: N` (router/spread.py): N > 1 sub-counters, each with its share of the limits.
+    spread: int = 1
+    sub_wires: tuple[tuple[list[Any], ...], ...] = ()
 
     @property
     def public_name(self) -> str | None:
         return None if self.name == INLINE_SCOPE else self.name
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "limits": [spec.to_dict() for spec in self.limits],
-            "on_failure": self.on_failure,
-        }
+        return {"name": self.name, **_body(self)}
+
+
+def _body(rule: Rule) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "limits": [spec.to_dict() for spec in rule.limits],
+        "on_failure": rule.on_failure,
+    }
+    if rule.spread > 1:
+        body["spread"] = rule.spread
+    return body
 
 
 def rules_document(rules: dict[str, Rule]) -> dict[str, Any]:
     """Rules by name as a rules file holds them under `rules:` (and as the cluster
     stores them)."""
-    return {
-        name: {"limits": [spec.to_dict() for spec in rule.limits], "on_failure": rule.on_failure}
-        for name, rule in sorted(rules.items())
-    }
+    return {name: _body(rule) for name, rule in sorted(rules.items())}
 
 
 def default_on_failure(limits: tuple[LimitSpec, ...]) -> str:
     """Money and quotas fail closed; plain rate limits fail open."""
-    return "deny" if any(spec.algorithm == "calendar" for spec in limits) else "allow"
+    money = ("calendar", "quota")
+    return "deny" if any(spec.algorithm in money for spec in limits) else "allow"
 
 
-def make_rule(name: str, limits: tuple[LimitSpec, ...], on_failure: str | None = None) -> Rule:
+def make_rule(
+    name: str, limits: tuple[LimitSpec, ...], on_failure: str | None = None, spread: int = 1
+) -> Rule:
+    subs = split_limits(limits, spread) if spread > 1 else ()
     return Rule(
         name=name,
         limits=limits,
         on_failure=on_failure or default_on_failure(limits),
         wire=tuple(spec.to_wire() for spec in limits),
+        spread=spread,
+        sub_wires=tuple(tuple(spec.to_wire() for spec in sub) for sub in subs),
     )
 
 
@@ -75,15 +88,18 @@ def parse_rule(name: str, data: Any, path: str, problems: Problems) -> Rule | No
     if not isinstance(data, dict):
         problems.add(path, "must be an object with 'limits'")
         return None
-    for extra in sorted(set(data) - {"limits", "on_failure", "name"}):
+    for extra in sorted(set(data) - {"limits", "on_failure", "name", "spread"}):
         problems.add(f"{path}.{extra}", "unknown field")
     limits = parse_limits(data.get("limits"), f"{path}.limits", problems)
+    spread = 1
+    if "spread" in data and limits:
+        spread = check_spread(data["spread"], limits, f"{path}.spread", problems)
     on_failure = data.get("on_failure")
     if on_failure is not None and on_failure not in ON_FAILURE:
         problems.add(f"{path}.on_failure", "must be 'allow' or 'deny'")
     if len(problems.errors) != before:
         return None
-    return make_rule(name, limits, on_failure)
+    return make_rule(name, limits, on_failure, spread)
 
 
 def parse_rules_document(doc: Any) -> dict[str, Rule]:

@@ -15,10 +15,11 @@ from router.cluster_rules import ClusterRules
 from router.cluster_view import Attempt, ClusterView
 from router.decisions import decision, degraded_decision
 from router.dispatch import NodeUnavailable, Reason
-from router.metrics import Metrics, channel_lines
+from router.metrics import RouterMetrics
 from router.requests import CheckRequest, RefundRequest
 from router.resharding import Resharder
 from router.rules import RuleBook
+from router.spread import Spread
 
 log = logging.getLogger("shardlimit.router")
 
@@ -32,10 +33,13 @@ class Router:
         self.config = config
         self.admin_token = admin_token
         self.view = ClusterView(config, cluster_token)
+        self.spread = Spread(self.view)
         self.resharder = Resharder(self.view)
         self.rules = RuleBook(config.rules_file)
         self.cluster_rules = ClusterRules(self.view, self.rules)
-        self.metrics = Metrics()
+        self.metrics = RouterMetrics()
+        self.metrics.attach(self.view, self.rules, self.resharder)
+        self.view.on_channel = self.metrics.watch_channel
         self.all_or_nothing = AllOrNothing(
             self.view, self.check, self.refund, hold_ms=config.aon_hold_ms
         )
@@ -73,7 +77,7 @@ class Router:
         """SIGHUP: reload the file now (keep the old rules if it is bad) and publish it."""
         try:
             self.rules.load()
-        except (ValueError, OSError) as exc:
+        except (*RuleBook.LOAD_ERRORS, OSError) as exc:
             log.error("rules reload failed: %s", exc)
             return
         offer = self.cluster_rules.offer(self.rules.rules, self.rules.file_version)
@@ -84,7 +88,12 @@ class Router:
     async def check(
         self, request: CheckRequest, hold_ms: int = 0, batch: tuple[str, str] | None = None
     ) -> dict[str, Any]:
-        op = request.to_op(self.config.idempotency_ttl_ms, hold_ms, batch)
+        op = request.to_op(
+            self.config.idempotency_ttl_ms, hold_ms, batch, self.config.quota_ttl_ms
+        )
+        if request.rule.spread > 1:
+            node, outcome = await self.spread.check(request, op)
+            return self._conclude(request, node, outcome)
         return await self._decide(request, op)
 
     async def _decide(
@@ -102,20 +111,22 @@ class Router:
         """The decision body for a check's final outcome, counted in the metrics."""
         if isinstance(outcome, wire.Checked):
             body = decision(request, node, outcome)
+            self.metrics.checked(request, outcome)
         else:
             if isinstance(outcome, NodeUnavailable):
                 reason, detail = outcome.reason, str(outcome)
             else:
                 reason, detail = Reason.ERROR, _not_expected(outcome)
             body = degraded_decision(request, node, f"{reason}: {detail}")
-            self.metrics.degraded[reason] += 1
-        name = "allowed" if body["allowed"] else "denied"
-        self.metrics.decisions["degraded_" + name if body["degraded"] else name] += 1
+            self.metrics.degraded_decision(request, reason, body["allowed"])
         return body
 
     async def refund(self, request: RefundRequest, *, void: bool = False) -> wire.Refunded:
         """Raises NodeUnavailable; returns the node's refund result."""
-        _node, result = await self.view.execute(request.key, request.to_op(void=void))
+        op = request.to_op(void=void, quota_ttl_ms=self.config.quota_ttl_ms)
+        if request.rule.spread > 1:
+            return await self.spread.refund(request, op)
+        _node, result = await self.view.execute(request.key, op)
         if not isinstance(result, wire.Refunded):
             raise NodeUnavailable(_not_expected(result), Reason.ERROR)
         return result
@@ -123,10 +134,15 @@ class Router:
     async def batch(self, requests: list[CheckRequest], all_or_nothing: bool) -> dict[str, Any]:
         if all_or_nothing:
             return await self.all_or_nothing.run(requests)
+        if any(request.rule.spread > 1 for request in requests):
+            # Spread keys fall back from sub-counter to sub-counter: one check at a time.
+            bodies = await asyncio.gather(*(self.check(request) for request in requests))
+            return {"allowed": all(b["allowed"] for b in bodies), "results": list(bodies)}
         # Every check is queued at once, without a task each; only those whose first
         # answer needs a follow-up (moved, expired, timed out) go on as tasks.
         ttl = self.config.idempotency_ttl_ms
-        ops = [request.to_op(ttl) for request in requests]
+        quota_ttl = self.config.quota_ttl_ms
+        ops = [request.to_op(ttl, quota_ttl_ms=quota_ttl) for request in requests]
         attempts = [self.view.send(r.key, op) for r, op in zip(requests, ops, strict=True)]
         if attempts:
             await asyncio.wait([attempt.future for attempt in attempts])
@@ -152,35 +168,9 @@ class Router:
         done = [body for body in results if body is not None]
         return {"allowed": all(r["allowed"] for r in done), "results": done}
 
-    def render_metrics(self) -> str:
-        """The Prometheus text of this router: its own counters, its nodes' channels,
-        topology and rules."""
-        self.metrics.moved_retries = self.view.moved_retries
-        extra = [
-            "# TYPE shardlimit_topology_epoch gauge",
-            f"shardlimit_topology_epoch {self.view.topology.epoch}",
-            *_rules_lines(self.rules),
-        ]
-        return self.metrics.render(channel_lines(self.view.channels), extra)
-
-
-def _rules_lines(book: RuleBook) -> list[str]:
-    file_version = book.file_version
-    return [
-        "# TYPE shardlimit_rules gauge",
-        f"shardlimit_rules {len(book.rules)}",
-        "# TYPE shardlimit_rules_reload_errors_total counter",
-        f"shardlimit_rules_reload_errors_total {book.reload_errors}",
-        "# HELP shardlimit_rules_version The cluster rules version this router serves.",
-        "# TYPE shardlimit_rules_version gauge",
-        f"shardlimit_rules_version {book.version}",
-        "# HELP shardlimit_rules_file_reloads_total Times the rules file was read.",
-        "# TYPE shardlimit_rules_file_reloads_total counter",
-        f"shardlimit_rules_file_reloads_total {book.reloads}",
-        "# HELP shardlimit_rules_file_version The version the rules file names (-1: none).",
-        "# TYPE shardlimit_rules_file_version gauge",
-        f"shardlimit_rules_file_version {-1 if file_version is None else file_version}",
-    ]
+    def render_metrics(self) -> bytes:
+        """The Prometheus exposition of this router (router/metrics.py)."""
+        return self.metrics.render()
 
 
 def _not_expected(result: wire.Result) -> str:

@@ -184,6 +184,9 @@ rules:
   login:
     limits:
       - {algorithm: sliding_log, limit: 3, window: 1h}
+  stock:
+    limits:
+      - {algorithm: quota, limit: 1000000, max_amount: "1000000.00"}
 """
 
 

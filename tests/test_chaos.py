@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from router.dispatch import CIRCUIT_OPEN
-from tests.chaos_support import (
+from bench.chaos_scenarios import (
     FAULTS,
     QUOTA,
     WINDOW,
@@ -24,6 +23,7 @@ from tests.chaos_support import (
     run_fault,
     run_router_kill,
 )
+from router.dispatch import CIRCUIT_OPEN
 
 
 @pytest.fixture

@@ -13,28 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from cluster.ports import free_port, free_port_run
 from cluster.procs import command_lines
-from cluster.redis_proc import free_port
 
 
 def consecutive_free_ports(count: int) -> int:
-    for _ in range(50):
-        base = free_port()
-        if base + count >= 65535:
-            continue
-        try:
-            socks = []
-            for port in range(base, base + count):
-                sock = socket.socket()
-                sock.bind(("127.0.0.1", port))
-                socks.append(sock)
-        except OSError:
-            continue
-        finally:
-            for sock in socks:
-                sock.close()
-        return base
-    raise RuntimeError("no run of free ports")
+    return free_port_run(count)
 
 
 def processes_mentioning(text: str) -> list[int]:
@@ -122,6 +106,19 @@ def test_up_serves_then_stops_every_child(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
     assert proc.returncode == 0
+    # --json: every log line is a JSON object, up's own (stderr) and the children's.
+    assert proc.stderr is not None
+    up_lines = proc.stderr.read().decode().splitlines()
+    assert [json.loads(line)["message"] for line in up_lines] == [
+        "stopped: router, nodes and Redis processes are down"
+    ]
+    logs = sorted(p.name for p in (data_dir / "logs").iterdir())
+    assert logs == ["node-n1.log", "node-n2.log", "router.log"]
+    for name in logs:
+        lines = (data_dir / "logs" / name).read_text().splitlines()
+        records = [json.loads(line) for line in lines]
+        assert records and all({"ts", "level", "logger", "message"} <= set(r) for r in records)
+        assert any(r["message"].startswith("listening on http://127.0.0.1:") for r in records)
     assert processes_mentioning(str(data_dir)) == []
     for node_port in (base, base + 1, port):
         with socket.socket() as sock:

@@ -94,15 +94,15 @@ async def test_async_bad_request_names_the_fields(cluster: Cluster) -> None:
 
 
 async def test_async_inline_limits_and_uncoalesced_requests(cluster: Cluster) -> None:
-    requests = cluster.router.metrics.requests
-    checks, batches = requests["check"], requests["batch"]
+    served = cluster.router.metrics.served
+    checks, batches = served("/v1/check"), served("/v1/check/batch")
     async with AsyncClient(cluster.router_url, coalesce=False) as client:
         decisions = await asyncio.gather(
             *(client.check("inline:1", limits=INLINE_50, cost=10) for _ in range(6))
         )
     assert sorted(d.allowed for d in decisions) == [False] + [True] * 5
     assert all(d.rule is None for d in decisions)
-    assert requests["check"] == checks + 6 and requests["batch"] == batches
+    assert served("/v1/check") == checks + 6 and served("/v1/check/batch") == batches
 
 
 async def test_check_many_all_or_nothing_rolls_back(cluster: Cluster) -> None:
@@ -124,20 +124,20 @@ async def test_check_many_all_or_nothing_rolls_back(cluster: Cluster) -> None:
 
 
 async def test_check_many_splits_into_max_batch_chunks(cluster: Cluster) -> None:
-    requests = cluster.router.metrics.requests
-    before = requests["batch"]
+    served = cluster.router.metrics.served
+    before = served("/v1/check/batch")
     async with AsyncClient(cluster.router_url, max_batch=2) as client:
         results = await client.check_many([CheckSpec("user:5", "basic")] * 7)
         with pytest.raises(ValueError, match="at most 2"):
             await client.check_many([CheckSpec("user:6", "basic")] * 3, all_or_nothing=True)
     assert [r.allowed for r in results] == [True] * 5 + [False] * 2
     assert [r.limits[0].remaining for r in results] == [4, 3, 2, 1, 0, 0, 0]
-    assert requests["batch"] == before + 4
+    assert served("/v1/check/batch") == before + 4
 
 
 async def test_coalescing_sends_concurrent_checks_as_one_batch(cluster: Cluster) -> None:
-    requests = cluster.router.metrics.requests
-    checks, batches = requests["check"], requests["batch"]
+    served = cluster.router.metrics.served
+    checks, batches = served("/v1/check"), served("/v1/check/batch")
     async with AsyncClient(cluster.router_url) as client:
         decisions = await asyncio.gather(
             *(client.check("hot:1", limits=INLINE_50) for _ in range(200))
@@ -146,24 +146,24 @@ async def test_coalescing_sends_concurrent_checks_as_one_batch(cluster: Cluster)
     assert all(isinstance(d, Decision) and d.key == "hot:1" for d in decisions)
     assert {d.limits[0].remaining for d in decisions if d.allowed} == set(range(50))
     assert all(d.retry_after_ms is not None for d in decisions if not d.allowed)
-    assert requests["check"] == checks
-    assert 1 <= requests["batch"] - batches <= 2
+    assert served("/v1/check") == checks
+    assert 1 <= served("/v1/check/batch") - batches <= 2
 
 
 async def test_coalescing_flushes_at_max_batch(cluster: Cluster) -> None:
-    requests = cluster.router.metrics.requests
-    batches = requests["batch"]
+    served = cluster.router.metrics.served
+    batches = served("/v1/check/batch")
     async with AsyncClient(cluster.router_url, max_batch=25) as client:
         decisions = await asyncio.gather(
             *(client.check("hot:2", limits=INLINE_50) for _ in range(100))
         )
     assert sum(d.allowed for d in decisions) == 50
-    assert requests["batch"] - batches == 4
+    assert served("/v1/check/batch") - batches == 4
 
 
 async def test_coalesced_invalid_check_fails_only_its_caller(cluster: Cluster) -> None:
-    requests = cluster.router.metrics.requests
-    checks, batches = requests["check"], requests["batch"]
+    served = cluster.router.metrics.served
+    checks, batches = served("/v1/check"), served("/v1/check/batch")
     async with AsyncClient(cluster.router_url) as client:
         results = await asyncio.gather(
             *(client.check("mixed:1", "basic") for _ in range(3)),
@@ -177,7 +177,7 @@ async def test_coalesced_invalid_check_fails_only_its_caller(cluster: Cluster) -
     assert all(isinstance(r, Decision) for r in good)
     assert [r.allowed for r in good if isinstance(r, Decision)].count(True) == 5
     # One refused batch, the offending check alone, the six others together again.
-    assert requests["batch"] == batches + 2 and requests["check"] == checks + 1
+    assert served("/v1/check/batch") == batches + 2 and served("/v1/check") == checks + 1
 
 
 def _sync_session(url: str) -> None:

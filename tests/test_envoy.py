@@ -366,7 +366,9 @@ async def test_rl_example_replaces_shadow_unlimited_banned(envoy: Envoy) -> None
         (OK, 0),
         (OK, 0),
     ]
-    assert envoy.cluster.router.metrics.decisions["denied"] == 3  # foo, foo/bar, shady
+    decided = envoy.cluster.router.metrics.count
+    assert decided("shardlimit_decisions_total", outcome="denied") == 3  # foo, foo/bar, shady
+    assert decided("shardlimit_shadow_decisions_total") == 1  # shady
     assert envoy.cluster.runners[-1].app[ENVOY].service.shadow_overrides == 1
     # Unlimited: OK, LimitRemaining = MaxUint32, nothing counted.
     for _ in range(3):
@@ -584,16 +586,16 @@ async def test_node_down_applies_on_failure(fast_envoy: Envoy) -> None:
     deny = owned_by(envoy, "n2", lambda i: [("quota_user", f"q{i}")])
     healthy = owned_by(envoy, "n1", lambda i: [("quota_user", f"h{i}")])
     await envoy.cluster.runners[1].cleanup()  # node n2's HTTP server
-    before = dict(metrics.decisions)
+    decisions = "shardlimit_decisions_total"
+    before = [metrics.count(decisions, outcome=o) for o in ("degraded_allowed", "degraded_denied")]
     response = await envoy.call("shop", allow, deny, healthy)
     assert response.overall_code == OVER
     assert [s.code for s in response.statuses] == [OK, OVER, OK]
     assert [s.limit_remaining for s in response.statuses] == [0, 0, 49]
     assert not response.statuses[0].HasField("duration_until_reset")
-    after = dict(metrics.decisions)
-    assert after.get("degraded_allowed", 0) - before.get("degraded_allowed", 0) == 1
-    assert after.get("degraded_denied", 0) - before.get("degraded_denied", 0) == 1
-    assert sum(metrics.degraded.values()) == 2
+    after = [metrics.count(decisions, outcome=o) for o in ("degraded_allowed", "degraded_denied")]
+    assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1]
+    assert metrics.count("shardlimit_degraded_decisions_total") == 2
 
 
 def test_up_grpc_port_on_first_router(tmp_path: Path) -> None:

@@ -16,8 +16,9 @@ from typing import Any
 import orjson
 import pytest
 
+from bench.chaos_scenarios import CLUSTER_TOKEN, WINDOW, ChaosCluster
 from cluster.loadgen import run_loadgen, start_loadgen
-from tests.chaos_support import CLUSTER_TOKEN, WINDOW, ChaosCluster, until
+from cluster.procs import until
 
 # Windows so long that no run straddles a boundary (fixed windows align to the epoch).
 HOT = {"algorithm": "fixed_window", "limit": 2000, "window": "3660d"}
@@ -143,7 +144,7 @@ async def test_node_hung_past_its_deadlines_applies_nothing_it_did_not_answer(
             return (await cluster.metrics())["shardlimit_node_requests_total"][victim] >= 200
 
         await until(flowing, 30, "load reaching the victim")
-        await cluster.nodes[0].pause()
+        cluster.nodes[0].pause()
 
         async def given_up() -> bool:
             metrics = await cluster.metrics()

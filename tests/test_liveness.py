@@ -15,9 +15,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from cluster.procs import proc_state, until
 from cluster.redis_proc import RedisProcess, free_port
 from node.app import create_app
-from tests.chaos_support import proc_state, until
 from tests.conftest import CLUSTER, _start, eventually
 
 PROBE = """
@@ -75,7 +75,7 @@ async def test_a_stopped_node_answers_no_liveness_probe(
     port = free_port()
     env = dict(os.environ, SHARDLIMIT_CLUSTER_TOKEN=CLUSTER)
     node = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cluster.cli", "node", "--id", "n9", "--port", str(port),
+        sys.executable, "-m", "cluster.cli", "serve", "node", "--id", "n9", "--port", str(port),
         "--redis", redis_servers[0].url,
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip

@@ -26,7 +26,8 @@ import yaml
 from multidict import CIMultiDict
 
 from cluster.loadgen import start_loadgen
-from cluster.procs import child_preexec, wait_http_ok
+from cluster.local import node_process, router_process
+from cluster.procs import ChildProcess, child_preexec
 from cluster.redis_proc import RedisProcess, free_port
 from tests.conftest import eventually
 from tests.test_cli_up import consecutive_free_ports
@@ -50,7 +51,7 @@ class Cluster:
     up: subprocess.Popen[str]
     info: dict[str, Any]
     http: aiohttp.ClientSession
-    extra: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    extra: list[ChildProcess] = field(default_factory=list)
     extra_redis: list[RedisProcess] = field(default_factory=list)
 
     @property
@@ -78,17 +79,11 @@ class Cluster:
         redis.start()
         self.extra_redis.append(redis)
         port = free_port()
-        log = (self.workdir / f"{node_id}.log").open("ab")
-        self.extra.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "cluster.cli", "node", "--id", node_id,
-                 "--port", str(port), "--redis", redis.url],
-                env=_env(), stdout=log, stderr=subprocess.STDOUT, preexec_fn=child_preexec,
-            )
-        )  # fmt: skip
-        url = f"http://127.0.0.1:{port}"
-        wait_http_ok(url + "/healthz", 30, self.extra[-1], lambda: f" ({node_id})")
-        return url
+        node = node_process(node_id, port, redis.url, log=self.workdir / f"{node_id}.log",
+                            env=_env())  # fmt: skip
+        self.extra.append(node)
+        node.start()
+        return f"http://127.0.0.1:{port}"
 
     def start_router(self, name: str, *, rules_file: bool = True) -> str:
         """One more router process, from a config of its own (a brand-new data dir;
@@ -100,14 +95,10 @@ class Cluster:
             del base["router"]["rules_file"]
         path = self.workdir / f"{name}.yaml"
         path.write_text(yaml.safe_dump(base))
-        log = (self.workdir / f"{name}.log").open("ab")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "cluster.cli", "router", "--config", str(path)],
-            env=_env(), stdout=log, stderr=subprocess.STDOUT, preexec_fn=child_preexec,
-        )  # fmt: skip
-        self.extra.append(proc)
         url = f"http://127.0.0.1:{port}"
-        wait_http_ok(url + "/readyz", 30, proc, lambda: f" ({name})")
+        router = router_process(name, path, url, log=self.workdir / f"{name}.log", env=_env())
+        self.extra.append(router)
+        router.start()
         return url
 
 
@@ -133,16 +124,11 @@ def _start_up(workdir: Path, router_settings: dict[str, Any]) -> tuple[subproces
     return up, json.loads(line)
 
 
-def _stop(up: subprocess.Popen[str], extra: list[subprocess.Popen[bytes]]) -> None:
-    for proc in extra:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    for proc in extra:
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+def _stop(up: subprocess.Popen[str], extra: list[ChildProcess]) -> None:
+    for child in extra:
+        child.terminate()
+    for child in extra:
+        child.wait_stopped(10)
     up.send_signal(signal.SIGTERM)
     try:
         up.wait(30)
@@ -370,7 +356,7 @@ async def _checks_served(cluster: Cluster, router: str) -> int:
     async with cluster.http.get(router + "/metrics", headers=ADMIN_HEADERS) as resp:
         text = await resp.text()
     for line in text.splitlines():
-        if line.startswith('shardlimit_requests_total{endpoint="check"}'):
+        if line.startswith('shardlimit_request_duration_seconds_count{endpoint="/v1/check"}'):
             return int(float(line.split()[-1]))
     return 0
 

@@ -61,8 +61,8 @@ async def test_cluster_locate_metrics_openapi(cluster: Cluster) -> None:
     assert isinstance(loc["point"], int)
     async with cluster.http.get(cluster.router_url + "/metrics") as resp:
         text = await resp.text()
-    assert 'shardlimit_decisions_total{outcome="allowed"} 60' in text
-    assert "shardlimit_topology_epoch 1" in text
+    assert 'shardlimit_decisions_total{outcome="allowed",rule="basic"} 60.0' in text
+    assert "shardlimit_topology_epoch 1.0" in text
     status, doc = await cluster.get("/openapi.json")
     assert doc["openapi"].startswith("3.1")
     assert {"/v1/check", "/v1/check/batch", "/v1/refund", "/v1/usage", "/v1/locate"} <= set(
@@ -119,7 +119,7 @@ def test_sighup_reloads_rules_in_a_router_process(
     config_path.write_text(yaml.safe_dump(config))
     env = dict(os.environ, SHARDLIMIT_ADMIN_TOKEN="a", SHARDLIMIT_CLUSTER_TOKEN="c")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cluster.cli", "router", "--config", str(config_path)],
+        [sys.executable, "-m", "cluster.cli", "serve", "router", "--config", str(config_path)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -18,12 +18,18 @@ from typing import Any
 import aiohttp
 import pytest
 import redis as sync_redis
+import redis.asyncio as aioredis
 import yaml
 
-from cluster.keys import limit_key_of
+from cluster.keys import counter_key, limit_key_of, record_key
 from cluster.loadgen import LoadProcess, start_loadgen
+from cluster.model import NodeSpec
+from cluster.partition import new_partitioner
 from cluster.redis_proc import RedisProcess, free_port
+from cluster.topology import Topology
 from node.app import create_app as create_node_app
+from node.copy import Finder
+from node.ownership import Ownership
 from tests.conftest import (
     ADMIN,
     CLUSTER,
@@ -189,10 +195,10 @@ async def test_add_then_remove_under_load(big_cluster: tuple[Cluster, str], tmp_
     load = Load(cluster, tmp_path)
     before = owners(cluster)
     await load.start()
-    checks = cluster.router.metrics.requests
+    served = cluster.router.metrics.served
 
     async def flowing() -> bool:
-        return checks["check"] >= 500
+        return served("/v1/check") >= 500
 
     await eventually(flowing)  # the load is on before the move starts
     admin = ADMIN
@@ -216,7 +222,7 @@ async def test_add_then_remove_under_load(big_cluster: tuple[Cluster, str], tmp_
     assert all(after_add[k] == "n2" for k in changed)  # only n2's keys move
     assert second["keys_moved"] == len(changed) == Counter(after_add.values())["n2"]
 
-    during = checks["check"]
+    during = served("/v1/check")
     await load.stop()
     report = load.report
     print(f"{report['answered']} checks, {during} of them before the second move ended")
@@ -238,7 +244,7 @@ async def test_add_then_remove_under_load(big_cluster: tuple[Cluster, str], tmp_
 def start_router_process(config_path: Path) -> subprocess.Popen[bytes]:
     env = dict(os.environ, SHARDLIMIT_ADMIN_TOKEN=ADMIN, SHARDLIMIT_CLUSTER_TOKEN=CLUSTER)
     return subprocess.Popen(
-        [sys.executable, "-m", "cluster.cli", "router", "--config", str(config_path)],
+        [sys.executable, "-m", "cluster.cli", "serve", "router", "--config", str(config_path)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -372,3 +378,50 @@ async def test_reshard_cli_plan_and_status(cluster: Cluster) -> None:
     env["SHARDLIMIT_ADMIN_TOKEN"] = "wrong"
     code, out, err = await cli("node", "add", "http://127.0.0.1:9")
     assert code == 1 and "401" in err
+
+
+@pytest.mark.parametrize(("kind", "in_redis"), [("ring", False), ("slots", False), ("slots", True)])
+async def test_a_source_finds_exactly_the_keys_that_move(
+    kind: str, in_redis: bool, redis_servers: list[RedisProcess]
+) -> None:
+    """The copy's finder (Lua CRC16 slots in Redis, or the ring's moving arcs) keeps
+    exactly the Redis keys whose limit key leaves this node, and names their target."""
+    nodes = [NodeSpec(f"n{i}", f"http://127.0.0.1:{9000 + i}") for i in range(1, 5)]
+    old = new_partitioner(kind, nodes[:3])
+    topology = Topology(2, old.resized(nodes), {"id": "m1", "from": old.to_dict()})
+    ownership = Ownership.build("n1", topology)
+    rng = random.Random(3)
+    limit_keys = [f"user:{i}" for i in range(3000)] + [
+        "{tag}:a", "x{tag}y", "{}:empty-tag", "{:open", "caf\u00e9:\u00fc\u00f1\u00ee", "a|b|c",
+        "q#3", "{team:7}:m1", "}{", "",
+    ]  # fmt: skip
+    client = sync_redis.Redis(port=redis_servers[0].port)
+    names = []
+    for key in limit_keys:
+        names.append(counter_key("rule", f"shape{rng.randint(0, 3)}", key))
+        if rng.random() < 0.3:
+            names.append(record_key("rule", f"req-{rng.randint(0, 99)}", key))
+    client.mset({name: "1" for name in names})
+    client.set("sl|holds-not-data", "1")
+    expected: dict[str, set[str]] = {}
+    for name in names:
+        target = ownership.moving_away(limit_key_of(name) or "")
+        if target is not None:
+            expected.setdefault(target, set()).add(name)
+    assert expected  # some keys move, all to the new node
+    aio = aioredis.Redis(port=redis_servers[0].port)
+    finder = Finder(aio, ownership, in_redis=in_redis)
+    assert (finder.slot_table is not None) == (kind == "slots")
+    found: dict[str, set[str]] = {}
+    cursor, examined = 0, 0
+    while True:
+        cursor, seen, step = await finder.find(cursor, 500)
+        examined += seen
+        for target, keys in step.items():
+            found.setdefault(target, set()).update(keys)
+        if cursor == 0:
+            break
+    await aio.aclose()
+    client.close()
+    assert found == expected and list(found) == ["n4"]
+    assert examined >= len(names)

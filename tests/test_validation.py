@@ -101,7 +101,7 @@ BAD_CHECKS: list[tuple[str, Any, int, str | None]] = [
         "bucket overflow",
         {"key": "k", "limits": [{"algorithm": "token_bucket", "rate": 10**12, "period": "3660d"}]},
         400,
-        "limits[0]",
+        "limits[0].rate",
     ),
 ]
 

@@ -1,10 +1,11 @@
 """Fault scenarios under load, shared by tests/test_chaos.py and bench/chaos.py.
 
-Everything is a real process: redis-server with AOF, `shardlimit node`,
-`shardlimit router`. Faults are real signals (SIGKILL, SIGSTOP/SIGCONT). The
-scenario functions record what every client saw (send/receive instants, status,
-degraded or not, why) and what the router reported (/metrics, /readyz,
-/v1/cluster); tests assert on that record, the bench times it.
+Everything is a real process, started by the cluster launcher (cluster.local):
+redis-server with AOF, `shardlimit serve node`, `shardlimit serve router`. Faults are
+real signals (SIGKILL, SIGSTOP/SIGCONT) sent through it. The scenario functions record
+what every client saw (send/receive instants, status, degraded or not, why) and what
+the router reported (/metrics, /readyz, /v1/cluster); tests assert on that record,
+the bench times it.
 
 The rules use long periods (a 3660-day fixed window, a calendar year) on the real
 clock instead of the pinned test clock: a node process restarted mid-scenario
@@ -14,34 +15,26 @@ would run unpinned until re-pinned, racing the router's 100 ms probe.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import inspect
 import itertools
-import os
 import random
 import re
-import signal
-import sys
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import Any, Literal
 
 import aiohttp
 import orjson
 import redis.asyncio as aioredis
 import yaml
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
 
 from cluster.keys import limit_key_of
-from cluster.model import NodeSpec
+from cluster.local import LocalCluster, scratch_options
 from cluster.partition import Partitioner, new_partitioner
-from cluster.procs import child_preexec
-from cluster.redis_proc import RedisProcess, free_port
+from cluster.procs import ChildProcess, until
+from cluster.redis_proc import RedisProcess
 from node.store import HOLDS_KEY
 
 ADMIN_TOKEN = "chaos-admin-token"
@@ -68,153 +61,6 @@ def now() -> float:
     return time.perf_counter()
 
 
-async def until(condition: Callable[[], bool | Awaitable[bool]], within: float, what: str) -> None:
-    """Poll a condition owned by another process (or by client tasks) until it holds."""
-    deadline = now() + within
-    while True:
-        result = condition()
-        if inspect.isawaitable(result):
-            result = await result
-        if result:
-            return
-        if now() > deadline:
-            raise TimeoutError(f"{what}: not within {within:.0f} s")
-        await asyncio.sleep(0.02)  # polling cadence
-
-
-def _open_log(path: Path) -> IO[bytes]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path.open("ab")
-
-
-def proc_state(pid: int) -> str:
-    """The state letter of /proc/<pid>/stat: R, S, T (stopped), Z ..."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return "?"
-    return stat[stat.rindex(")") + 2]
-
-
-class Child:
-    """One child process that a scenario can SIGKILL, SIGSTOP/SIGCONT and start again."""
-
-    def __init__(self, name: str, args: list[str], log: Path, env: dict[str, str]) -> None:
-        self.name = name
-        self.args = args
-        self.log = log
-        self.env = env
-        self.proc: asyncio.subprocess.Process | None = None
-
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.returncode is None
-
-    async def spawn(self) -> None:
-        handle = _open_log(self.log)
-        try:
-            # Spawned from the event loop's thread: PDEATHSIG fires only if *we* die.
-            self.proc = await asyncio.create_subprocess_exec(
-                *self.args, stdout=handle, stderr=asyncio.subprocess.STDOUT,
-                env=self.env, preexec_fn=child_preexec,
-            )  # fmt: skip
-        finally:
-            handle.close()
-
-    def _pid(self) -> int:
-        assert self.proc is not None and self.alive, f"{self.name} is not running"
-        return self.proc.pid
-
-    async def kill(self) -> None:
-        """SIGKILL: a crash. Returns once the process is gone."""
-        os.kill(self._pid(), signal.SIGKILL)
-        assert self.proc is not None
-        await self.proc.wait()
-
-    async def pause(self) -> None:
-        """SIGSTOP: a hang. Returns once the kernel reports the process stopped."""
-        pid = self._pid()
-        os.kill(pid, signal.SIGSTOP)
-        await until(lambda: proc_state(pid) == "T", 10, f"{self.name} stopped")
-
-    def resume(self) -> None:
-        os.kill(self._pid(), signal.SIGCONT)
-
-    async def shutdown(self, grace_s: float = 10.0) -> None:
-        """SIGTERM (after SIGCONT, in case it is stopped); SIGKILL if it does not go."""
-        if not self.alive:
-            return
-        assert self.proc is not None
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.terminate()
-        try:
-            await asyncio.wait_for(self.proc.wait(), grace_s)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.kill()
-            await self.proc.wait()
-
-    def tail(self) -> str:
-        return self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
-
-
-class RedisChild(Child):
-    """A redis-server (AOF on) started from the event loop, so it never blocks the load."""
-
-    def __init__(self, name: str, root: Path, appendfsync: str, env: dict[str, str]) -> None:
-        self.server = RedisProcess(port=free_port(), data_dir=root / name, appendfsync=appendfsync)
-        self.server.data_dir.mkdir(parents=True, exist_ok=True)
-        super().__init__(name, self.server.command(), root / "logs" / f"{name}.out", env)
-
-    @property
-    def port(self) -> int:
-        return self.server.port
-
-    @property
-    def url(self) -> str:
-        return self.server.url
-
-    async def start(self) -> None:
-        await self.spawn()
-        client = aioredis.Redis(port=self.port, socket_timeout=0.5, retry=Retry(NoBackoff(), 0))
-
-        async def pong() -> bool:
-            if not self.alive:
-                raise RuntimeError(f"{self.name} exited: {self.tail()}")
-            try:
-                return bool(await client.ping())
-            except (RedisError, OSError):
-                return False
-
-        try:
-            await until(pong, 20, f"{self.name} answers PING")
-        finally:
-            await client.aclose()
-
-    def client(self) -> aioredis.Redis:
-        return aioredis.Redis(port=self.port, socket_timeout=2.0)
-
-
-async def _all(steps: list[Awaitable[None]]) -> None:
-    """Run steps concurrently; if one fails, still let the others finish (so every process
-    they start is known to the caller's clean-up) before raising the first error."""
-    for result in await asyncio.gather(*steps, return_exceptions=True):
-        if isinstance(result, BaseException):
-            raise result
-
-
-def _node_args(index: int, port: int, redis_url: str) -> list[str]:
-    return [sys.executable, "-m", "cluster.cli", "node", "--id", f"n{index + 1}",
-            "--port", str(port), "--redis", redis_url]  # fmt: skip
-
-
-def _write_config(root: Path, config: dict[str, Any]) -> None:
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "rules.yaml").write_text(yaml.safe_dump(RULES))
-    (root / "cluster.yaml").write_text(yaml.safe_dump(config))
-
-
 def _parse_metrics(text: str) -> dict[str, dict[str, float]]:
     """`name{node="n1"} 3` lines -> {name: {node: value}}."""
     out: dict[str, dict[str, float]] = {}
@@ -223,16 +69,19 @@ def _parse_metrics(text: str) -> dict[str, dict[str, float]]:
     return out
 
 
+def _write_rules(root: Path) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / "rules.yaml"
+    path.write_text(yaml.safe_dump(RULES))
+    return path
+
+
 @dataclass
 class ChaosCluster:
-    """N Redis (AOF), N `shardlimit node` processes and one `shardlimit router` process."""
+    """N Redis (AOF), N nodes and one router (cluster.local), and an HTTP session to
+    read what the router says."""
 
-    root: Path
-    redis: list[RedisChild]
-    nodes: list[Child]
-    node_ports: list[int]
-    router: Child
-    router_port: int
+    local: LocalCluster
     partitioner: Partitioner
     http: aiohttp.ClientSession
 
@@ -246,86 +95,56 @@ class ChaosCluster:
         node_deadline: str = "1s",
         aon_hold: str = "10s",
     ) -> ChaosCluster:
-        env = dict(os.environ, SHARDLIMIT_CLUSTER_TOKEN=CLUSTER_TOKEN,
-                   SHARDLIMIT_ADMIN_TOKEN=ADMIN_TOKEN, SHARDLIMIT_LOG_LEVEL="WARNING")  # fmt: skip
-        redis = [RedisChild(f"redis-n{i + 1}", root, appendfsync, env) for i in range(nodes)]
-        ports = [free_port() for _ in range(nodes)]
-        node_children = [
-            Child(
-                f"node-n{i + 1}",
-                _node_args(i, ports[i], redis[i].url),
-                root / "logs" / f"node-n{i + 1}.out",
-                env,
-            )
-            for i in range(nodes)
-        ]
-        specs = [NodeSpec(f"n{i + 1}", f"http://127.0.0.1:{p}") for i, p in enumerate(ports)]
-        router_port = free_port()
-        config = {
-            "router": {"host": "127.0.0.1", "port": router_port, "data_dir": str(root / "router"),
-                       "rules_file": str(root / "rules.yaml"), "node_deadline": node_deadline,
-                       "aon_hold": aon_hold},
-            "cluster": {"partitioner": "ring", "nodes": [s.to_dict() for s in specs]},
-        }  # fmt: skip
-        _write_config(root, config)
-        router_args = [sys.executable, "-m", "cluster.cli", "router", "--config",
-                       str(root / "cluster.yaml")]  # fmt: skip
-        router = Child("router", router_args, root / "logs" / "router.out", env)
+        settings = {"rules_file": str(_write_rules(root)), "node_deadline": node_deadline,
+                    "aon_hold": aon_hold}  # fmt: skip
+        options = scratch_options(nodes, data_dir=root, appendfsync=appendfsync,
+                                  log_level="WARNING", router_settings=settings)  # fmt: skip
+        local = LocalCluster(options, ADMIN_TOKEN, CLUSTER_TOKEN)
+        local.start()  # blocks this loop for a moment: no load runs yet
         http = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=30)
         )
-        cluster = cls(root, redis, node_children, ports, router, router_port,
-                      new_partitioner("ring", specs), http)  # fmt: skip
-        try:
-            await _all([r.start() for r in redis])
-            await _all([cluster.start_node(i) for i in range(nodes)])
-            await cluster.start_router()
-        except BaseException:
-            await cluster.close()
-            raise
-        return cluster
+        return cls(local, new_partitioner("ring", local.node_specs()), http)
 
     @property
     def router_url(self) -> str:
-        return f"http://127.0.0.1:{self.router_port}"
+        return self.local.router_url
+
+    @property
+    def router(self) -> ChildProcess:
+        return self.local.routers[0]
+
+    @property
+    def nodes(self) -> list[ChildProcess]:
+        return self.local.nodes
+
+    @property
+    def redis(self) -> list[RedisProcess]:
+        return self.local.redis
+
+    @property
+    def node_ports(self) -> list[int]:
+        return [self.local.options.base_port + i for i in range(len(self.nodes))]
 
     def node_id(self, index: int) -> str:
-        return f"n{index + 1}"
+        return self.local.node_id(index)
 
     def owner(self, key: str) -> str:
         return self.partitioner.owner(key)
 
-    async def _http_ok(self, url: str, child: Child) -> bool:
-        if not child.alive:
-            raise RuntimeError(f"{child.name} exited:\n{child.tail()}")
-        try:
-            async with self.http.get(url, timeout=aiohttp.ClientTimeout(total=1)) as resp:
-                return resp.status == 200
-        except (aiohttp.ClientError, TimeoutError):
-            return False
-
     async def start_node(self, index: int) -> None:
-        child = self.nodes[index]
-        await child.spawn()
-        url = f"http://127.0.0.1:{self.node_ports[index]}/healthz"
-        await until(lambda: self._http_ok(url, child), 30, f"{child.name} up")
+        """Start a killed node again (same port, same Redis), without blocking the load."""
+        await self.nodes[index].start_async()
 
     async def start_router(self) -> None:
-        await self.router.spawn()
-        url = self.router_url + "/readyz"
-        await until(lambda: self._http_ok(url, self.router), 30, "router ready")
+        await self.router.start_async()
 
     async def close(self) -> None:
         """Router, nodes, then Redis; every child, even if one of them misbehaves."""
-        errors: list[BaseException] = []
-        for child in [self.router, *self.nodes, *self.redis]:
-            try:
-                await child.shutdown()
-            except Exception as exc:  # keep going: the next child must be stopped too
-                errors.append(exc)
-        await self.http.close()
-        if errors:
-            raise errors[0]
+        try:
+            self.local.stop()
+        finally:
+            await self.http.close()
 
     async def get(self, path: str, params: dict[str, str] | None = None) -> tuple[int, Any]:
         async with self.http.get(self.router_url + path, params=params) as resp:
@@ -487,18 +306,18 @@ class FaultRun:
         return [a for a in self.answers if a.node != self.victim and start <= a.sent < end]
 
 
-async def _inject(cluster: ChaosCluster, fault: Fault, index: int) -> None:
+def _inject(cluster: ChaosCluster, fault: Fault, index: int) -> None:
     if fault == "redis_kill":
-        await cluster.redis[index].kill()
+        cluster.redis[index].kill()
     elif fault == "node_kill":
-        await cluster.nodes[index].kill()
+        cluster.nodes[index].kill()
     else:
-        await cluster.nodes[index].pause()
+        cluster.nodes[index].pause()
 
 
 async def _heal(cluster: ChaosCluster, fault: Fault, index: int) -> None:
     if fault == "redis_kill":
-        await cluster.redis[index].start()  # same port, same dir: the AOF is replayed
+        await cluster.redis[index].start_async()  # same port, same dir: the AOF is replayed
     elif fault == "node_kill":
         await cluster.start_node(index)
     else:
@@ -528,7 +347,7 @@ async def run_fault(
     await load.start()
     try:
         await until(lambda: len(load.answers) >= sizes.warm_answers, 60, "warm-up answers")
-        await _inject(cluster, fault, victim_index)
+        _inject(cluster, fault, victim_index)
         fault_at = now()
 
         async def breaker_open() -> bool:
@@ -637,17 +456,16 @@ async def run_durability(
         # Time passing is the condition: writes must exist older than the loss bound.
         await until(lambda: now() - started >= run_s, run_s + 60, "writers ran")
         killed_at = now()
-        await _all([r.kill() for r in cluster.redis])
+        for server in cluster.redis:
+            server.kill()
     finally:
         stop.set()
         await asyncio.gather(*tasks, return_exceptions=True)
-    await _all([r.start() for r in cluster.redis])
+    await asyncio.gather(*[r.start_async() for r in cluster.redis])
 
     survived = {k: await cluster.usage(k, MONEY) for k in keys}
     minor = int(amount.replace(".", ""))
-    return DurabilityRun(
-        cluster.redis[0].server.appendfsync, killed_at, acks, survived, minor, problems
-    )
+    return DurabilityRun(cluster.redis[0].appendfsync, killed_at, acks, survived, minor, problems)
 
 
 # -- scenario 5: a router SIGKILLed in the middle of all_or_nothing batches ---------
@@ -692,7 +510,7 @@ async def _holds(cluster: ChaosCluster) -> list[str]:
     """The limit keys of every uncommitted hold, over all nodes."""
     keys: list[str] = []
     for server in cluster.redis:
-        client = server.client()
+        client = aioredis.Redis(port=server.port, socket_timeout=2.0)
         try:
             entries = await client.zrange(HOLDS_KEY, 0, -1)
         finally:
@@ -760,7 +578,7 @@ async def run_router_kill(
     try:
         await until(lambda: len(answered) >= answered_before_kill, 120, "batches answered")
         killed.set()  # from here on, an unreachable router is the expected outcome
-        await cluster.router.kill()
+        cluster.router.kill()
         killed_at = now()
         held = await _holds(cluster)
     finally:

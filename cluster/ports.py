@@ -1,0 +1,55 @@
+"""Free TCP ports for child processes that will bind them a moment later."""
+
+from __future__ import annotations
+
+import random
+import socket
+from collections.abc import Collection
+from pathlib import Path
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port(host: str = "127.0.0.1", avoid: Collection[int] = ()) -> int:
+    """A port free now, for a process that will bind it a moment later, and not one of
+    `avoid` (ports promised to other processes that have not bound them yet).
+
+    Chosen below the kernel's ephemeral range when it can be: a port handed out for
+    binding(0) stays free only until the next ephemeral bind or outgoing connection
+    takes it (a node's liveness socket once took a router's pre-picked port).
+    """
+    low = _ephemeral_low()
+    if low > 12_000:
+        for _ in range(100):
+            port = random.randrange(10_000, low)
+            if port not in avoid and port_is_free(port, host):
+                return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        found: int = sock.getsockname()[1]
+        return found
+
+
+def free_port_run(count: int, host: str = "127.0.0.1", avoid: Collection[int] = ()) -> int:
+    """The first of `count` consecutive free ports, none of them in `avoid` (for
+    `shardlimit up --base-port` and `--port` with several routers)."""
+    for _ in range(200):
+        base = free_port(host, avoid)
+        run = range(base, base + count)
+        if base + count < 65_536 and all(p not in avoid and port_is_free(p, host) for p in run):
+            return base
+    raise RuntimeError(f"no {count} consecutive free ports found")

@@ -1,0 +1,130 @@
+"""A node's Prometheus metrics (prometheus-client), in a registry of its own, served on
+`GET /metrics` without a token (like `/healthz`): a scraper needs no cluster secret, and
+no label carries a limit key.
+
+Every series has a `node` label (the node id), so a dashboard can join node-side and
+router-side series per node. The key count is read from Redis when scraped (DBSIZE: one
+round trip per scrape, never per request).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Protocol
+
+import redis.asyncio as aioredis
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from redis.exceptions import RedisError
+
+from cluster.keys import RULES_KEY
+from cluster.metrics import Families
+
+__all__ = ["METRICS_PATH", "NodeMetrics", "held_keys"]
+
+METRICS_PATH = "/metrics"
+
+# Seconds: one pipeline of script calls usually takes tens to hundreds of microseconds.
+REDIS_CALL_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+)  # fmt: skip
+BATCH_OPS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
+
+
+class NodeCounts(Protocol):
+    """What the node keeps as plain state and the metrics read when scraped."""
+
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def expired_batches(self) -> int: ...
+
+    @property
+    def undone_checks(self) -> int: ...
+
+
+async def held_keys(client: aioredis.Redis) -> int:
+    """Keys the node holds for limits (DBSIZE less the cluster's rules document)."""
+    async with client.pipeline(transaction=False) as pipe:
+        pipe.dbsize()
+        pipe.exists(RULES_KEY)
+        size, rules = await pipe.execute()
+    return int(size) - int(rules)
+
+
+class NodeMetrics:
+    def __init__(self, node_id: str, client: aioredis.Redis, counts: NodeCounts) -> None:
+        self.registry = registry = CollectorRegistry()
+        self.client = client
+        node = [node_id]
+        families = Families(registry)
+        self.redis_call_seconds = families.histogram(
+            "shardlimit_node_redis_call_duration_seconds",
+            "One pipeline of counter-script calls (EVALSHA) to the node's Redis: a batch's "
+            "checks, refunds and commits, or the undo of a late batch.",
+            REDIS_CALL_BUCKETS, "node",
+        )(node_id)  # fmt: skip
+        self.batch_ops = families.histogram(
+            "shardlimit_node_received_batch_ops",
+            "Ops per batch request the node received.",
+            BATCH_OPS_BUCKETS, "node",
+        )(node_id)  # fmt: skip
+        migrated = families.counter(
+            "shardlimit_node_migrated_keys_total",
+            "Keys moved by migrations: `copied` this node handed over in the background "
+            "copy, `pulled` it imported on first touch.",
+            "node", "kind",
+        )  # fmt: skip
+        self.keys_copied = migrated(node_id, "copied")
+        self.keys_pulled = migrated(node_id, "pulled")
+        self.keys = Gauge(
+            "shardlimit_node_keys",
+            "Keys the node's Redis holds for limits (DBSIZE less the rules document), "
+            "read at scrape time.",
+            ["node"], registry=registry,
+        ).labels(*node)  # fmt: skip
+        self.redis_up = Gauge(
+            "shardlimit_node_redis_up",
+            "1 if the node's Redis answered the scrape's key count.",
+            ["node"], registry=registry,
+        ).labels(*node)  # fmt: skip
+        registry.register(_CountsCollector(node_id, counts))
+
+    async def render(self) -> bytes:
+        """The exposition, with the key count read now (kept as it was if Redis fails)."""
+        try:
+            self.keys.set(await held_keys(self.client))
+        except (RedisError, OSError):
+            self.redis_up.set(0)
+        else:
+            self.redis_up.set(1)
+        return generate_latest(self.registry)
+
+
+class _CountsCollector(Collector):
+    def __init__(self, node_id: str, counts: NodeCounts) -> None:
+        self.node_id = node_id
+        self.counts = counts
+
+    def collect(self) -> Iterator[Metric]:
+        counts, node = self.counts, [self.node_id]
+        epoch = GaugeMetricFamily(
+            "shardlimit_node_topology_epoch", "The topology epoch the node serves.",
+            labels=["node"],
+        )  # fmt: skip
+        epoch.add_metric(node, counts.epoch)
+        expired = CounterMetricFamily(
+            "shardlimit_node_expired_batches",
+            "Batches answered `expired`: they came in, or finished, past their deadline.",
+            labels=["node"],
+        )
+        expired.add_metric(node, counts.expired_batches)
+        undone = CounterMetricFamily(
+            "shardlimit_node_undone_checks",
+            "Checks taken back because their batch finished past its deadline.",
+            labels=["node"],
+        )
+        undone.add_metric(node, counts.undone_checks)
+        return iter((epoch, expired, undone))

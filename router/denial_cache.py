@@ -1,0 +1,150 @@
+"""The router's local over-limit cache, for rules with `cache_denials: true`.
+
+When a check is denied because one of its limits is used up (nothing left, not merely
+too little for this cost), every later check that consumes from that limit is denied
+too until quota comes back. The router remembers that instant and answers such checks
+itself, without a node call, as envoyproxy/ratelimit's local cache does.
+
+Exact except for one thing, documented: a refund or restock made meanwhile through
+*another* router takes effect for this one only at the remembered instant (a refund or
+restock through this router forgets the key at once). Never cached: checks with a
+`request_id` (a retry must get its first decision back, which may have been allowed),
+reads (`cost: 0` with no amount), and limits whose quota returns at an instant the
+denial does not tell exactly (token/leaky buckets and sliding windows denied a cost
+above 1: their `retry_after_ms` is the wait for that cost, later than for one unit).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cluster.algorithms import NONE
+from cluster.limits import LimitSpec
+from cluster.wire import LimitRow
+
+__all__ = ["DenialCache"]
+
+_WINDOW_RESETS = frozenset({"fixed_window", "calendar", "quota"})
+# Quota comes back to a used-up `quota` limit only by refund or restock; a cached
+# denial of one is re-asked after this long, so other routers' restocks show up.
+QUOTA_RECHECK_MS = 1_000
+
+
+@dataclass(slots=True)
+class _Entry:
+    rule: object  # the Rule the denial was decided under: a changed rule forgets it
+    count_until: float  # monotonic seconds; checks with cost > 0 are denied before it
+    amount_until: float  # the same for checks with an amount > 0
+    body: dict[str, Any]  # the denial, answered again with its times brought forward
+    at: float
+
+
+def _returns_after_ms(spec: LimitSpec, row: LimitRow, cost: int) -> int | None:
+    """How long until a used-up limit admits a unit again, when the row says exactly."""
+    if spec.algorithm == "quota":
+        expires = row.reset_after_ms
+        return QUOTA_RECHECK_MS if expires < 0 else min(expires, QUOTA_RECHECK_MS) or None
+    if spec.algorithm in _WINDOW_RESETS:
+        return row.reset_after_ms if row.reset_after_ms > 0 else None
+    if cost == 1 and row.retry_after_ms > 0:
+        return row.retry_after_ms
+    return None
+
+
+class DenialCache:
+    def __init__(
+        self, max_entries: int = 100_000, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._entries: dict[tuple[str, str], _Entry] = {}
+        self._max_entries = max_entries
+        self._clock = clock
+        self.hits = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def answer(
+        self, rule: Any, key: str, cost: int, amounts: Sequence[int], request_id: str | None
+    ) -> dict[str, Any] | None:
+        """The remembered denial for this check, its times brought forward; None when
+        the check must go to its node."""
+        if request_id is not None or not self._entries:
+            return None
+        entry = self._entries.get((rule.name, key))
+        if entry is None:
+            return None
+        now = self._clock()
+        if entry.rule is not rule or (now >= entry.count_until and now >= entry.amount_until):
+            del self._entries[(rule.name, key)]
+            return None
+        blocked = (cost > 0 and now < entry.count_until) or (
+            any(a > 0 for a in amounts) and now < entry.amount_until
+        )
+        if not blocked:
+            return None
+        self.hits += 1
+        return _brought_forward(entry.body, int((now - entry.at) * 1000))
+
+    def remember(
+        self,
+        rule: Any,
+        specs: Sequence[LimitSpec],
+        key: str,
+        cost: int,
+        amounts: Sequence[int],
+        rows: Sequence[LimitRow],
+        body: dict[str, Any],
+    ) -> None:
+        """Note a denial if it used up a limit; `body` is the public decision."""
+        count_ms = amount_ms = 0
+        for i, (spec, row) in enumerate(zip(specs, rows, strict=True)):
+            if row.ok:
+                continue
+            wait = _returns_after_ms(spec, row, cost)
+            if wait is None:
+                continue
+            if cost > 0 and row.remaining == 0:
+                count_ms = max(count_ms, wait)
+            amount = amounts[i] if i < len(amounts) else 0
+            if amount > 0 and row.amount_remaining == 0 and row.max_amount != NONE:
+                amount_ms = max(amount_ms, wait)
+        if not count_ms and not amount_ms:
+            return
+        now = self._clock()
+        if len(self._entries) >= self._max_entries:
+            self._evict(now)
+        self._entries[(rule.name, key)] = _Entry(
+            rule, now + count_ms / 1000, now + amount_ms / 1000, body, now
+        )
+
+    def forget(self, rule_name: str, key: str) -> None:
+        """A refund or restock through this router: ask the node again."""
+        self._entries.pop((rule_name, key), None)
+
+    def _evict(self, now: float) -> None:
+        expired = [
+            k
+            for k, e in self._entries.items()
+            if now >= e.count_until and now >= e.amount_until
+        ]
+        for k in expired:
+            del self._entries[k]
+        while len(self._entries) >= self._max_entries:
+            del self._entries[next(iter(self._entries))]  # the oldest
+
+
+def _brought_forward(body: dict[str, Any], elapsed_ms: int) -> dict[str, Any]:
+    answer = dict(body)
+    answer["cached"] = True
+    if answer.get("retry_after_ms") is not None:
+        answer["retry_after_ms"] = max(0, answer["retry_after_ms"] - elapsed_ms)
+    answer["limits"] = [
+        {**view, "reset_after_ms": max(0, view["reset_after_ms"] - elapsed_ms)}
+        if isinstance(view.get("reset_after_ms"), int) and view["reset_after_ms"] > 0
+        else view
+        for view in body["limits"]
+    ]
+    return answer
