@@ -57,10 +57,10 @@ def fill(servers: dict[str, RedisProcess], owner_of: Any, keys: int) -> None:
         client.close()
 
 
-def raw_migrate(keys: int, tmp: Path, batch: int) -> float:
+def raw_migrate(keys: int, tmp: Path, batch: int, name: str = "raw") -> float:
     """Keys/s of MIGRATE ... KEYS between two bare Redis: the physical limit here."""
-    source = RedisProcess(port=free_port(), data_dir=tmp / "raw-src", aof=False)
-    target = RedisProcess(port=free_port(), data_dir=tmp / "raw-dst", aof=False)
+    source = RedisProcess(port=free_port(), data_dir=tmp / f"{name}-src", aof=False)
+    target = RedisProcess(port=free_port(), data_dir=tmp / f"{name}-dst", aof=False)
     source.start()
     target.start()
     try:
@@ -103,6 +103,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    # Raw MIGRATE is measured just before and just after the cluster runs: on a shared
+    # machine one measurement alone can land in a quiet or a busy moment.
+    raw_before = raw_migrate(args.keys, tmp, args.migrate_batch, "raw-before")
     env = dict(os.environ, SHARDLIMIT_CLUSTER_TOKEN=TOKEN, SHARDLIMIT_ADMIN_TOKEN=TOKEN,
                SHARDLIMIT_LOG_LEVEL="WARNING")  # fmt: skip
     servers = {f"n{i}": RedisProcess(port=free_port(), data_dir=tmp / f"r{i}", aof=False)
@@ -126,7 +129,8 @@ async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         config = {
             "router": {"port": router_port, "data_dir": str(tmp / "router"),
                        "node_deadline": "1s", "reshard_step_keys": args.step,
-                       "reshard_rate": args.reshard_rate, "reshard_busy_pct": args.busy_pct},
+                       "reshard_rate": args.reshard_rate, "reshard_busy_pct": args.busy_pct,
+                       "reshard_parallel": args.parallel},
             "cluster": {"partitioner": args.partitioner, "nodes": [s.to_dict() for s in specs[:3]]},
         }  # fmt: skip
         (tmp / "cluster.yaml").write_text(yaml.safe_dump(config))
@@ -135,6 +139,7 @@ async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         before = await latency_probe(router, args.probe_seconds, args.rate)
         headers = {"Authorization": f"Bearer {TOKEN}"}
         async with aiohttp.ClientSession() as http:
+            asked = time.monotonic()
             async with http.post(router + "/v1/cluster/nodes", json=specs[3].to_dict(),
                                  headers=headers) as resp:  # fmt: skip
                 assert resp.status == 202, await resp.text()
@@ -146,6 +151,7 @@ async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                     async with http.get(router + "/v1/cluster") as resp:
                         migration = (await resp.json())["migration"]
                     if migration and migration["phase"] == "done" and not migration["running"]:
+                        whole_move = time.monotonic() - asked
                         break
                     if migration and migration.get("phase") == "paused":
                         raise RuntimeError(f"migration paused: {migration.get('last_error')}")
@@ -165,16 +171,20 @@ async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             proc.wait_stopped(grace=10)
         for server in servers.values():
             server.stop()
-    raw = raw_migrate(args.keys, tmp, args.migrate_batch)
+    raw_after = raw_migrate(args.keys, tmp, args.migrate_batch, "raw-after")
+    raw = (raw_before + raw_after) / 2
     return {
         "keys": args.keys,
         "partitioner": args.partitioner,
         "keys_moved": migration["keys_moved"],
         "migration_seconds": migration["seconds"],
+        "whole_move_seconds": round(whole_move, 2),  # POST /v1/cluster/nodes -> done
         "reshard_rate": args.reshard_rate,
         "busy_pct": args.busy_pct,
+        "parallel": args.parallel,
         "moved_keys_per_s": round(moved_per_s),
         "raw_migrate_keys_per_s": round(raw),
+        "raw_migrate_before_after": [round(raw_before), round(raw_after)],
         "ratio_vs_raw_migrate": round(moved_per_s / raw, 3),
         "sources": migration.get("sources"),
         "latency_before": before,
@@ -192,6 +202,7 @@ def main() -> None:
     parser.add_argument("--step", type=int, default=20_000, help="keys examined per copy step")
     parser.add_argument("--reshard-rate", type=int, default=0,
                         help="keys/s budget of the copy (0: none)")  # fmt: skip
+    parser.add_argument("--parallel", type=int, default=1, help="sources copying at once")
     parser.add_argument("--busy-pct", type=int, default=50,
                         help="most of a source Redis' time the copy may take")  # fmt: skip
     parser.add_argument("--migrate-batch", type=int, default=1000)

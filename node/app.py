@@ -217,9 +217,7 @@ async def batch(request: web.Request, state: NodeState, body: Any) -> web.Respon
         try:
             if imports and ownership is not None:
                 await _pull(state, ownership, imports)
-            began = time.monotonic()
             outputs = await state.store.run(runnable, deadline_ms)
-            state.migrator.live.observe(time.monotonic() - began)  # the copy's budget
             for index, op, out in zip(slots, runnable, outputs, strict=True):
                 results[index] = _result(op, out)
             if _now_ms() > deadline_ms:

@@ -15,9 +15,9 @@ key changes owner, with three stages running at once:
 - **budget**: the copy takes at most `busy_pct` percent of the source Redis' time
   (after each call that blocked Redis for d, it pauses d * (100 / busy_pct - 1)),
   and at most `rate` keys/s when a rate is set. A Redis slowed down by live traffic
-  makes d longer, and the copy backs off with it; and while this node's live
-  batches wait for Redis more than 3x their calm time (LiveLatency), an extra pause
-  doubles after each call (2 ms .. 200 ms), and halves once they are back.
+  makes d longer, and the copy backs off with it. (A copy slowed further when live
+  latency rises was tried and dropped: live checks of moving keys pay a first-touch
+  pull until their key is copied, so a slower copy made them slower for longer.)
 """
 
 from __future__ import annotations
@@ -47,7 +47,6 @@ MIGRATE_CHUNK = 500  # keys per MIGRATE: each one blocks the source Redis while 
 SCAN_ROUND = 1000  # SCAN COUNT per round inside scan_moving.lua
 FIND_BATCH = 2000  # names examined per find call (one Lua call or a few SCANs)
 SLOT_MASK = HASH_SLOTS - 1
-MAX_BACKOFF_S = 0.2
 # Slots mode: find moving keys inside Redis (scan_moving.lua) rather than here. Measured
 # on one host: the Lua CRC16 costs Redis ~2x the time of SCAN plus binascii.crc_hqx here,
 # so it is off; it pays when the node is far from its Redis (only moving names travel).
@@ -88,57 +87,21 @@ class MovingArcs:
         return self.targets[bisect_right(self.bounds, position) - 1]
 
 
-class LiveLatency:
-    """How long this node's live batches wait for Redis: a calm baseline (a slow
-    moving average while no copy runs) and the slowest batch of the last moment."""
-
-    CALM_WEIGHT = 0.02
-    WINDOW_S = 0.25
-
-    def __init__(self) -> None:
-        self.calm_s = 0.0
-        self.copying = False
-        self._window_start = time.monotonic()
-        self._window_max = 0.0
-        self._last_max = 0.0
-
-    def observe(self, seconds: float) -> None:
-        now = time.monotonic()
-        if now - self._window_start > self.WINDOW_S:
-            self._last_max, self._window_max, self._window_start = self._window_max, 0.0, now
-        self._window_max = max(self._window_max, seconds)
-        if not self.copying:
-            w = self.CALM_WEIGHT if self.calm_s else 1.0
-            self.calm_s += w * (seconds - self.calm_s)
-
-    def strained(self, factor: float = 3.0) -> bool:
-        """Live batches recently took more than `factor` times their calm time."""
-        recent = max(self._window_max, self._last_max)
-        return self.calm_s > 0 and recent > factor * max(self.calm_s, 0.0005)
-
-
 @dataclass
 class Budget:
     """Pacing of one source's copy (see the module docstring)."""
 
     busy_pct: int = 50
     rate: int = 0  # keys/s, 0: no fixed rate
-    live: LiveLatency | None = None  # back off while live batches are slowed down
     started: float = field(default_factory=time.monotonic)
     moved: int = 0
     paused_s: float = 0.0
-    backoff_s: float = 0.0  # extra pause while live latency is up: doubles, then halves
 
     async def after(self, blocked_s: float, moved: int = 0) -> None:
         self.moved += moved
         pause = 0.0
         if 0 < self.busy_pct < 100:
             pause = blocked_s * (100 / self.busy_pct - 1)
-            if self.live is not None and self.live.strained():
-                self.backoff_s = min(max(2 * self.backoff_s, 0.002), MAX_BACKOFF_S)
-            else:
-                self.backoff_s /= 2
-            pause += self.backoff_s
         if self.rate > 0:
             pause = max(pause, self.started + self.moved / self.rate - time.monotonic())
         if pause > 0:
@@ -235,8 +198,6 @@ async def copy_step(
             totals["restored"] += restored
             await budget.after(time.monotonic() - began, len(keys))
 
-    if budget.live is not None:
-        budget.live.copying = True
     moving = asyncio.get_running_loop().create_task(mover())
     pending: dict[str, list[str]] = {}
 
@@ -270,8 +231,6 @@ async def copy_step(
         await put(None)
         await moving
     finally:
-        if budget.live is not None:
-            budget.live.copying = False
         if not moving.done():
             moving.cancel()
     timing["paused_s"] = budget.paused_s - timing["paused_s"]

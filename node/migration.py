@@ -16,7 +16,7 @@ from redis.exceptions import ResponseError
 
 from cluster import wire
 from cluster.keys import limit_key_of, marker_key, marker_pattern
-from node.copy import Budget, Finder, LiveLatency, copy_step
+from node.copy import Budget, Finder, copy_step
 from node.ownership import Ownership
 from node.scripts import read_lua
 
@@ -61,7 +61,6 @@ class Migrator:
         self._redis_addresses: dict[str, tuple[str, int, int]] = {}
         self._finder: tuple[tuple[str, int], Finder] | None = None
         self._budget: tuple[str, Budget] | None = None
-        self.live = LiveLatency()  # the node's live batches, timed by node/app.py
         self.headers = {"Content-Type": "application/json"}
         if cluster_token:
             self.headers["Authorization"] = f"Bearer {cluster_token}"
@@ -97,9 +96,13 @@ class Migrator:
         return restored
 
     async def missing_markers(self, migration_id: str, keys: Sequence[str]) -> list[str]:
+        """The keys still to import: no marker, and absent here. A moving key present
+        here without a marker came by the background copy's MIGRATE (this node writes
+        a moving key only after importing it, and a finished migration leaves no copy
+        on a node that lost the key), so it is already the current one: no pull."""
         pipe = self.client.pipeline(transaction=False)
         for key in keys:
-            pipe.exists(marker_key(migration_id, key))
+            pipe.exists(marker_key(migration_id, key), key)
         found = await pipe.execute()
         return [key for key, present in zip(keys, found, strict=True) if not present]
 
@@ -135,7 +138,7 @@ class Migrator:
         """The pacing of this source's copy: kept across the steps of a migration, so
         a keys/s rate holds over the whole copy."""
         if self._budget is None or self._budget[0] != migration_id:
-            self._budget = (migration_id, Budget(busy_pct, rate, self.live))
+            self._budget = (migration_id, Budget(busy_pct, rate))
         budget = self._budget[1]
         budget.busy_pct, budget.rate = busy_pct, rate
         return budget

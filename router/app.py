@@ -25,7 +25,7 @@ from router.decisions import ReplayMismatch, ratelimit_headers
 from router.dispatch import NodeUnavailable
 from router.metrics import endpoint_of
 from router.openapi import openapi_document
-from router.quota_adjust import AdjustRefused, parse_adjust, run_adjust
+from router.quota_adjust import AdjustRefused, parse_adjust
 from router.requests import (
     IF_MATCH,
     parse_authz,
@@ -159,11 +159,8 @@ async def post_quota_adjust(request: web.Request) -> web.Response:
     parsed = parse_adjust(body, router.rules, problems)
     if parsed is None:
         return _invalid(problems.errors)
-    config = router.config
     try:
-        result = await run_adjust(
-            router.view, parsed, config.idempotency_ttl_ms, config.quota_ttl_ms
-        )
+        result = await router.adjust_quota(parsed)
     except NodeUnavailable as exc:
         return problem(503, "node-unavailable", f"the key's node is unavailable: {exc}")
     except AdjustRefused as exc:

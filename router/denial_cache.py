@@ -24,6 +24,8 @@ from typing import Any
 from cluster.algorithms import NONE
 from cluster.limits import LimitSpec
 from cluster.wire import LimitRow
+from router.requests import CheckRequest
+from router.rules import Rule
 
 __all__ = ["DenialCache"]
 
@@ -35,7 +37,7 @@ QUOTA_RECHECK_MS = 1_000
 
 @dataclass(slots=True)
 class _Entry:
-    rule: object  # the Rule the denial was decided under: a changed rule forgets it
+    rule: Rule  # the rule the denial was decided under: a changed rule forgets it
     count_until: float  # monotonic seconds; checks with cost > 0 are denied before it
     amount_until: float  # the same for checks with an amount > 0
     body: dict[str, Any]  # the denial, answered again with its times brought forward
@@ -61,18 +63,16 @@ class DenialCache:
         self._entries: dict[tuple[str, str], _Entry] = {}
         self._max_entries = max_entries
         self._clock = clock
-        self.hits = 0
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def answer(
-        self, rule: Any, key: str, cost: int, amounts: Sequence[int], request_id: str | None
-    ) -> dict[str, Any] | None:
+    def answer(self, request: CheckRequest) -> dict[str, Any] | None:
         """The remembered denial for this check, its times brought forward; None when
         the check must go to its node."""
-        if request_id is not None or not self._entries:
+        if request.request_id is not None or not self._entries:
             return None
+        rule, key = request.rule, request.key
         entry = self._entries.get((rule.name, key))
         if entry is None:
             return None
@@ -80,27 +80,20 @@ class DenialCache:
         if entry.rule is not rule or (now >= entry.count_until and now >= entry.amount_until):
             del self._entries[(rule.name, key)]
             return None
-        blocked = (cost > 0 and now < entry.count_until) or (
-            any(a > 0 for a in amounts) and now < entry.amount_until
+        blocked = (request.cost > 0 and now < entry.count_until) or (
+            any(a > 0 for a in request.amounts) and now < entry.amount_until
         )
         if not blocked:
             return None
-        self.hits += 1
-        return _brought_forward(entry.body, int((now - entry.at) * 1000))
+        return _brought_forward(entry.body, int((now - entry.at) * 1000), request.dry_run)
 
     def remember(
-        self,
-        rule: Any,
-        specs: Sequence[LimitSpec],
-        key: str,
-        cost: int,
-        amounts: Sequence[int],
-        rows: Sequence[LimitRow],
-        body: dict[str, Any],
+        self, request: CheckRequest, rows: Sequence[LimitRow], body: dict[str, Any]
     ) -> None:
-        """Note a denial if it used up a limit; `body` is the public decision."""
+        """Note a denial if it used up a limit; `body` is its public decision."""
+        cost, amounts = request.cost, request.amounts
         count_ms = amount_ms = 0
-        for i, (spec, row) in enumerate(zip(specs, rows, strict=True)):
+        for i, (spec, row) in enumerate(zip(request.rule.limits, rows, strict=True)):
             if row.ok:
                 continue
             wait = _returns_after_ms(spec, row, cost)
@@ -116,8 +109,8 @@ class DenialCache:
         now = self._clock()
         if len(self._entries) >= self._max_entries:
             self._evict(now)
-        self._entries[(rule.name, key)] = _Entry(
-            rule, now + count_ms / 1000, now + amount_ms / 1000, body, now
+        self._entries[(request.rule.name, request.key)] = _Entry(
+            request.rule, now + count_ms / 1000, now + amount_ms / 1000, body, now
         )
 
     def forget(self, rule_name: str, key: str) -> None:
@@ -126,9 +119,7 @@ class DenialCache:
 
     def _evict(self, now: float) -> None:
         expired = [
-            k
-            for k, e in self._entries.items()
-            if now >= e.count_until and now >= e.amount_until
+            k for k, e in self._entries.items() if now >= e.count_until and now >= e.amount_until
         ]
         for k in expired:
             del self._entries[k]
@@ -136,9 +127,11 @@ class DenialCache:
             del self._entries[next(iter(self._entries))]  # the oldest
 
 
-def _brought_forward(body: dict[str, Any], elapsed_ms: int) -> dict[str, Any]:
+def _brought_forward(body: dict[str, Any], elapsed_ms: int, dry_run: bool) -> dict[str, Any]:
     answer = dict(body)
     answer["cached"] = True
+    answer["dry_run"] = dry_run
+    answer["replayed"] = False
     if answer.get("retry_after_ms") is not None:
         answer["retry_after_ms"] = max(0, answer["retry_after_ms"] - elapsed_ms)
     answer["limits"] = [

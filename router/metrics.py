@@ -92,6 +92,11 @@ class RouterMetrics:
             "Denials answered OK because their limit is in shadow mode (Envoy descriptors).",
             "rule",
         )
+        self.denial_cache_hits = families.counter(
+            "shardlimit_denial_cache_hits_total",
+            "Denials the router answered from its cache (cache_denials), no node call.",
+            "rule",
+        )
         self.errors = families.counter(
             "shardlimit_error_responses_total",
             "Problem responses (status >= 400, 429 aside) by status.",
@@ -136,6 +141,12 @@ class RouterMetrics:
         consumed = (request.cost > 0 or any(request.amounts)) and not request.dry_run
         if consumed and not result.replayed and near_limit(result.limits):
             self.near_limit(rule).inc()
+
+    def cached_denial(self, request: CheckRequest) -> None:
+        """Count a denial answered from the router's denial cache."""
+        rule = request.rule.name
+        self.decisions(rule, "denied").inc()
+        self.denial_cache_hits(rule).inc()
 
     def degraded_decision(self, request: CheckRequest, reason: str, allowed: bool) -> None:
         """Count a decision made up with the rule's on_failure."""

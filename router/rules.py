@@ -36,6 +36,8 @@ class Rule:
     # `spread: N` (router/spread.py): N > 1 sub-counters, each with its share of the limits.
     spread: int = 1
     sub_wires: tuple[tuple[list[Any], ...], ...] = ()
+    # `cache_denials: true` (router/denial_cache.py): a used-up key is answered locally.
+    cache_denials: bool = False
 
     @property
     def public_name(self) -> str | None:
@@ -52,6 +54,8 @@ def _body(rule: Rule) -> dict[str, Any]:
     }
     if rule.spread > 1:
         body["spread"] = rule.spread
+    if rule.cache_denials:
+        body["cache_denials"] = True
     return body
 
 
@@ -68,7 +72,11 @@ def default_on_failure(limits: tuple[LimitSpec, ...]) -> str:
 
 
 def make_rule(
-    name: str, limits: tuple[LimitSpec, ...], on_failure: str | None = None, spread: int = 1
+    name: str,
+    limits: tuple[LimitSpec, ...],
+    on_failure: str | None = None,
+    spread: int = 1,
+    cache_denials: bool = False,
 ) -> Rule:
     subs = split_limits(limits, spread) if spread > 1 else ()
     return Rule(
@@ -78,6 +86,7 @@ def make_rule(
         wire=tuple(spec.to_wire() for spec in limits),
         spread=spread,
         sub_wires=tuple(tuple(spec.to_wire() for spec in sub) for sub in subs),
+        cache_denials=cache_denials,
     )
 
 
@@ -88,7 +97,7 @@ def parse_rule(name: str, data: Any, path: str, problems: Problems) -> Rule | No
     if not isinstance(data, dict):
         problems.add(path, "must be an object with 'limits'")
         return None
-    for extra in sorted(set(data) - {"limits", "on_failure", "name", "spread"}):
+    for extra in sorted(set(data) - {"limits", "on_failure", "name", "spread", "cache_denials"}):
         problems.add(f"{path}.{extra}", "unknown field")
     limits = parse_limits(data.get("limits"), f"{path}.limits", problems)
     spread = 1
@@ -97,9 +106,12 @@ def parse_rule(name: str, data: Any, path: str, problems: Problems) -> Rule | No
     on_failure = data.get("on_failure")
     if on_failure is not None and on_failure not in ON_FAILURE:
         problems.add(f"{path}.on_failure", "must be 'allow' or 'deny'")
+    cache_denials = data.get("cache_denials", False)
+    if not isinstance(cache_denials, bool):
+        problems.add(f"{path}.cache_denials", "must be true or false")
     if len(problems.errors) != before:
         return None
-    return make_rule(name, limits, on_failure, spread)
+    return make_rule(name, limits, on_failure, spread, cache_denials is True)
 
 
 def parse_rules_document(doc: Any) -> dict[str, Rule]:

@@ -14,8 +14,10 @@ from router.allornothing import AllOrNothing
 from router.cluster_rules import ClusterRules
 from router.cluster_view import Attempt, ClusterView
 from router.decisions import decision, degraded_decision
+from router.denial_cache import DenialCache
 from router.dispatch import NodeUnavailable, Reason
 from router.metrics import RouterMetrics
+from router.quota_adjust import AdjustRequest, run_adjust
 from router.requests import CheckRequest, RefundRequest
 from router.resharding import Resharder
 from router.rules import RuleBook
@@ -34,6 +36,7 @@ class Router:
         self.admin_token = admin_token
         self.view = ClusterView(config, cluster_token)
         self.spread = Spread(self.view)
+        self.denials = DenialCache()
         self.resharder = Resharder(self.view)
         self.rules = RuleBook(config.rules_file)
         self.cluster_rules = ClusterRules(self.view, self.rules)
@@ -88,9 +91,11 @@ class Router:
     async def check(
         self, request: CheckRequest, hold_ms: int = 0, batch: tuple[str, str] | None = None
     ) -> dict[str, Any]:
-        op = request.to_op(
-            self.config.idempotency_ttl_ms, hold_ms, batch, self.config.quota_ttl_ms
-        )
+        if request.rule.cache_denials and batch is None:
+            cached = self._cached_denial(request)
+            if cached is not None:
+                return cached
+        op = request.to_op(self.config.idempotency_ttl_ms, hold_ms, batch, self.config.quota_ttl_ms)
         if request.rule.spread > 1:
             node, outcome = await self.spread.check(request, op)
             return self._conclude(request, node, outcome)
@@ -112,6 +117,8 @@ class Router:
         if isinstance(outcome, wire.Checked):
             body = decision(request, node, outcome)
             self.metrics.checked(request, outcome)
+            if request.rule.cache_denials and not outcome.allowed:
+                self.denials.remember(request, outcome.limits, body)
         else:
             if isinstance(outcome, NodeUnavailable):
                 reason, detail = outcome.reason, str(outcome)
@@ -121,21 +128,41 @@ class Router:
             self.metrics.degraded_decision(request, reason, body["allowed"])
         return body
 
+    def _cached_denial(self, request: CheckRequest) -> dict[str, Any] | None:
+        body = self.denials.answer(request)
+        if body is not None:
+            self.metrics.cached_denial(request)
+        return body
+
     async def refund(self, request: RefundRequest, *, void: bool = False) -> wire.Refunded:
         """Raises NodeUnavailable; returns the node's refund result."""
         op = request.to_op(void=void, quota_ttl_ms=self.config.quota_ttl_ms)
-        if request.rule.spread > 1:
-            return await self.spread.refund(request, op)
-        _node, result = await self.view.execute(request.key, op)
+        try:
+            if request.rule.spread > 1:
+                return await self.spread.refund(request, op)
+            _node, result = await self.view.execute(request.key, op)
+        finally:  # after the node: a denial cached meanwhile predates the refund
+            self.denials.forget(request.rule.name, request.key)
         if not isinstance(result, wire.Refunded):
             raise NodeUnavailable(_not_expected(result), Reason.ERROR)
         return result
 
+    async def adjust_quota(self, request: AdjustRequest) -> dict[str, Any]:
+        """Restock or set a quota (router/quota_adjust.py); raises as run_adjust does."""
+        config = self.config
+        try:
+            return await run_adjust(
+                self.view, request, config.idempotency_ttl_ms, config.quota_ttl_ms
+            )
+        finally:  # after the node: a denial cached meanwhile predates the restock
+            self.denials.forget(request.rule.name, request.key)
+
     async def batch(self, requests: list[CheckRequest], all_or_nothing: bool) -> dict[str, Any]:
         if all_or_nothing:
             return await self.all_or_nothing.run(requests)
-        if any(request.rule.spread > 1 for request in requests):
-            # Spread keys fall back from sub-counter to sub-counter: one check at a time.
+        if any(request.rule.spread > 1 or request.rule.cache_denials for request in requests):
+            # Spread keys fall back from sub-counter to sub-counter, and cached denials
+            # need no node: one check at a time.
             bodies = await asyncio.gather(*(self.check(request) for request in requests))
             return {"allowed": all(b["allowed"] for b in bodies), "results": list(bodies)}
         # Every check is queued at once, without a task each; only those whose first

@@ -18,9 +18,8 @@ import pytest
 from tests.conftest import Cluster
 
 PACKAGE = "shardlimit_client"
-# No post-hooks (they would run ruff from PATH); Literal types for enums (the timezone
-# enum holds names such as GMT+0 and GMT-0 that an Enum cannot tell apart).
-CONFIG = "post_hooks: []\nliteral_enums: true\n"
+# No post-hooks: they would run ruff from PATH
+CONFIG = "post_hooks: []\n"
 
 
 @pytest.fixture

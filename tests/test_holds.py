@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import orjson
 import redis
 from aiohttp import web
 
@@ -357,3 +358,25 @@ async def test_holds_follow_their_key_when_a_node_is_added(
     assert not [name for name in decision_keys(cluster) if name.startswith("sl|dp|")]
     for server in servers:
         server.close()
+
+
+async def test_bad_hold_settles_and_hand_overs_are_refused(cluster: Cluster) -> None:
+    url = cluster.node_urls["n1"]
+    headers = {"Authorization": f"Bearer {CLUSTER}"}
+    good = {"k": ["r|~inline|x|k", "cAAAAAAAA|k"], "a": [1] * 8}
+    mixed = {"k": ["r|~inline|x|k", "cAAAAAAAA|other"], "a": [1] * 8}  # two limit keys
+    bad: list[tuple[str, Any]] = [
+        ("/node/v1/holds/settle", {"holds": [[good, "maybe"]]}),
+        ("/node/v1/holds/settle", {"holds": [[mixed, "abort"]]}),
+        ("/node/v1/holds/settle", {"holds": "nope"}),
+        ("/node/v1/holds/adopt", {"holds": [["{not json", 1]]}),
+        ("/node/v1/holds/adopt", {"holds": [[orjson.dumps(good).decode(), "soon"]]}),
+        ("/node/v1/decision", {"batch": "b", "settled": "x"}),
+        ("/node/v1/decision", {"batch": "b", "decision": "commit", "holds": [1]}),
+    ]
+    for path, body in bad:
+        async with cluster.http.post(url + path, json=body, headers=headers) as resp:
+            assert resp.status == 400, (path, body, await resp.text())
+    direct = redis.Redis(port=cluster.redis[0].port)
+    assert direct.zcard(HOLDS_KEY) == 0
+    direct.close()

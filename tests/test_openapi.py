@@ -6,6 +6,7 @@ uses (ECMA 262 regexes: `$` is the end, `\\s` and `\\d` are not Python's)."""
 from __future__ import annotations
 
 import itertools
+import zoneinfo
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -13,6 +14,7 @@ import jsonschema_rs
 import pytest
 from openapi_spec_validator import validate
 
+from cluster.calendar import load_timezone
 from cluster.errors import Problems
 from cluster.limits import (
     ALGORITHMS,
@@ -243,3 +245,17 @@ async def test_a_bucket_at_its_bounds_counts_exactly(cluster: Cluster) -> None:
     assert (status, body["limits"][0]["remaining"]) == (429, 0)
     status, body = await cluster.check({"key": "k", "limits": [{**bucket, "period": "2d"}]})
     assert (status, [e["field"] for e in body["errors"]]) == (400, ["limits[0].period"])
+
+
+def test_timezones() -> None:
+    def accepts(name: str) -> bool:
+        try:
+            load_timezone(name)
+        except ValueError:
+            return False
+        return True
+
+    names = sorted(zoneinfo.available_timezones())
+    values = [*names, *(f"{n}\n" for n in names[:50]), "Europe/paris", "Etc/GMT+1x", "", "/"]
+    schema = SCHEMAS["calendar"]["properties"]["timezone"]
+    assert disagreements(schema, accepts, values) == []

@@ -121,6 +121,9 @@ async def test_expires_at_ends_the_quota(cluster: Cluster) -> None:
     assert body["limits"][0]["remaining"] == 0
     assert body["limits"][0]["amount_remaining"] == "0.00"
     assert body["limits"][0]["reset_after_ms"] is None
+    restock = {"key": "p:1", "rule": "promo", "delta": 5, "request_id": "late"}
+    status, problem = await adjust(cluster, restock)
+    assert status == 409 and problem["type"].endswith("quota-over")
 
 
 async def test_expires_at_in_the_past_is_a_400(cluster: Cluster) -> None:

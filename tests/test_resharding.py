@@ -425,3 +425,13 @@ async def test_a_source_finds_exactly_the_keys_that_move(
     client.close()
     assert found == expected and list(found) == ["n4"]
     assert examined >= len(names)
+
+
+async def test_a_copy_step_with_a_bad_budget_is_refused(cluster: Cluster) -> None:
+    headers = {"Authorization": f"Bearer {CLUSTER}"}
+    for budget in ({"rate": -1}, {"busy_pct": 0}, {"busy_pct": 101}, {"rate": "fast"}):
+        body = {"migration": "m", "cursor": 0, "count": 100, **budget}
+        async with cluster.http.post(
+            cluster.node_urls["n1"] + "/node/v1/migrate", json=body, headers=headers
+        ) as resp:
+            assert resp.status == 400, (budget, await resp.text())

@@ -14,6 +14,7 @@ import orjson
 import pytest
 import redis as sync_redis
 
+from cluster.algorithms import DEFAULT_QUOTA_TTL_MS
 from cluster.keys import counter_key, record_key, sub_key
 from cluster.loadgen import run_loadgen, start_loadgen
 from cluster.redis_proc import RedisProcess, free_port
@@ -308,4 +309,11 @@ async def test_a_spread_sale_stays_exact_while_nodes_come_and_go(
     assert sub_counters(cluster, "sale", "launch", 4) == [(250, 0)] * 4
     placed = {cluster.router.view.owner(sub_key("launch", i)) for i in range(4)}
     assert "n2" not in placed
+    for index in range(4):  # moved or not, each sub-counter kept its lifetime
+        sub = sub_key("launch", index)
+        node = cluster.router.view.owner(sub)
+        client = sync_redis.Redis(port=cluster.redis[int(node[1:]) - 1].port)
+        ttl = client.pttl(counter_key("sale", "q", sub))
+        client.close()
+        assert DEFAULT_QUOTA_TTL_MS - 600_000 < ttl <= DEFAULT_QUOTA_TTL_MS
     print(json.dumps({"sub_counter_nodes": sorted(placed)}))
