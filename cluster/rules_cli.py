@@ -25,8 +25,9 @@ def _public(rule: dict[str, Any]) -> dict[str, Any]:
     public = {"limits": rule["limits"], "on_failure": rule["on_failure"]}
     if rule.get("spread", 1) > 1:
         public["spread"] = rule["spread"]
-    if rule.get("cache_denials"):
-        public["cache_denials"] = True
+    for flag in ("cache_denials", "shadow"):
+        if rule.get(flag):
+            public[flag] = True
     return public
 
 

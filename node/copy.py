@@ -26,6 +26,7 @@ import asyncio
 import time
 from binascii import crc_hqx
 from bisect import bisect_right
+from hashlib import md5
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -154,21 +155,43 @@ class Finder:
             cursor=cursor, match=DATA_KEYS_PATTERN, count=examine
         )
         found = {}
-        arcs, slots = self.arcs, self.slot_targets
-        moving_away = self.ownership.moving_away
+        if self.slot_targets is None and self.arcs is None:
+            for raw in names:
+                name = raw.decode() if isinstance(raw, bytes) else str(raw)
+                limit_key = limit_key_of(name)
+                target = self.ownership.moving_away(limit_key) if limit_key else None
+                if target is not None:
+                    found.setdefault(target, []).append(name)
+            return int(next_cursor), len(names), found
+        # The hot loop of a copy: bytes as Redis gave them (cluster.keys.limit_key_of
+        # and cluster.partition.routing_part on bytes; "{", "}" and "|" are ASCII, so
+        # UTF-8 bytes split where the str would); only moving names are decoded.
+        slots, arcs = self.slot_targets, self.arcs
+        bounds, targets = (arcs.bounds, arcs.targets) if arcs is not None else ([], [])
         for raw in names:
-            name = raw.decode() if isinstance(raw, bytes) else str(raw)
-            limit_key = limit_key_of(name)
-            if limit_key is None:
-                continue
-            if slots is not None:
-                target = slots[crc_hqx(routing_part(limit_key).encode(), 0) & SLOT_MASK]
-            elif arcs is not None:
-                target = arcs.target(limit_key)
+            if raw[:1] == b"c":
+                if raw[9:10] != b"|":
+                    continue
+                part = raw[10:]
+            elif raw[:2] == b"r|":
+                pieces = raw.split(b"|", 3)
+                if len(pieces) != 4:
+                    continue
+                part = pieces[3]
             else:
-                target = moving_away(limit_key)
+                continue
+            start = part.find(b"{")
+            if start != -1:
+                end = part.find(b"}", start + 1)
+                if end > start + 1:
+                    part = part[start + 1 : end]
+            if slots is not None:
+                target = slots[crc_hqx(part, 0) & SLOT_MASK]
+            else:
+                digest = md5(part, usedforsecurity=False).digest()
+                target = targets[bisect_right(bounds, int.from_bytes(digest[:8], "big")) - 1]
             if target is not None:
-                found.setdefault(target, []).append(name)
+                found.setdefault(target, []).append(raw.decode())
         return int(next_cursor), len(names), found
 
 

@@ -77,7 +77,7 @@ class DenialCache:
         if entry is None:
             return None
         now = self._clock()
-        if entry.rule is not rule or (now >= entry.count_until and now >= entry.amount_until):
+        if entry.rule != rule or (now >= entry.count_until and now >= entry.amount_until):
             del self._entries[(rule.name, key)]
             return None
         blocked = (request.cost > 0 and now < entry.count_until) or (

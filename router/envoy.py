@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -191,7 +192,8 @@ class RateLimitService:
                     log.warning("envoy descriptor names unknown rule '%s'", limit.rule_ref)
                     statuses[index] = rls_pb2.RateLimitResponse.DescriptorStatus(code=OK)
                     continue
-                rule = make_rule(limit.scope, named.limits, named.on_failure)
+                # The named rule under this descriptor's counter scope, options kept.
+                rule = dataclasses.replace(named, name=limit.scope)
             assert rule is not None
             check = CheckRequest(
                 found.key, rule, _cost(request, descriptor), (0,) * len(rule.limits), None, False

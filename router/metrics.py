@@ -89,7 +89,7 @@ class RouterMetrics:
         )
         self.shadow = families.counter(
             "shardlimit_shadow_decisions_total",
-            "Denials answered OK because their limit is in shadow mode (Envoy descriptors).",
+            "Denials answered OK because their rule (or Envoy limit) is in shadow mode.",
             "rule",
         )
         self.denial_cache_hits = families.counter(

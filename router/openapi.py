@@ -402,6 +402,10 @@ def openapi_document() -> dict[str, Any]:
             "dry_run": {"type": "boolean"},
             "degraded": {"type": "boolean"},
             "rolled_back": {"type": "boolean"},
+            "shadow": {
+                "type": "boolean",
+                "description": "the rule is in shadow mode and denied: answered as allowed",
+            },
             "cached": {
                 "type": "boolean",
                 "description": "answered by the router's denial cache (`cache_denials`)",
@@ -446,6 +450,11 @@ def openapi_document() -> dict[str, Any]:
                 "type": "boolean",
                 "description": "answer a used-up key on the router until its quota returns, "
                 "without a node call (a refund through another router shows after that)",
+            },
+            "shadow": {
+                "type": "boolean",
+                "description": "decide and count as usual, but answer a denial as allowed "
+                "(`shadow: true` in the decision): to try a rule on live traffic",
             },
         },
     }

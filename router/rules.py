@@ -20,6 +20,7 @@ from router.watched_file import WatchedFile
 
 log = logging.getLogger("shardlimit.rules")
 ON_FAILURE = ("allow", "deny")
+RULE_FIELDS = frozenset({"limits", "on_failure", "name", "spread", "cache_denials", "shadow"})
 FILE_HEADER = (
     "# Written by a shardlimit router from the cluster's rules, version below. An edit of\n"
     "# this file is published only while the cluster is still at that version; delete\n"
@@ -38,6 +39,8 @@ class Rule:
     sub_wires: tuple[tuple[list[Any], ...], ...] = ()
     # `cache_denials: true` (router/denial_cache.py): a used-up key is answered locally.
     cache_denials: bool = False
+    # `shadow: true`: decided and counted as usual, but a denial is answered as allowed.
+    shadow: bool = False
 
     @property
     def public_name(self) -> str | None:
@@ -56,6 +59,8 @@ def _body(rule: Rule) -> dict[str, Any]:
         body["spread"] = rule.spread
     if rule.cache_denials:
         body["cache_denials"] = True
+    if rule.shadow:
+        body["shadow"] = True
     return body
 
 
@@ -77,6 +82,7 @@ def make_rule(
     on_failure: str | None = None,
     spread: int = 1,
     cache_denials: bool = False,
+    shadow: bool = False,
 ) -> Rule:
     subs = split_limits(limits, spread) if spread > 1 else ()
     return Rule(
@@ -87,6 +93,7 @@ def make_rule(
         spread=spread,
         sub_wires=tuple(tuple(spec.to_wire() for spec in sub) for sub in subs),
         cache_denials=cache_denials,
+        shadow=shadow,
     )
 
 
@@ -97,7 +104,7 @@ def parse_rule(name: str, data: Any, path: str, problems: Problems) -> Rule | No
     if not isinstance(data, dict):
         problems.add(path, "must be an object with 'limits'")
         return None
-    for extra in sorted(set(data) - {"limits", "on_failure", "name", "spread", "cache_denials"}):
+    for extra in sorted(set(data) - RULE_FIELDS):
         problems.add(f"{path}.{extra}", "unknown field")
     limits = parse_limits(data.get("limits"), f"{path}.limits", problems)
     spread = 1
@@ -106,12 +113,15 @@ def parse_rule(name: str, data: Any, path: str, problems: Problems) -> Rule | No
     on_failure = data.get("on_failure")
     if on_failure is not None and on_failure not in ON_FAILURE:
         problems.add(f"{path}.on_failure", "must be 'allow' or 'deny'")
-    cache_denials = data.get("cache_denials", False)
-    if not isinstance(cache_denials, bool):
-        problems.add(f"{path}.cache_denials", "must be true or false")
+    flags = {flag: data.get(flag, False) for flag in ("cache_denials", "shadow")}
+    for flag, value in flags.items():
+        if not isinstance(value, bool):
+            problems.add(f"{path}.{flag}", "must be true or false")
     if len(problems.errors) != before:
         return None
-    return make_rule(name, limits, on_failure, spread, cache_denials is True)
+    return make_rule(
+        name, limits, on_failure, spread, flags["cache_denials"] is True, flags["shadow"] is True
+    )
 
 
 def parse_rules_document(doc: Any) -> dict[str, Rule]:

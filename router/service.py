@@ -126,12 +126,21 @@ class Router:
                 reason, detail = Reason.ERROR, _not_expected(outcome)
             body = degraded_decision(request, node, f"{reason}: {detail}")
             self.metrics.degraded_decision(request, reason, body["allowed"])
-        return body
+        return self._shadowed(request, body) if request.rule.shadow else body
+
+    def _shadowed(self, request: CheckRequest, body: dict[str, Any]) -> dict[str, Any]:
+        """A shadow rule's denial, answered as allowed (and counted as a shadow one)."""
+        if body["allowed"]:
+            return body
+        self.metrics.shadow(request.rule.name).inc()
+        return {**body, "allowed": True, "retry_after_ms": None, "shadow": True}
 
     def _cached_denial(self, request: CheckRequest) -> dict[str, Any] | None:
         body = self.denials.answer(request)
         if body is not None:
             self.metrics.cached_denial(request)
+            if request.rule.shadow:
+                return self._shadowed(request, body)
         return body
 
     async def refund(self, request: RefundRequest, *, void: bool = False) -> wire.Refunded:
