@@ -42,7 +42,7 @@ class RouterConfig:
     reshard_rate: int = 0  # keys/s each source may move (0: no fixed rate)
     reshard_busy_pct: int = 50  # most of a source Redis' time the copy may take
     reshard_lease_ttl_ms: int = 15_000
-    reshard_parallel: int = 8  # sources copying at once (each under its own budget)
+    reshard_parallel: int = 1
     aon_hold_ms: int = 10_000  # all-or-nothing holds are given back after this
     partitioner: str = "ring"
     vnodes: int = DEFAULT_VNODES

@@ -541,6 +541,7 @@ async def _on_cleanup(app: web.Application) -> None:
     await state.redis.aclose()
     await state.counters.aclose()
     await state.store.close()
+    await state.migrator.close()
 
 
 def create_app(

@@ -26,9 +26,9 @@ import asyncio
 import time
 from binascii import crc_hqx
 from bisect import bisect_right
-from hashlib import md5
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from hashlib import md5
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -168,7 +168,8 @@ class Finder:
         # UTF-8 bytes split where the str would); only moving names are decoded.
         slots, arcs = self.slot_targets, self.arcs
         bounds, targets = (arcs.bounds, arcs.targets) if arcs is not None else ([], [])
-        for raw in names:
+        raws: list[bytes] = names  # type: ignore[assignment]  # this client never decodes
+        for raw in raws:
             if raw[:1] == b"c":
                 if raw[9:10] != b"|":
                     continue

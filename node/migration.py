@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 import orjson
 import redis.asyncio as aioredis
-from redis.exceptions import ResponseError
+from redis.exceptions import RedisError, ResponseError
 
 from cluster import wire
 from cluster.keys import limit_key_of, marker_key, marker_pattern
@@ -61,6 +61,8 @@ class Migrator:
         self._redis_addresses: dict[str, tuple[str, int, int]] = {}
         self._finder: tuple[tuple[str, int], Finder] | None = None
         self._budget: tuple[str, Budget] | None = None
+        # Direct connections to target Redis (the MIGRATE address), for _drop_if_there.
+        self._target_clients: dict[tuple[str, int, int], aioredis.Redis] = {}
         self.headers = {"Content-Type": "application/json"}
         if cluster_token:
             self.headers["Authorization"] = f"Bearer {cluster_token}"
@@ -187,8 +189,8 @@ class Migrator:
         """Redis-to-Redis MIGRATE (TTL kept, never REPLACE); returns the keys still here.
 
         Without REPLACE a key the target already holds (imported on first touch and
-        maybe counted since) is refused with BUSYKEY and stays here; those go through
-        the marker-checked import path instead.
+        maybe counted since) is refused with BUSYKEY and stays here; it is dropped
+        here if the target has it, else it goes through the import endpoint.
         """
         address = await self._target_redis(target_url)
         if address is None:
@@ -203,7 +205,43 @@ class Migrator:
             for key in keys:
                 pipe.exists(key)
             present = await pipe.execute()
-            return [key for key, here in zip(keys, present, strict=True) if here]
+            left = [key for key, here in zip(keys, present, strict=True) if here]
+        return await self._drop_if_there(address, left)
+
+    async def _drop_if_there(self, address: tuple[str, int, int], keys: list[str]) -> list[str]:
+        """Of the keys MIGRATE left here, drop those the target's Redis already has;
+        the others are returned (to go through the import endpoint).
+
+        A moving key present at the target is the current one: the target writes it
+        only after importing it (from this frozen copy), and no earlier migration left
+        a copy there. So the import script would do nothing for it but set a marker,
+        which the target's first touch no longer needs (Migrator.missing_markers).
+        Asking the target's Redis directly saves an HTTP call through the target node
+        per chunk that met a key a live check had already pulled."""
+        if not keys:
+            return keys
+        host, port, db = address
+        target = self._target_clients.get(address)
+        if target is None:
+            target = aioredis.Redis(
+                host=host, port=port, db=db, socket_connect_timeout=2.0, socket_timeout=10.0
+            )
+            self._target_clients[address] = target
+        try:
+            pipe = target.pipeline(transaction=False)
+            for key in keys:
+                pipe.exists(key)
+            there = await pipe.execute()
+        except (RedisError, OSError):
+            return keys
+        drop = [key for key, found in zip(keys, there, strict=True) if found]
+        if drop:
+            await self.client.delete(*drop)
+        return [key for key, found in zip(keys, there, strict=True) if not found]
+
+    async def close(self) -> None:
+        for client in self._target_clients.values():
+            await client.aclose()
 
     async def _send_dumps(self, target_url: str, migration_id: str, keys: list[str]) -> int:
         entries = await self.export(keys)

@@ -158,8 +158,8 @@ class Resharder:
         await self._push_all()
         self.progress["phase"] = "copying"
         started = time.monotonic()
-        # Sources copy at once (reshard_parallel): each is paced by its own budget
-        # (node/copy.py), which bounds what it takes of its Redis.
+        # One source at a time by default: copying competes with live checks for CPU
+        # (each source is also paced by its own budget, node/copy.py).
         gate = asyncio.Semaphore(self.view.config.reshard_parallel)
 
         async def copy(source: str) -> None:

@@ -24,6 +24,7 @@ the hook, so a case made valid here is checked as valid.
 from __future__ import annotations
 
 import asyncio
+import copy
 import os
 import re
 import shutil
@@ -82,7 +83,7 @@ def _ground_limits(body: dict[str, Any]) -> None:
     problems = Problems()
     parse_limits(limits, "limits", problems)
     if any(rule in e.message for e in problems.errors for rule in LIST_RULES):
-        body["limits"] = BASIC
+        body["limits"] = copy.deepcopy(BASIC)
     if "amount" in body:
         body["amount"] = "0"
 
@@ -120,7 +121,7 @@ def _ground_body(path: str, method: str, body: dict[str, Any]) -> None:
             body["name"] = None  # or the name in the path
     elif path == "/v1/rules" and method == "PUT" and isinstance(body.get("rules"), dict):
         rules = [rule for rule in body["rules"].values() if isinstance(rule, dict)]
-        body["rules"].update(KEEP)
+        body["rules"].update(copy.deepcopy(KEEP))
     for item in {id(item): item for item in (body, *checks, *rules)}.values():
         if isinstance(item.get("rule"), str):
             item["rule"] = "basic"

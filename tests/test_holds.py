@@ -220,6 +220,11 @@ async def test_bad_decisions_are_refused(cluster: Cluster) -> None:
     assert isinstance(result, wire.Failed) and "coordinator" in result.detail
 
 
+def holds_of(server: redis.Redis) -> list[str]:
+    """The members of a node's holds set (a client that decodes responses)."""
+    return [str(m) for m in server.zrange(HOLDS_KEY, 0, -1)]
+
+
 def node_state(cluster: Cluster, node: str) -> NodeState:
     index = list(cluster.node_urls).index(node)
     return cluster.runners[index].app[STATE]
@@ -332,7 +337,7 @@ async def test_holds_follow_their_key_when_a_node_is_added(
     # A lost hand-over acknowledgement: the old owner still has some of those holds
     # too. Its sweeper must settle them where the key lives, where it is a no-op.
     for key in moved[:5]:
-        [member] = [m for m in servers[3].zrange(HOLDS_KEY, 0, -1) if f'|{key}"' in m]
+        [member] = [m for m in holds_of(servers[3]) if f'|{key}"' in m]
         servers[int(before[key][1:]) - 1].zadd(HOLDS_KEY, {member: 0})
     # The router commits some committed batches' holds itself, after the move.
     for key in sorted(committed)[::4]:
@@ -340,7 +345,7 @@ async def test_holds_follow_their_key_when_a_node_is_added(
         node, result = await view.execute(key, commit)
         assert node == after[key] and result == wire.Committed(True)
     for server in servers:  # every hold runs out now
-        server.zadd(HOLDS_KEY, {m: 0 for m in server.zrange(HOLDS_KEY, 0, -1)}, xx=True)
+        server.zadd(HOLDS_KEY, dict.fromkeys(holds_of(server), 0), xx=True)
 
     async def settled() -> bool:
         return hold_count(cluster) == 0
