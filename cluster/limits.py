@@ -35,9 +35,7 @@ MAX_LIMITS_PER_RULE = 16
 
 MAX_TIMESTAMP_MS = 253_402_300_800_000  # 10000-01-01
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_RFC3339 = re.compile(
-    r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
-)
+_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$")
 # ASCII white space and digits only, as the OpenAPI document's patterns (ECMA 262) read
 # them: Python's \s and \d take other Unicode characters too. At most 18 significant
 # digits: int() refuses thousands of them.

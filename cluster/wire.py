@@ -31,6 +31,7 @@ __all__ = [
     "HOLDS_SETTLE_PATH",
     "IMPORT_PATH",
     "LEASE_PATH",
+    "METRICS_PATH",
     "MIGRATE_PATH",
     "MIGRATION_CLEANUP_PATH",
     "READY_PATH",
@@ -72,6 +73,7 @@ RULES_PATH: Final = "/node/v1/rules"  # GET / PUT the cluster's versioned rules 
 TEST_CLOCK_PATH: Final = "/node/v1/test/clock"  # test mode only: offset the scripts' clock
 HEALTH_PATH: Final = "/healthz"  # the node process answers
 READY_PATH: Final = "/readyz"  # the node and its Redis answer
+METRICS_PATH: Final = "/metrics"  # Prometheus exposition, no token (no label holds a key)
 CONTENT_TYPE: Final = "application/msgpack"
 
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]

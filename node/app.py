@@ -27,7 +27,7 @@ from cluster.topology import Topology
 from node.boundary import redis_boundary
 from node.holds import HoldKeeper
 from node.liveness import LivenessResponder
-from node.metrics import METRICS_PATH, NodeMetrics
+from node.metrics import NodeMetrics
 from node.migration import Migrator, PeerError, decode_entries, encode_entries
 from node.ops import BadOp, Op, parse_op
 from node.ownership import Ownership, Role
@@ -585,7 +585,7 @@ def create_app(
     app.router.add_post(wire.TEST_CLOCK_PATH, set_clock)
     app.router.add_get(wire.HEALTH_PATH, healthz)
     app.router.add_get(wire.READY_PATH, readyz)
-    app.router.add_get(METRICS_PATH, metrics)
+    app.router.add_get(wire.METRICS_PATH, metrics)
     app.on_startup.append(_on_startup)
     app.on_cleanup.append(_on_cleanup)
     return app

@@ -44,9 +44,9 @@ from cluster.partition import (
 from node.ownership import Ownership
 from node.scripts import read_lua
 
-MIGRATE_CHUNK = 500  # keys per MIGRATE: each one blocks the source Redis while it runs
+MIGRATE_CHUNK = 100  # keys per MIGRATE: each one blocks the source Redis while it runs
 SCAN_ROUND = 1000  # SCAN COUNT per round inside scan_moving.lua
-FIND_BATCH = 2000  # names examined per find call (one Lua call or a few SCANs)
+FIND_BATCH = 500  # names examined per find call (one Lua call or a few SCANs)
 SLOT_MASK = HASH_SLOTS - 1
 # Slots mode: find moving keys inside Redis (scan_moving.lua) rather than here. Measured
 # on one host: the Lua CRC16 costs Redis ~2x the time of SCAN plus binascii.crc_hqx here,

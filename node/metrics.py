@@ -21,9 +21,8 @@ from redis.exceptions import RedisError
 from cluster.keys import RULES_KEY
 from cluster.metrics import Families
 
-__all__ = ["METRICS_PATH", "NodeMetrics", "held_keys"]
+__all__ = ["NodeMetrics", "held_keys"]
 
-METRICS_PATH = "/metrics"
 
 # Seconds: one pipeline of script calls usually takes tens to hundreds of microseconds.
 REDIS_CALL_BUCKETS = (

@@ -100,7 +100,9 @@ async def test_full_node_queue_answers_overloaded_and_consumes_nothing(cluster: 
     assert all(status == 200 for status, b in results if b["degraded"])  # fixed_window: open
     owner = cluster.router.view.owner(key)
     assert cluster.router.view.channels[owner].overloaded == len(overloaded)
-    degraded = cluster.router.metrics.count("shardlimit_degraded_decisions_total", reason="overloaded")
+    degraded = cluster.router.metrics.count(
+        "shardlimit_degraded_decisions_total", reason="overloaded"
+    )
     assert degraded == len(overloaded)
     for channel in cluster.router.view.channels.values():
         channel.queue_max = 1000

@@ -338,7 +338,9 @@ async def test_holds_follow_their_key_when_a_node_is_added(
     # too. Its sweeper must settle them where the key lives, where it is a no-op.
     for key in moved[:5]:
         [member] = [m for m in holds_of(servers[3]) if f'|{key}"' in m]
-        servers[int(before[key][1:]) - 1].zadd(HOLDS_KEY, {member: 0})
+        deadline = servers[3].zscore(HOLDS_KEY, member)
+        assert deadline is not None
+        servers[int(before[key][1:]) - 1].zadd(HOLDS_KEY, {member: deadline})
     # The router commits some committed batches' holds itself, after the move.
     for key in sorted(committed)[::4]:
         commit = wire.Op("commit", key, "~inline", LIMITS, [0, 0], request_id=f"h{key[3:]}")

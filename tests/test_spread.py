@@ -51,6 +51,11 @@ rules:
     limits:
       - {algorithm: fixed_window, limit: 10, window: 1h}
       - {algorithm: calendar, period: day, max_count: 7, max_amount: "0.05"}
+  daily:
+    spread: 3
+    limits:
+      - {algorithm: fixed_window, limit: 500, window: 1h}
+      - {algorithm: calendar, period: day, max_count: 400, max_amount: "150.00"}
 """
 SHAPES = {"sale": "q", "money": "q", "small": "q"}
 
@@ -144,6 +149,28 @@ async def test_a_money_stock_spread_over_4_sells_exactly_its_amount(cluster: Clu
     usage = await cluster.usage("purse", "money")
     assert usage["limits"][0]["max_amount"] == "1000.00"
     assert usage["limits"][0]["amount_remaining"] == "0.00"
+
+
+@pytest.mark.timeout(120)
+async def test_spread_windows_and_calendar_counts_and_amounts_stay_exact(
+    cluster: Cluster,
+) -> None:
+    url = cluster.router_url + "/v1/check"
+    # The day's amount binds first: 150.00 / 0.50 = 300, split 50.00 per sub-counter.
+    report = await run_loadgen(
+        url, connections=128, body=body("shop", "daily", amount="0.50"), requests=700
+    )
+    assert_clean(report)
+    assert report["allowed"] == 300 and report["denied"] == 400
+    usage = await cluster.usage("shop", "daily")
+    assert [(v["limit"], v["remaining"]) for v in usage["limits"]] == [(500, 200), (400, 100)]
+    assert usage["limits"][1]["amount_remaining"] == "0.00"
+    # With no amount, the day's count binds: 400 split 134, 133, 133.
+    report = await run_loadgen(url, connections=128, body=body("cart", "daily"), requests=700)
+    assert_clean(report)
+    assert report["allowed"] == 400 and report["denied"] == 300
+    usage = await cluster.usage("cart", "daily")
+    assert [(v["limit"], v["remaining"]) for v in usage["limits"]] == [(500, 100), (400, 0)]
 
 
 async def test_a_check_falls_back_to_another_sub_counter(cluster: Cluster) -> None:
