@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Required, TypedDict, Unpack, cast
 from urllib.parse import urlsplit
 
 import orjson
@@ -432,31 +432,35 @@ def _write_all(fd: int, data: bytes) -> None:
 # ---------------------------------------------------------------- callers in other processes
 
 
-def loadgen_args(
-    url: str,
-    *,
-    connections: int,
-    body: str,
-    requests: int | None = None,
-    duration_s: float | None = None,
-    keys: int = 1,
-    per_key: bool = False,
-    headers: dict[str, str] | None = None,
-    timeout_s: float = 30.0,
-    bodies_file: str | None = None,
-) -> list[str]:
-    """The command line of one loadgen child process (`bodies_file` replaces `body`)."""
+class LoadOptions(TypedDict, total=False):
+    """What a caller in another process says about one loadgen run (its command line)."""
+
+    connections: Required[int]
+    body: Required[str]
+    requests: int | None
+    duration_s: float | None
+    keys: int
+    per_key: bool
+    headers: dict[str, str] | None
+    timeout_s: float
+    bodies_file: str | None  # one body per line, sent round robin, instead of `body`
+
+
+def loadgen_args(url: str, **options: Unpack[LoadOptions]) -> list[str]:
+    """The command line of one loadgen child process."""
+    requests, duration_s = options.get("requests"), options.get("duration_s")
     if (requests is None) == (duration_s is None):
         raise ValueError("give exactly one of requests and duration_s")
     args = [sys.executable, "-m", "cluster.loadgen", "--url", url,
-            "--connections", str(connections), "--keys", str(keys),
-            "--timeout", str(timeout_s)]  # fmt: skip
-    args += ["--bodies-file", bodies_file] if bodies_file is not None else ["--body", body]
+            "--connections", str(options["connections"]), "--keys", str(options.get("keys", 1)),
+            "--timeout", str(options.get("timeout_s", 30.0))]  # fmt: skip
+    bodies_file = options.get("bodies_file")
+    args += ["--bodies-file", bodies_file] if bodies_file else ["--body", options["body"]]
     args += (
         ["--requests", str(requests)] if requests is not None else ["--duration", str(duration_s)]
     )
-    args += ["--per-key"] if per_key else []
-    for name, value in (headers or {}).items():
+    args += ["--per-key"] if options.get("per_key") else []
+    for name, value in (options.get("headers") or {}).items():
         args += ["--header", f"{name}: {value}"]
     return args
 
@@ -486,24 +490,9 @@ async def _spawn(args: list[str]) -> asyncio.subprocess.Process:
     )  # fmt: skip
 
 
-async def run_loadgen(
-    url: str,
-    *,
-    connections: int,
-    body: str,
-    requests: int | None = None,
-    duration_s: float | None = None,
-    keys: int = 1,
-    per_key: bool = False,
-    headers: dict[str, str] | None = None,
-    timeout_s: float = 30.0,
-) -> dict[str, Any]:
+async def run_loadgen(url: str, **options: Unpack[LoadOptions]) -> dict[str, Any]:
     """Run the load generator in a child process without blocking the caller's event loop."""
-    proc = await _spawn(
-        loadgen_args(url, connections=connections, body=body, requests=requests,
-                     duration_s=duration_s, keys=keys, per_key=per_key, headers=headers,
-                     timeout_s=timeout_s)
-    )  # fmt: skip
+    proc = await _spawn(loadgen_args(url, **options))
     try:
         stdout, stderr = await proc.communicate()
     except BaseException:  # cancelled (e.g. a test timeout): leave no child behind
@@ -533,46 +522,18 @@ class LoadProcess:
         await self.proc.wait()
 
 
-async def start_loadgen(
-    url: str,
-    *,
-    connections: int,
-    body: str,
-    keys: int = 1,
-    per_key: bool = False,
-    headers: dict[str, str] | None = None,
-    timeout_s: float = 30.0,
-    bodies_file: str | None = None,
-) -> LoadProcess:
+async def start_loadgen(url: str, **options: Unpack[LoadOptions]) -> LoadProcess:
     """Start a loadgen child that sends until `stop()` (at most a day)."""
-    return LoadProcess(
-        await _spawn(
-            loadgen_args(url, connections=connections, body=body, duration_s=86_400.0,
-                         keys=keys, per_key=per_key, headers=headers, timeout_s=timeout_s,
-                         bodies_file=bodies_file)
-        )
-    )  # fmt: skip
+    options = {**options, "requests": None, "duration_s": 86_400.0}
+    return LoadProcess(await _spawn(loadgen_args(url, **options)))
 
 
-def run_loadgen_sync(
-    url: str,
-    *,
-    connections: int,
-    body: str,
-    requests: int | None = None,
-    duration_s: float | None = None,
-    keys: int = 1,
-    per_key: bool = False,
-    headers: dict[str, str] | None = None,
-    timeout_s: float = 30.0,
-) -> dict[str, Any]:
+def run_loadgen_sync(url: str, **options: Unpack[LoadOptions]) -> dict[str, Any]:
     """The blocking twin of `run_loadgen` (for benchmark drivers)."""
-    args = loadgen_args(url, connections=connections, body=body, requests=requests,
-                        duration_s=duration_s, keys=keys, per_key=per_key, headers=headers,
-                        timeout_s=timeout_s)  # fmt: skip
     done = subprocess.run(
-        args, capture_output=True, env=_child_env(), preexec_fn=child_preexec, check=False
-    )
+        loadgen_args(url, **options),
+        capture_output=True, env=_child_env(), preexec_fn=child_preexec, check=False,
+    )  # fmt: skip
     return _parse(done.returncode, done.stdout, done.stderr)
 
 
