@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -66,8 +68,23 @@ def _router(request: web.Request) -> Router:
     return request.app[ROUTER]
 
 
+Handler = Callable[[web.Request], Awaitable[web.Response]]
+
+
 def _is_admin(request: web.Request) -> bool:
     return bearer_matches(request.headers.get("Authorization"), _router(request).admin_token)
+
+
+def admin_only(handler: Handler) -> Handler:
+    """A handler that needs the admin token (a 401 problem without it)."""
+
+    @functools.wraps(handler)
+    async def guarded(request: web.Request) -> web.Response:
+        if not _is_admin(request):
+            return _need_admin()
+        return await handler(request)
+
+    return guarded
 
 
 def _need_admin() -> web.Response:
@@ -147,10 +164,9 @@ async def post_refund(request: web.Request) -> web.Response:
     )
 
 
+@admin_only
 async def post_quota_adjust(request: web.Request) -> web.Response:
     """Restock a quota counter or set what it has left (router/quota_adjust.py)."""
-    if not _is_admin(request):
-        return _need_admin()
     router = _router(request)
     body, error = await read_json(request)
     if error is not None:
@@ -249,10 +265,9 @@ async def list_rules(request: web.Request) -> web.Response:
     return _json({"version": book.version, "rules": listing}, headers=_etag(book.version))
 
 
+@admin_only
 async def put_rules(request: web.Request) -> web.Response:
     """Replace every rule at once (`shardlimit rules apply`)."""
-    if not _is_admin(request):
-        return _need_admin()
     expected = _if_match(request)
     if isinstance(expected, web.Response):
         return expected
@@ -300,9 +315,8 @@ async def get_rule(request: web.Request) -> web.Response:
     return _json(rule.to_dict(), headers=_etag(book.version))
 
 
+@admin_only
 async def put_rule(request: web.Request) -> web.Response:
-    if not _is_admin(request):
-        return _need_admin()
     name = _rule_name(request)
     if isinstance(name, web.Response):
         return name
@@ -333,9 +347,8 @@ async def put_rule(request: web.Request) -> web.Response:
     return _json(rule.to_dict(), status=201 if created else 200, headers=_etag(version))
 
 
+@admin_only
 async def delete_rule(request: web.Request) -> web.Response:
-    if not _is_admin(request):
-        return _need_admin()
     name = _rule_name(request)
     if isinstance(name, web.Response):
         return name
@@ -434,9 +447,8 @@ def _new_node(body: Any, existing: set[str]) -> NodeSpec | list[FieldError]:
     return NodeSpec(str(node_id), str(url).rstrip("/"), int(weight))
 
 
+@admin_only
 async def add_node(request: web.Request) -> web.Response:
-    if not _is_admin(request):
-        return _need_admin()
     router = _router(request)
     body, error = await read_json(request)
     if error is not None:
@@ -481,9 +493,8 @@ async def _unreachable(view: ClusterView, spec: NodeSpec) -> str | None:
     return None
 
 
+@admin_only
 async def remove_node(request: web.Request) -> web.Response:
-    if not _is_admin(request):
-        return _need_admin()
     router = _router(request)
     node_id = request.match_info["id"]
     nodes = list(router.view.topology.nodes)
@@ -510,9 +521,8 @@ async def _reshard(router: Router, nodes: list[NodeSpec], dry_run: bool) -> web.
     return _json(started, status=202)
 
 
+@admin_only
 async def resume_migration(request: web.Request) -> web.Response:
-    if not _is_admin(request):
-        return _need_admin()
     try:
         return _json(_router(request).resharder.resume(), status=202)
     except ReshardError as exc:
