@@ -190,13 +190,41 @@ rules:
 """
 
 
+def cluster_with_rules(rules_yaml: str) -> Any:
+    """A `cluster` fixture serving `rules_yaml` (assign it to `cluster` in a test module)."""
+
+    @pytest.fixture
+    async def cluster(redis_servers: list[RedisProcess], tmp_path: Path) -> AsyncIterator[Cluster]:
+        started = await start_cluster(redis_servers, tmp_path, rules_yaml=rules_yaml)
+        try:
+            yield started
+        finally:
+            await stop_cluster(started)
+
+    return cluster
+
+
+cluster = cluster_with_rules(RULES)
+
+
 @pytest.fixture
-async def cluster(redis_servers: list[RedisProcess], tmp_path: Path) -> AsyncIterator[Cluster]:
-    started = await start_cluster(redis_servers, tmp_path, rules_yaml=RULES)
-    try:
-        yield started
-    finally:
-        await stop_cluster(started)
+def fourth_redis(tmp_path: Path) -> Iterator[RedisProcess]:
+    """The Redis of a node that joins during a test (`add_spare_node`)."""
+    server = RedisProcess(port=free_port(), data_dir=tmp_path / "redis4", aof=False)
+    server.start()
+    yield server
+    server.stop()
+
+
+async def add_spare_node(cluster: Cluster, redis_server: RedisProcess, node_id: str = "n4") -> str:
+    """Start a node on `redis_server`, running but not a member yet (for `node add`), on the
+    cluster's clock; stopped with the cluster. Its URL."""
+    runner, port = await _start(create_node_app(node_id, redis_server.url, CLUSTER, test_mode=True))
+    cluster.runners.insert(len(cluster.runners) - 1, runner)  # the router stops first
+    cluster.redis = [*cluster.redis, redis_server]
+    url = f"http://127.0.0.1:{port}"
+    await cluster.set_time(PINNED_MS, extra_nodes=(url,))
+    return url
 
 
 @pytest.fixture

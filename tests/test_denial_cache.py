@@ -3,14 +3,11 @@ without a node call; the first check after that reaches the node again."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cluster.redis_proc import RedisProcess
-from tests.conftest import ADMIN, Cluster, eventually, start_cluster, stop_cluster
+from tests.conftest import ADMIN, Cluster, cluster_with_rules, eventually
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -35,13 +32,7 @@ rules:
 """
 
 
-@pytest.fixture
-async def cluster(redis_servers: list[RedisProcess], tmp_path: Path) -> AsyncIterator[Cluster]:
-    started = await start_cluster(redis_servers, tmp_path, rules_yaml=RULES)
-    try:
-        yield started
-    finally:
-        await stop_cluster(started)
+cluster = cluster_with_rules(RULES)
 
 
 def node_calls(cluster: Cluster) -> int:

@@ -14,9 +14,9 @@ from cluster.keys import hold_id
 from node.app import STATE, NodeState
 from node.store import HOLDS_KEY
 from tests.conftest import ADMIN, CLUSTER, Cluster, eventually
-from tests.test_resharding import big_cluster, fourth_redis, wait_migration_done
+from tests.test_resharding import big_cluster, wait_migration_done
 
-__all__ = ["big_cluster", "fourth_redis"]  # fixtures shared with test_resharding.py
+__all__ = ["big_cluster"]  # a fixture shared with test_resharding.py
 
 FW = {"algorithm": "fixed_window", "limit": 10, "window": "1h"}
 MONEY = {"algorithm": "calendar", "period": "day", "timezone": "UTC", "max_amount": "100.00"}

@@ -6,12 +6,9 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterator
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
-import pytest
 import redis.asyncio as aioredis
 
 from cluster.algorithms import DEFAULT_QUOTA_TTL_MS
@@ -19,8 +16,12 @@ from cluster.client import AsyncClient
 from cluster.errors import Problems
 from cluster.keys import counter_key
 from cluster.limits import parse_timestamp
-from cluster.redis_proc import RedisProcess
-from tests.conftest import ADMIN, PINNED_MS, Cluster, start_cluster, stop_cluster
+from tests.conftest import (
+    ADMIN,
+    PINNED_MS,
+    Cluster,
+    cluster_with_rules,
+)
 
 ENDS = "2027-06-01T00:00:00Z"  # after the tests' pinned clock (and after today)
 RULES = f"""
@@ -40,13 +41,7 @@ rules:
 """
 
 
-@pytest.fixture
-async def cluster(redis_servers: list[RedisProcess], tmp_path: Path) -> AsyncIterator[Cluster]:
-    started = await start_cluster(redis_servers, tmp_path, rules_yaml=RULES)
-    try:
-        yield started
-    finally:
-        await stop_cluster(started)
+cluster = cluster_with_rules(RULES)
 
 
 async def view(cluster: Cluster, key: str, rule: str) -> dict[str, Any]:

@@ -27,15 +27,13 @@ from cluster.model import NodeSpec
 from cluster.partition import new_partitioner
 from cluster.redis_proc import RedisProcess, free_port
 from cluster.topology import Topology
-from node.app import create_app as create_node_app
 from node.copy import Finder
 from node.ownership import Ownership
 from tests.conftest import (
     ADMIN,
     CLUSTER,
-    PINNED_MS,
     Cluster,
-    _start,
+    add_spare_node,
     eventually,
     start_cluster,
     stop_cluster,
@@ -55,14 +53,6 @@ def limits_for(key: str) -> list[dict[str, Any]]:
     return [MONEY] if key.startswith("{") else [FIXED]
 
 
-@pytest.fixture
-def fourth_redis(tmp_path: Path) -> Any:
-    server = RedisProcess(port=free_port(), data_dir=tmp_path / "redis4", aof=False)
-    server.start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture(params=["ring", "slots"])
 async def big_cluster(
     request: pytest.FixtureRequest,
@@ -71,12 +61,9 @@ async def big_cluster(
     tmp_path: Path,
 ) -> AsyncIterator[tuple[Cluster, str]]:
     cluster = await start_cluster(redis_servers, tmp_path, partitioner=request.param)
-    runner, port = await _start(create_node_app("n4", fourth_redis.url, CLUSTER, test_mode=True))
-    cluster.runners.insert(3, runner)
-    cluster.redis = [*redis_servers, fourth_redis]
-    await cluster.set_time(PINNED_MS, extra_nodes=(f"http://127.0.0.1:{port}",))
+    n4_url = await add_spare_node(cluster, fourth_redis)
     try:
-        yield cluster, f"http://127.0.0.1:{port}"
+        yield cluster, n4_url
     finally:
         await stop_cluster(cluster)
 
@@ -258,10 +245,7 @@ async def test_sigkilled_orchestrator_resumes_and_a_second_router_follows(
     # Router B (in this process) carries the load; router A (a real process) runs the
     # migration and is SIGKILLed in the middle of it, then restarted to resume.
     cluster = await start_cluster(redis_servers, tmp_path, partitioner="slots")
-    runner, n4_port = await _start(create_node_app("n4", fourth_redis.url, CLUSTER, test_mode=True))
-    cluster.runners.insert(3, runner)
-    cluster.redis = [*redis_servers, fourth_redis]
-    await cluster.set_time(PINNED_MS, extra_nodes=(f"http://127.0.0.1:{n4_port}",))
+    n4_url = await add_spare_node(cluster, fourth_redis)
     a_port = free_port()
     a_url = f"http://127.0.0.1:{a_port}"
     nodes = [{"id": n, "url": u} for n, u in cluster.node_urls.items()]
@@ -291,7 +275,7 @@ async def test_sigkilled_orchestrator_resumes_and_a_second_router_follows(
         before = owners(cluster)
         await load.start()
         headers = {"Authorization": f"Bearer {ADMIN}"}
-        body = {"url": f"http://127.0.0.1:{n4_port}", "id": "n4"}
+        body = {"url": n4_url, "id": "n4"}
         async with cluster.http.post(
             a_url + "/v1/cluster/nodes", json=body, headers=headers
         ) as resp:

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 
-from cluster.redis_proc import RedisProcess
-from tests.conftest import Cluster, start_cluster, stop_cluster
+from tests.conftest import Cluster, cluster_with_rules
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -26,13 +22,7 @@ rules:
 """
 
 
-@pytest.fixture
-async def cluster(redis_servers: list[RedisProcess], tmp_path: Path) -> AsyncIterator[Cluster]:
-    started = await start_cluster(redis_servers, tmp_path, rules_yaml=RULES)
-    try:
-        yield started
-    finally:
-        await stop_cluster(started)
+cluster = cluster_with_rules(RULES)
 
 
 def shadowed(cluster: Cluster, rule: str) -> int:

@@ -5,7 +5,7 @@ usage sums, and live resharding in the middle of a sale."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -17,16 +17,14 @@ import redis as sync_redis
 from cluster.algorithms import DEFAULT_QUOTA_TTL_MS
 from cluster.keys import counter_key, record_key, sub_key
 from cluster.loadgen import run_loadgen, start_loadgen
-from cluster.redis_proc import RedisProcess, free_port
-from node.app import create_app as create_node_app
+from cluster.redis_proc import RedisProcess
 from router.spread import first_index
 from router.spread_split import share
 from tests.conftest import (
     ADMIN,
-    CLUSTER,
-    PINNED_MS,
     Cluster,
-    _start,
+    add_spare_node,
+    cluster_with_rules,
     eventually,
     start_cluster,
     stop_cluster,
@@ -60,21 +58,7 @@ rules:
 SHAPES = {"sale": "q", "money": "q", "small": "q"}
 
 
-@pytest.fixture
-def fourth_redis(tmp_path: Path) -> Iterator[RedisProcess]:
-    server = RedisProcess(port=free_port(), data_dir=tmp_path / "redis4", aof=False)
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-async def cluster(redis_servers: list[RedisProcess], tmp_path: Path) -> AsyncIterator[Cluster]:
-    started = await start_cluster(redis_servers, tmp_path, rules_yaml=RULES)
-    try:
-        yield started
-    finally:
-        await stop_cluster(started)
+cluster = cluster_with_rules(RULES)
 
 
 def sub_counters(cluster: Cluster, rule: str, key: str, n: int) -> list[tuple[int, int]]:
@@ -268,12 +252,9 @@ async def four_nodes(
     redis_servers: list[RedisProcess], fourth_redis: RedisProcess, tmp_path: Path
 ) -> AsyncIterator[tuple[Cluster, str]]:
     cluster = await start_cluster(redis_servers, tmp_path, rules_yaml=RULES)
-    runner, port = await _start(create_node_app("n4", fourth_redis.url, CLUSTER, test_mode=True))
-    cluster.runners.insert(3, runner)
-    cluster.redis = [*redis_servers, fourth_redis]
-    await cluster.set_time(PINNED_MS, extra_nodes=(f"http://127.0.0.1:{port}",))
+    n4_url = await add_spare_node(cluster, fourth_redis)
     try:
-        yield cluster, f"http://127.0.0.1:{port}"
+        yield cluster, n4_url
     finally:
         await stop_cluster(cluster)
 

@@ -4,7 +4,7 @@ against a real cluster; and the layout endpoint it draws (GET /v1/cluster/ring).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +13,11 @@ import pytest
 
 from cluster.model import NodeSpec
 from cluster.partition import RING_SIZE, RingPartitioner, SlotPartitioner
-from cluster.redis_proc import RedisProcess, free_port
+from cluster.redis_proc import RedisProcess
 from cluster.topology import Topology
-from node.app import create_app as create_node_app
 from router.ring_view import RingView
 from tests.cdp import Browser, Page, chromium_path, launch
-from tests.conftest import ADMIN, CLUSTER, PINNED_MS, Cluster, _start, start_cluster, stop_cluster
+from tests.conftest import ADMIN, Cluster, add_spare_node, start_cluster, stop_cluster
 
 WINDOW = {"algorithm": "fixed_window", "limit": 100, "window": "1h"}
 KEYS = 1200
@@ -53,14 +52,6 @@ async def browser() -> AsyncIterator[Browser]:
         yield started
 
 
-@pytest.fixture
-def fourth_redis(tmp_path: Path) -> Iterator[RedisProcess]:
-    server = RedisProcess(port=free_port(), data_dir=tmp_path / "redis4", aof=False)
-    server.start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture(params=["ring", "slots"])
 async def ui_cluster(
     request: pytest.FixtureRequest,
@@ -70,11 +61,7 @@ async def ui_cluster(
 ) -> AsyncIterator[tuple[Cluster, str]]:
     """A 3-node cluster with keys on every node, and a 4th node running but not a member."""
     cluster = await start_cluster(redis_servers, tmp_path, partitioner=request.param)
-    runner, port = await _start(create_node_app("n4", fourth_redis.url, CLUSTER, test_mode=True))
-    cluster.runners.insert(3, runner)
-    cluster.redis = [*redis_servers, fourth_redis]
-    url = f"http://127.0.0.1:{port}"
-    await cluster.set_time(PINNED_MS, extra_nodes=(url,))
+    url = await add_spare_node(cluster, fourth_redis)
     try:
         await preload(cluster)
         yield cluster, url
