@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import ssl
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import aiohttp
 import msgspec
 import orjson
-import redis.asyncio as aioredis
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
-from redis.exceptions import RedisError
 
 from cluster import wire
 from cluster.auth import bearer_matches
@@ -25,15 +21,11 @@ from cluster.keys import LEASES, REQUEST_ID, RULES_KEY, lease_key, limit_key_of
 from cluster.problem import problem, problem_middleware, read_json
 from cluster.topology import Topology
 from node.boundary import redis_boundary
-from node.holds import HoldKeeper
-from node.liveness import LivenessResponder
-from node.metrics import NodeMetrics
-from node.migration import Migrator, PeerError, decode_entries, encode_entries
+from node.migration import PeerError, decode_entries, encode_entries
 from node.ops import BadOp, Op, parse_op
 from node.ownership import Ownership, Role
-from node.scripts import read_lua
+from node.state import NodeState
 from node.store import (
-    CounterStore,
     adjust_result,
     check_result,
     commit_result,
@@ -47,88 +39,6 @@ MAX_OPS = 10_000
 
 STATE: web.AppKey[NodeState] = web.AppKey("state")
 Handler = Callable[[web.Request], Awaitable[web.Response]]
-
-
-class NodeState:
-    def __init__(
-        self,
-        node_id: str,
-        redis_url: str,
-        cluster_token: str | None,
-        *,
-        test_mode: bool = False,
-        host: str = "127.0.0.1",
-        server_ssl: ssl.SSLContext | None = None,
-        client_ssl: ssl.SSLContext | None = None,
-        decision_ttl_ms: int | None = None,
-    ) -> None:
-        self.node_id = node_id
-        # The liveness port speaks what the main listener speaks (node/liveness.py).
-        self.liveness = LivenessResponder(host, server_ssl)
-        # Calls to peer nodes (migration); None: the system's CAs, no client certificate.
-        self.client_ssl = client_ssl
-        self.cluster_token = cluster_token
-        self.test_mode = test_mode
-        # redis://, or rediss:// (TLS: ?ssl_ca_certs=...&ssl_certfile=...), user:password@
-        # for AUTH. Over TLS the store keeps redis-py's pipeline (node/resp.py).
-        self.redis = aioredis.from_url(
-            redis_url, socket_connect_timeout=0.25, socket_timeout=1.0, max_connections=64
-        )
-        # Counter scripts get a client of their own WITHOUT a read timeout: a reply is
-        # read however late it comes. A read timeout would answer "unavailable" for a
-        # batch that Redis did apply (the node was only stopped while waiting, and its
-        # clock jumped on SIGCONT); read late, the batch is taken back by the deadline
-        # rule instead. A stopped Redis applies nothing past the deadline either
-        # (batch.lua checks), and a dead one breaks the connection.
-        # Its pool grows under a burst: a connect may queue behind a saturated machine
-        # (a dead Redis refuses at once; the timeout is only for an unreachable host).
-        self.counters = aioredis.from_url(
-            redis_url, socket_connect_timeout=2.0, socket_timeout=None, max_connections=64
-        )
-        self.store = CounterStore(self.counters)
-        if decision_ttl_ms is not None:
-            self.store.decision_ttl_ms = decision_ttl_ms
-        # All-or-nothing holds: swept, settled where their key lives (node/holds.py).
-        self.holds = HoldKeeper(self, functools.partial(_resolve, self))
-        self.ownership: Ownership | None = None
-        self._session: aiohttp.ClientSession | None = None
-        # The copy's SCAN and MIGRATE calls may take longer than a read timeout.
-        self.migrator = Migrator(self.counters, self.session, cluster_token)
-        self.lease_script = self.redis.register_script(read_lua("lease.lua"))
-        self.rules_script = self.redis.register_script(read_lua("rules.lua"))
-        self.sweeper: asyncio.Task[None] | None = None
-        # Batches in flight per topology epoch: a new epoch is acknowledged only
-        # once every batch validated against an older one has reached Redis.
-        self.inflight: Counter[int] = Counter()
-        self.drained = asyncio.Condition()
-        self.expired_batches = 0  # batches answered `expired` (late in, or late out)
-        self.undone_checks = 0  # checks taken back because their answer was late
-        self.metrics = NodeMetrics(node_id, self.redis, self)
-        self.store.on_redis_call = self.metrics.redis_call_seconds.observe
-
-    def session(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            connector = aiohttp.TCPConnector(ssl=self.client_ssl or True)
-            self._session = aiohttp.ClientSession(connector=connector)
-        return self._session
-
-    @property
-    def topology(self) -> Topology | None:
-        return self.ownership.topology if self.ownership else None
-
-    @topology.setter
-    def topology(self, value: Topology | None) -> None:
-        self.ownership = Ownership.build(self.node_id, value) if value is not None else None
-
-    @property
-    def epoch(self) -> int:
-        return self.ownership.epoch if self.ownership else 0
-
-    async def wait_drained(self, below_epoch: int) -> None:
-        async with self.drained:
-            await self.drained.wait_for(
-                lambda: not any(n for e, n in self.inflight.items() if e < below_epoch)
-            )
 
 
 def _authorized(request: web.Request) -> bool:
@@ -503,45 +413,12 @@ async def adopt_holds(request: web.Request, state: NodeState, body: Any) -> web.
     return _json({"adopted": added})
 
 
-async def _resolve(state: NodeState, batch: str, coordinator: str) -> str | None:
-    """A held batch's fate, asking its coordinator to record "abort" if undecided."""
-    if coordinator == state.node_id:
-        return await state.store.decide(batch, "abort")
-    spec = state.ownership.node_spec(coordinator) if state.ownership else None
-    if spec is None:
-        log.warning("batch %s: coordinator %s is not in the topology; aborting", batch, coordinator)
-        return "abort"
-    try:
-        body = await state.migrator.post(
-            spec.url + wire.DECISION_PATH, {"batch": batch, "decision": "abort"}, timeout_s=1.0
-        )
-    except PeerError:
-        return None
-    decision = body.get("decision") if isinstance(body, dict) else None
-    return decision if decision in ("commit", "abort") else None
-
-
 async def _on_startup(app: web.Application) -> None:
-    state = app[STATE]
-    try:
-        await state.store.measure_skew()
-    except (RedisError, OSError):
-        log.warning("redis not reachable at start-up; clock skew assumed 0")
-    state.sweeper = asyncio.get_running_loop().create_task(state.holds.run_forever())
-    state.liveness.start()
+    await app[STATE].start()
 
 
 async def _on_cleanup(app: web.Application) -> None:
-    state = app[STATE]
-    if state.sweeper is not None:
-        state.sweeper.cancel()
-    await state.liveness.close()
-    if state._session is not None:
-        await state._session.close()
-    await state.redis.aclose()
-    await state.counters.aclose()
-    await state.store.close()
-    await state.migrator.close()
+    await app[STATE].close()
 
 
 def create_app(

@@ -32,7 +32,7 @@ from node.migration import PeerError
 from node.ownership import Role
 
 if TYPE_CHECKING:
-    from node.app import NodeState
+    from node.state import NodeState
 
 log = logging.getLogger("shardlimit.node")
 UNRESOLVED_RETRY_MS = 1_000  # a hold whose fate or owner cannot be reached: retried after

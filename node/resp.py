@@ -12,7 +12,7 @@ sees the same exceptions from either client: an error reply becomes the
 `ResponseError` subclass redis-py would have raised (NoScriptError, ...) in its
 command's slot; a lost or refused connection raises `ConnectionError`.
 
-There is no read timeout, on purpose: see `NodeState.counters` in node/app.py.
+There is no read timeout, on purpose: see `NodeState.counters` in node/state.py.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ from aiohttp import web
 
 from cluster import wire
 from cluster.keys import hold_id
-from node.app import STATE, NodeState
+from node.app import STATE
+from node.state import NodeState
 from node.store import HOLDS_KEY
 from tests.conftest import ADMIN, CLUSTER, Cluster, eventually
 from tests.test_resharding import big_cluster, wait_migration_done
