@@ -21,7 +21,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cluster.algorithms import NONE
 from cluster.limits import LimitSpec
 from cluster.wire import LimitRow
 from router.requests import CheckRequest
@@ -29,7 +28,7 @@ from router.rules import Rule
 
 __all__ = ["DenialCache"]
 
-_WINDOW_RESETS = frozenset({"fixed_window", "calendar", "quota"})
+_WINDOW_RESETS = frozenset({"fixed_window", "calendar"})
 # Quota comes back to a used-up `quota` limit only by refund or restock; a cached
 # denial of one is re-asked after this long, so other routers' restocks show up.
 QUOTA_RECHECK_MS = 1_000
@@ -63,9 +62,6 @@ class DenialCache:
         self._entries: dict[tuple[str, str], _Entry] = {}
         self._max_entries = max_entries
         self._clock = clock
-
-    def __len__(self) -> int:
-        return len(self._entries)
 
     def answer(self, request: CheckRequest) -> dict[str, Any] | None:
         """The remembered denial for this check, its times brought forward; None when
@@ -102,7 +98,7 @@ class DenialCache:
             if cost > 0 and row.remaining == 0:
                 count_ms = max(count_ms, wait)
             amount = amounts[i] if i < len(amounts) else 0
-            if amount > 0 and row.amount_remaining == 0 and row.max_amount != NONE:
+            if amount > 0 and row.amount_remaining == 0:  # NONE (-1) without max_amount
                 amount_ms = max(amount_ms, wait)
         if not count_ms and not amount_ms:
             return
