@@ -25,12 +25,13 @@ lint: $(STAMP)
 	$(BIN)/ruff check cluster router node tests bench
 	$(BIN)/ruff format --check cluster router node tests bench
 	$(BIN)/mypy
+	$(BIN)/pytest -q -p no:cacheprovider tests/unit/test_import_rules.py
 
 test: lint test-deps
 	$(BIN)/pytest
 
-# The gateways tests/test_gateways.py runs (Debian's nginx, Caddy, HAProxy) and the
-# headless browser tests/test_ui.py drives (Chromium): from apt, only when one is missing.
+# The gateways tests/system/test_gateways.py runs (Debian's nginx, Caddy, HAProxy) and the
+# headless browser tests/system/test_ui.py drives (Chromium): from apt, only when one is missing.
 # If apt cannot install them, their tests skip and say why.
 test-deps:
 	@command -v nginx >/dev/null || test -x /usr/sbin/nginx || NEED=1; \

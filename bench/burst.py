@@ -1,7 +1,7 @@
 """`burst`: many concurrent connections at once; is every admitted check held by a counter?
 
 For 128, 256 and 512 connections, a closed-loop burst from its own process
-(`cluster.loadgen`) on fresh keys, three workloads:
+(`cluster.local.loadgen`) on fresh keys, three workloads:
 
   hot    one key, fixed_window 2,000 per 1d, 3,000 requests (2,000 must pass)
   money  one key, calendar day UTC max_amount 100.00, 0.10 each, 1,100 requests (1,000)
@@ -30,7 +30,7 @@ from typing import Any
 
 from bench.cpu import CpuWindow
 from bench.progress import note
-from cluster.loadgen import run_loadgen_sync
+from cluster.local.loadgen import run_loadgen_sync
 
 CONNECTIONS = (128, 256, 512)
 READ_BATCH = 1000
@@ -230,7 +230,7 @@ def burst(router: str, connections: tuple[int, ...] = CONNECTIONS) -> dict[str, 
                 }
                 for w in WORKLOADS
             },
-            "generator": "cluster.loadgen (own process, closed loop, keep-alive)",
+            "generator": "cluster.local.loadgen (own process, closed loop, keep-alive)",
         },
     }
 

@@ -1,4 +1,4 @@
-"""Chaos figures: the fault scenarios of tests/test_chaos.py, timed.
+"""Chaos figures: the fault scenarios of tests/system/test_chaos.py, timed.
 
 Each scenario starts its own real processes through the cluster launcher (redis-server
 with AOF, `shardlimit serve node` x3, `shardlimit serve router`), runs 24 concurrent

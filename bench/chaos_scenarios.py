@@ -1,6 +1,6 @@
-"""Fault scenarios under load, shared by tests/test_chaos.py and bench/chaos.py.
+"""Fault scenarios under load, shared by tests/system/test_chaos.py and bench/chaos.py.
 
-Everything is a real process, started by the cluster launcher (cluster.local):
+Everything is a real process, started by the cluster launcher (cluster.local.cluster):
 redis-server with AOF, `shardlimit serve node`, `shardlimit serve router`. Faults are
 real signals (SIGKILL, SIGSTOP/SIGCONT) sent through it. The scenario functions record
 what every client saw (send/receive instants, status, degraded or not, why) and what
@@ -30,11 +30,11 @@ import orjson
 import redis.asyncio as aioredis
 import yaml
 
-from cluster.keys import limit_key_of
-from cluster.local import LocalCluster, scratch_options
-from cluster.partition import Partitioner, new_partitioner
-from cluster.procs import ChildProcess, until
-from cluster.redis_proc import RedisProcess
+from cluster.local.cluster import LocalCluster, scratch_options
+from cluster.local.procs import ChildProcess, until
+from cluster.local.redis_proc import RedisProcess
+from cluster.model.keys import limit_key_of
+from cluster.model.partition import Partitioner, new_partitioner
 from node.store import HOLDS_KEY
 
 ADMIN_TOKEN = "chaos-admin-token"
@@ -78,7 +78,7 @@ def _write_rules(root: Path) -> Path:
 
 @dataclass
 class ChaosCluster:
-    """N Redis (AOF), N nodes and one router (cluster.local), and an HTTP session to
+    """N Redis (AOF), N nodes and one router (cluster.local.cluster), and an HTTP session to
     read what the router says."""
 
     local: LocalCluster

@@ -29,7 +29,7 @@ from bench.peers import bare_redis
 from bench.progress import note
 from bench.redisbench import evalsha_benchmark
 from bench.wrk import WrkSettings, batch_script, check_script, run_wrk
-from cluster.procs import child_preexec, python_module
+from cluster.local.procs import child_preexec, python_module
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""What the benchmarks' child processes need besides the launcher (cluster.procs): the
+"""What the benchmarks' child processes need besides the launcher (cluster.local.procs): the
 environment of `python -m bench.*` children, and the external tools they run."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`hotkey`: one hot key under load, with `spread: 1` and `spread: 3`, on 3 nodes.
 
 For each spread, a rule with a quota too large to run out is put, and one key is
-hammered from a load generator in its own process (`cluster.loadgen`, closed loop).
+hammered from a load generator in its own process (`cluster.local.loadgen`, closed loop).
 Each node's share of the key's operations is the growth of the router's
 `shardlimit_node_ops` counter for that node over the run (the only traffic then), so
 `max_share` is 1.0 when one node serves the key alone and 1/3 when the key's
@@ -25,9 +25,9 @@ from typing import Any
 from urllib.parse import quote
 
 from bench.progress import note
-from cluster.keys import sub_key
-from cluster.loadgen import run_loadgen_sync
-from cluster.local import scratch_cluster
+from cluster.local.cluster import scratch_cluster
+from cluster.local.loadgen import run_loadgen_sync
+from cluster.model.keys import sub_key
 
 SPREADS = (1, 3)
 KEY = "hot:item"

@@ -14,14 +14,14 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from cluster.keys import counter_key
-from cluster.limits import LimitSpec
-from cluster.redis_proc import (
+from cluster.local.redis_proc import (
     RedisProcess,
     bundled_redis_server,
     free_port,
     redis_server_binary,
 )
+from cluster.model.keys import counter_key
+from cluster.model.limits import LimitSpec
 from cluster.wire import Op as WireOp
 from node.ops import parse_op
 from node.store import CounterStore

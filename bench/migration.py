@@ -28,13 +28,13 @@ import redis
 import yaml
 
 from bench.openloop import OpenLoopConfig, open_loop
-from cluster.keys import counter_key
-from cluster.local import node_process, router_process
-from cluster.model import NodeSpec
-from cluster.partition import new_partitioner
-from cluster.procs import ChildProcess
-from cluster.redis_proc import RedisProcess, free_port
-from cluster.serve import install_fast_loop
+from cluster.local.cluster import node_process, router_process
+from cluster.local.procs import ChildProcess
+from cluster.local.redis_proc import RedisProcess, free_port
+from cluster.model.keys import counter_key
+from cluster.model.nodes import NodeSpec
+from cluster.model.partition import new_partitioner
+from cluster.web.serve import install_fast_loop
 
 TOKEN = "bench-token"
 SHAPE = "fw:3600000"

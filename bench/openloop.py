@@ -332,7 +332,7 @@ async def open_loop(config: OpenLoopConfig, stop: asyncio.Event | None = None) -
 
 
 def main() -> None:
-    from cluster.serve import install_fast_loop
+    from cluster.web.serve import install_fast_loop
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", required=True, help="base URL, e.g. http://127.0.0.1:8080")

@@ -1,7 +1,7 @@
 """The baselines the router is compared with: a trivial aiohttp JSON handler, a bare Redis.
 
 The trivial handler is what an aiohttp service on this machine can do at best: one
-process, uvloop (served by `cluster.serve.run_app`, exactly like the router), parse the
+process, uvloop (served by `cluster.web.serve.run_app`, exactly like the router), parse the
 JSON body, answer a small JSON decision. `python -m bench.peers --port P` serves it.
 """
 
@@ -17,8 +17,8 @@ import orjson
 from aiohttp import web
 
 from bench.env import python_env
-from cluster.procs import ChildProcess, python_module
-from cluster.redis_proc import RedisProcess, free_port
+from cluster.local.procs import ChildProcess, python_module
+from cluster.local.redis_proc import RedisProcess, free_port
 
 
 async def trivial_check(request: web.Request) -> web.Response:
@@ -61,7 +61,7 @@ def bare_redis() -> Iterator[RedisProcess]:
 
 
 def main() -> None:
-    from cluster.serve import run_app
+    from cluster.web.serve import run_app
 
     parser = argparse.ArgumentParser(description="a trivial aiohttp JSON handler")
     parser.add_argument("--host", default="127.0.0.1")

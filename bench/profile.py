@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.openloop import OpenLoopConfig, open_loop
-from cluster.procs import command_lines
+from cluster.local.procs import command_lines
 
 PY_SPY = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
 # Innermost frames that mean "waiting in the event loop" (uvloop's poll is native code).

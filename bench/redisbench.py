@@ -14,7 +14,7 @@ from typing import Any
 
 from bench.env import require_tool
 from bench.peers import bare_redis
-from cluster.procs import child_preexec
+from cluster.local.procs import child_preexec
 
 INCR_SCRIPT = "return redis.call('INCR', KEYS[1])"
 

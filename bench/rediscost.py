@@ -20,7 +20,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from bench.memory import SPECS
-from cluster.redis_proc import RedisProcess, free_port
+from cluster.local.redis_proc import RedisProcess, free_port
 from cluster.wire import Op as WireOp
 from node.ops import parse_op
 from node.store import CounterStore

@@ -52,8 +52,8 @@ from bench.progress import note
 from bench.scaling import scaling
 from bench.targets import targets
 from bench.wrk import WrkSettings
-from cluster.local import LocalCluster, scratch_cluster
-from cluster.redis_proc import redis_server_binary
+from cluster.local.cluster import LocalCluster, scratch_cluster
+from cluster.local.redis_proc import redis_server_binary
 
 RESULTS = Path(__file__).parent / "results"
 PIECES = (

@@ -15,7 +15,7 @@ from typing import Any
 from bench.compare import Settings, batch_load, ratio, with_cpu
 from bench.progress import note
 from bench.wrk import batch_script, run_wrk
-from cluster.local import scratch_cluster
+from cluster.local.cluster import scratch_cluster
 
 
 def scaling(s: Settings, node_counts: tuple[int, ...] = (1, 2, 4)) -> dict[str, Any]:

@@ -7,7 +7,7 @@ keys among `keys` in a loop against a fixed window of 100 per minute, for `warmu
     python -m bench.sdk shardlimit --router http://127.0.0.1:8080
     python -m bench.sdk limits --redis redis://127.0.0.1:6379/0 [--implementation redispy]
 
-`shardlimit`: `cluster.client.AsyncClient.check(...)` (concurrent calls of one loop tick
+`shardlimit`: `cluster.sdk.client.AsyncClient.check(...)` (concurrent calls of one loop tick
 are coalesced into one /v1/check/batch). `limits`: `limits.aio` with
 `storage_from_string("async+redis://...")` and `FixedWindowRateLimiter.hit`, item
 "100/minute"; its default async Redis client is coredis (the `async-redis` extra),
@@ -85,7 +85,7 @@ async def drive(
 
 
 async def run_shardlimit(args: argparse.Namespace) -> dict[str, Any]:
-    from cluster.client import AsyncClient
+    from cluster.sdk.client import AsyncClient
 
     async with AsyncClient(args.router, timeout=5.0) as client:
 
@@ -94,7 +94,7 @@ async def run_shardlimit(args: argparse.Namespace) -> dict[str, Any]:
             return decision.allowed, decision.degraded
 
         result = await drive(check, args.callers, args.seconds, args.warmup, args.keys)
-    return {"client": "cluster.client.AsyncClient (coalescing)", **result}
+    return {"client": "cluster.sdk.client.AsyncClient (coalescing)", **result}
 
 
 async def run_limits(args: argparse.Namespace) -> dict[str, Any]:
@@ -120,7 +120,7 @@ async def run_limits(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> None:
-    from cluster.serve import install_fast_loop
+    from cluster.web.serve import install_fast_loop
 
     parser = argparse.ArgumentParser(description="SDK vs the limits library: decisions/s")
     parser.add_argument("target", choices=("shardlimit", "limits"))

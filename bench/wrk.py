@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.env import require_tool
-from cluster.procs import child_preexec
+from cluster.local.procs import child_preexec
 
 LIMITS_JSON = '[{"algorithm":"fixed_window","limit":1000000000,"window":"1h"}]'
 

@@ -16,10 +16,10 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from cluster import wire
-from cluster.auth import bearer_matches
-from cluster.keys import LEASES, REQUEST_ID, RULES_KEY, lease_key, limit_key_of
-from cluster.problem import problem, problem_middleware, read_json
-from cluster.topology import Topology
+from cluster.model.keys import LEASES, REQUEST_ID, RULES_KEY, lease_key, limit_key_of
+from cluster.model.topology import Topology
+from cluster.web.auth import bearer_matches
+from cluster.web.problem import problem, problem_middleware, read_json
 from node.boundary import redis_boundary
 from node.migration import PeerError, decode_entries, encode_entries
 from node.ops import BadOp, Op, parse_op
@@ -433,7 +433,7 @@ def create_app(
     decision_ttl_ms: int | None = None,
 ) -> web.Application:
     """The node app; `host` is the address it serves on (its liveness port binds there).
-    `server_ssl`: the listener's context (cluster/tls.py), which the liveness port uses
+    `server_ssl`: the listener's context (cluster/web/tls.py), which the liveness port uses
     too; `client_ssl`: for calls to peer nodes; `decision_ttl_ms`: how long a batch's
     decision record lasts once no hold needs it (default node/store.py)."""
     state = NodeState(

@@ -17,7 +17,7 @@ from aiohttp.typedefs import Middleware
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
-from cluster.problem import problem
+from cluster.web.problem import problem
 
 __all__ = ["redis_boundary"]
 

@@ -33,8 +33,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from cluster.keys import DATA_KEYS_PATTERN, limit_key_of
-from cluster.partition import (
+from cluster.model.keys import DATA_KEYS_PATTERN, limit_key_of
+from cluster.model.partition import (
     HASH_SLOTS,
     RingPartitioner,
     SlotPartitioner,
@@ -163,8 +163,8 @@ class Finder:
                 if target is not None:
                     found.setdefault(target, []).append(name)
             return int(next_cursor), len(names), found
-        # The hot loop of a copy: bytes as Redis gave them (cluster.keys.limit_key_of
-        # and cluster.partition.routing_part on bytes; "{", "}" and "|" are ASCII, so
+        # The hot loop of a copy: bytes as Redis gave them (cluster.model.keys.limit_key_of
+        # and cluster.model.partition.routing_part on bytes; "{", "}" and "|" are ASCII, so
         # UTF-8 bytes split where the str would); only moving names are decoded.
         slots, arcs = self.slot_targets, self.arcs
         bounds, targets = (arcs.bounds, arcs.targets) if arcs is not None else ([], [])

@@ -27,7 +27,7 @@ import orjson
 from redis.exceptions import RedisError
 
 from cluster import wire
-from cluster.keys import HOLDS_KEY, hold_id_of, limit_key_of
+from cluster.model.keys import HOLDS_KEY, hold_id_of, limit_key_of
 from node.migration import PeerError
 from node.ownership import Role
 

@@ -12,7 +12,7 @@ The port is ephemeral and announced in every batch answer (`live`), so routers
 need no configuration for it.
 
 It speaks what the node's main listener speaks: with a server ssl context (the
-node's own, cluster/tls.py) every probe is a TLS connection, so a router that
+node's own, cluster/web/tls.py) every probe is a TLS connection, so a router that
 talks https to a node probes it the same way, and with mutual TLS only a client
 with the cluster's certificate gets an answer. The handshake runs in this thread,
 and OpenSSL releases the GIL while it works, so a busy event loop does not delay it.

@@ -18,8 +18,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from redis.exceptions import RedisError
 
-from cluster.keys import RULES_KEY
-from cluster.metrics import Families
+from cluster.model.keys import RULES_KEY
+from cluster.web.metrics import Families
 
 __all__ = ["NodeMetrics", "held_keys"]
 

@@ -15,7 +15,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
 
 from cluster import wire
-from cluster.keys import limit_key_of, marker_key, marker_pattern
+from cluster.model.keys import limit_key_of, marker_key, marker_pattern
 from node.copy import Budget, Finder, copy_step
 from node.ownership import Ownership
 from node.scripts import read_lua

@@ -6,8 +6,8 @@ from typing import Any
 
 import msgspec
 
-from cluster.keys import INLINE_SCOPE, MAX_KEY_BYTES, REQUEST_ID, RULE_NAME
-from cluster.limits import MAX_DURATION_MS, LimitSpec
+from cluster.model.keys import INLINE_SCOPE, MAX_KEY_BYTES, REQUEST_ID, RULE_NAME
+from cluster.model.limits import MAX_DURATION_MS, LimitSpec
 from cluster.wire import Op as WireOp
 
 MAX_TTL_MS = 30 * 86_400_000

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from cluster.model import NodeSpec
-from cluster.partition import Partitioner, partitioner_from_dict
-from cluster.topology import Topology
+from cluster.model.nodes import NodeSpec
+from cluster.model.partition import Partitioner, partitioner_from_dict
+from cluster.model.topology import Topology
 
 
 class Role(Enum):

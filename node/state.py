@@ -14,7 +14,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from cluster import wire
-from cluster.topology import Topology
+from cluster.model.topology import Topology
 from node.holds import HoldKeeper
 from node.liveness import LivenessResponder
 from node.metrics import NodeMetrics

@@ -12,16 +12,16 @@ import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, ResponseError
 
-from cluster.algorithms import BY_NAME
-from cluster.keys import (
+from cluster.model.algorithms import BY_NAME
+from cluster.model.keys import (
     DECISION_PREFIX,
     PENDING_PREFIX,
     adjust_record_key,
     counter_key,
     record_key,
 )
-from cluster.keys import HOLDS_KEY as HOLDS_KEY  # re-exported: tests read the holds set
-from cluster.limits import LimitSpec
+from cluster.model.keys import HOLDS_KEY as HOLDS_KEY  # re-exported: tests read the holds set
+from cluster.model.limits import LimitSpec
 from cluster.wire import Adjusted, Checked, Committed, LimitRow, Refunded
 from node.ops import Op
 from node.resp import RespPipe

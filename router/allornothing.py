@@ -20,7 +20,7 @@ from typing import Any
 from msgspec.structs import replace
 
 from cluster import wire
-from cluster.keys import hold_id
+from cluster.model.keys import hold_id
 from router.cluster_view import ClusterView
 from router.dispatch import NodeUnavailable
 from router.requests import CheckRequest, RefundRequest

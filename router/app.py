@@ -14,15 +14,15 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from cluster import wire
-from cluster.auth import bearer_matches
-from cluster.config import RouterConfig
-from cluster.errors import FieldError, Problems, ValidationError
-from cluster.keys import RULE_NAME
-from cluster.limits import expired_quotas, format_amount
-from cluster.model import NodeSpec
-from cluster.problem import problem, problem_middleware, read_json
+from cluster.model.errors import FieldError, Problems, ValidationError
+from cluster.model.keys import RULE_NAME
+from cluster.model.limits import expired_quotas, format_amount
+from cluster.model.nodes import NodeSpec
+from cluster.web.auth import bearer_matches
+from cluster.web.problem import problem, problem_middleware, read_json
 from router.cluster_rules import Change, RulesConflict, RulesUnavailable, UnknownRule
 from router.cluster_view import ClusterView
+from router.config import RouterConfig
 from router.decisions import ReplayMismatch, ratelimit_headers
 from router.dispatch import NodeUnavailable
 from router.metrics import endpoint_of

@@ -26,7 +26,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from cluster import wire
-from cluster.errors import ValidationError
+from cluster.model.errors import ValidationError
 from router.cluster_view import ClusterView
 from router.dispatch import NodeUnavailable
 from router.rules import Rule, RuleBook, parse_rules_document, rules_document

@@ -9,12 +9,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from cluster import topology as topo
 from cluster import wire
-from cluster.config import RouterConfig
-from cluster.model import NodeSpec
-from cluster.partition import new_partitioner, partitioner_from_dict
-from cluster.topology import Topology
+from cluster.model import topology as topo
+from cluster.model.nodes import NodeSpec
+from cluster.model.partition import new_partitioner, partitioner_from_dict
+from cluster.model.topology import Topology
+from router.config import RouterConfig
 from router.dispatch import NodeChannel, NodeUnavailable, Reason
 
 log = logging.getLogger("shardlimit.router")
@@ -38,7 +38,7 @@ class ClusterView:
         self.config = config
         self.cluster_token = cluster_token
         # Calls to https:// nodes (None: the system's CAs, no client certificate).
-        # Raises cluster.tls.TlsError.
+        # Raises cluster.web.tls.TlsError.
         self.ssl_context = config.tls.client_context()
         self.path = Path(config.data_dir) / "topology.json"
         self.topology = self._initial_topology()

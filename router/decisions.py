@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from cluster.algorithms import BY_NAME, NONE
-from cluster.limits import LimitSpec, format_amount
-from cluster.ratelimit_headers import LimitState, header_values
+from cluster.model.algorithms import BY_NAME, NONE
+from cluster.model.limits import LimitSpec, format_amount
+from cluster.model.ratelimit_headers import LimitState, header_values
 from cluster.wire import Checked, LimitRow
 from router.requests import CheckRequest
 
@@ -103,7 +103,7 @@ def degraded_decision(request: CheckRequest, node: str, reason: str) -> dict[str
 
 
 def ratelimit_headers(request: CheckRequest, body: dict[str, Any]) -> dict[str, str]:
-    """RateLimit-Policy / RateLimit / Retry-After (cluster/ratelimit_headers.py)."""
+    """RateLimit-Policy / RateLimit / Retry-After (cluster/model/ratelimit_headers.py)."""
     states = [
         LimitState(view["limit"], view["remaining"], view["reset_after_ms"])
         for view in body["limits"]

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cluster.limits import LimitSpec
+from cluster.model.limits import LimitSpec
 from cluster.wire import LimitRow
 from router.requests import CheckRequest
 from router.rules import Rule

@@ -35,7 +35,7 @@ import msgspec
 import orjson
 
 from cluster import wire
-from cluster.model import NodeSpec
+from cluster.model.nodes import NodeSpec
 from cluster.wire import BATCH_PATH, HEALTH_PATH, READY_PATH
 from router.transport import HttpPool
 
@@ -135,7 +135,7 @@ class NodeChannel:
         headers = {"Content-Type": wire.CONTENT_TYPE}
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        # For https:// nodes: the router's client context (cluster/tls.py).
+        # For https:// nodes: the router's client context (cluster/web/tls.py).
         self.ssl_context = ssl_context
         self.pool = HttpPool(spec.url, headers, ssl_context=ssl_context)
         self.deadline_s = deadline_s

@@ -21,8 +21,8 @@ from envoy.service.ratelimit.v3 import (  # type: ignore[import-untyped]
     rls_pb2_grpc,
 )
 
-from cluster.errors import ValidationError
-from cluster.limits import MAX_COUNT, LimitSpec
+from cluster.model.errors import ValidationError
+from cluster.model.limits import MAX_COUNT, LimitSpec
 from router.envoy_config import (
     UNIT_MS,
     DescriptorLimit,

@@ -17,9 +17,9 @@ from typing import Any
 
 import yaml
 
-from cluster.errors import Problems, ValidationError
-from cluster.keys import MAX_KEY_BYTES
-from cluster.limits import MAX_COUNT, LimitSpec, parse_limits
+from cluster.model.errors import Problems, ValidationError
+from cluster.model.keys import MAX_KEY_BYTES
+from cluster.model.limits import MAX_COUNT, LimitSpec, parse_limits
 from router.rules import ON_FAILURE, Rule, make_rule
 from router.watched_file import WatchedFile
 

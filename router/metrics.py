@@ -1,7 +1,7 @@
 """The router's Prometheus metrics (prometheus-client), in a registry of its own.
 
 Hot-path series (decisions, latencies, batch sizes) are lock-free children created once
-per label values (cluster/metrics.py). Everything the router already keeps as plain
+per label values (cluster/web/metrics.py). Everything the router already keeps as plain
 state (node channels' ints, breakers, topology, rules, migration progress) is read only
 when scraped, by `_StateCollector`.
 
@@ -20,8 +20,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from cluster import wire
-from cluster.algorithms import NONE
-from cluster.metrics import Families
+from cluster.model.algorithms import NONE
+from cluster.web.metrics import Families
 from router.cluster_view import ClusterView
 from router.dispatch import NodeChannel
 from router.requests import CheckRequest

@@ -7,9 +7,9 @@ import zoneinfo
 from functools import cache
 from typing import Any
 
-from cluster.calendar import PERIODS, load_timezone
-from cluster.keys import MAX_KEY_BYTES
-from cluster.limits import (
+from cluster.model.calendar import PERIODS, load_timezone
+from cluster.model.keys import MAX_KEY_BYTES
+from cluster.model.limits import (
     ALGORITHMS,
     MAX_AMOUNT_SCALE,
     MAX_BUCKET_PERIOD_MS,
@@ -25,7 +25,7 @@ from router.requests import IF_MATCH, MAX_BATCH
 from router.spread_split import MAX_SPREAD
 
 # The patterns below read white space and digits as the server's parsers do (ASCII only,
-# cluster.limits.SPACES) and hold in ECMA 262 and Python alike (no \s, \d or \Z).
+# cluster.model.limits.SPACES) and hold in ECMA 262 and Python alike (no \s, \d or \Z).
 _SPACE = SPACES.removesuffix("*")
 
 
@@ -47,7 +47,7 @@ _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
 def duration_pattern(maximum_ms: int) -> str:
-    """Duration strings of 1ms..maximum_ms as cluster.limits.parse_duration reads them."""
+    """Duration strings of 1ms..maximum_ms as cluster.model.limits.parse_duration reads them."""
     units = "|".join(
         f"{_upto(maximum_ms // ms)}{SPACES}{unit}"
         for unit, ms in _UNIT_MS.items()
@@ -68,7 +68,7 @@ def _duration(maximum_ms: int) -> dict[str, Any]:
 
 
 _DURATION = _duration(MAX_DURATION_MS)
-# cluster.limits.DECIMAL_TEXT, finite and not negative ("-0" is zero).
+# cluster.model.limits.DECIMAL_TEXT, finite and not negative ("-0" is zero).
 _MANTISSA = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
 DECIMAL_PATTERN = (
     rf"^{SPACES}(?:\+?{_MANTISSA}|-(?:0+(?:\.0*)?|\.0+))(?:[eE][+-]?[0-9]{{1,17}})?{SPACES}$"
@@ -110,7 +110,7 @@ def _ci(word: str) -> str:
     return "".join(f"[{c}{c.upper()}]" if c.isalpha() else c for c in word)
 
 
-# `limits`-style rate strings as cluster.limits.expand_rate_string reads them: a count
+# `limits`-style rate strings as cluster.model.limits.expand_rate_string reads them: a count
 # of 1..MAX_COUNT per a window of at most 3660 days, in any letter case.
 _RATE_UNIT_MS = {
     "second": 1000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000,
@@ -184,7 +184,7 @@ def _one_or_both(first: str, second: str) -> dict[str, Any]:
     return {"if": given[first], "else": given[second]}
 
 
-# An RFC 3339 date-time with an offset, fields in range (cluster.limits.parse_timestamp).
+# An RFC 3339 date-time with an offset, fields in range (cluster.model.limits.parse_timestamp).
 TIMESTAMP_PATTERN = (
     "^[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])[Tt]"
     "(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:[.][0-9]{1,9})?"
@@ -198,7 +198,7 @@ def _windowed(algorithm: str) -> dict[str, Any]:
 
 
 def _bucket(algorithm: str) -> dict[str, Any]:
-    # Bounded field by field so that rate x period stays below 2**53 (cluster.limits).
+    # Bounded field by field so that rate x period stays below 2**53 (cluster.model.limits).
     size = "burst" if algorithm == "token_bucket" else "capacity"
     return _variant(
         algorithm,
@@ -266,8 +266,9 @@ def _variant(algorithm: str, required: list[str], **props: Any) -> dict[str, Any
     }
 
 
-# The parameters of each algorithm of cluster/algorithms.py (what cluster.limits.parse_limit
-# reads); an algorithm missing here fails tests/test_openapi.py.
+# The parameters of each algorithm of cluster/model/algorithms.py (what
+# cluster.model.limits.parse_limit reads); an algorithm missing here fails
+# tests/integration/test_openapi.py.
 _PARAMETERS = {
     "fixed_window": _windowed,
     "sliding_log": _windowed,
@@ -280,7 +281,7 @@ _PARAMETERS = {
 
 
 def _limit_variants() -> dict[str, dict[str, Any]]:
-    """One schema per algorithm, in cluster/algorithms.py's order."""
+    """One schema per algorithm, in cluster/model/algorithms.py's order."""
     return {name: _PARAMETERS[name](name) for name in ALGORITHMS if name in _PARAMETERS}
 
 

@@ -17,9 +17,9 @@ from typing import Any
 import msgspec
 
 from cluster import wire
-from cluster.errors import Problems
-from cluster.keys import REQUEST_ID, sub_key
-from cluster.limits import (
+from cluster.model.errors import Problems
+from cluster.model.keys import REQUEST_ID, sub_key
+from cluster.model.limits import (
     MAX_AMOUNT_MINOR,
     MAX_COUNT,
     LimitSpec,

@@ -10,9 +10,9 @@ from typing import Any
 import msgspec
 
 from cluster import wire
-from cluster.errors import Problems
-from cluster.keys import INLINE_SCOPE, MAX_KEY_BYTES, REQUEST_ID
-from cluster.limits import (
+from cluster.model.errors import Problems
+from cluster.model.keys import INLINE_SCOPE, MAX_KEY_BYTES, REQUEST_ID
+from cluster.model.limits import (
     MAX_COUNT,
     expired_quotas,
     parse_decimal,

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from cluster import wire
-from cluster.model import NodeSpec
-from cluster.partition import Partitioner, partitioner_from_dict
-from cluster.topology import Topology
+from cluster.model.nodes import NodeSpec
+from cluster.model.partition import Partitioner, partitioner_from_dict
+from cluster.model.topology import Topology
 from router.cluster_view import ClusterView
 from router.dispatch import NodeUnavailable
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import orjson
 
-from cluster.partition import RING_SIZE, Partitioner, RingPartitioner, SlotPartitioner
-from cluster.topology import Topology
+from cluster.model.partition import RING_SIZE, Partitioner, RingPartitioner, SlotPartitioner
+from cluster.model.topology import Topology
 
 __all__ = ["POSITION_DIGITS", "RingView", "layout"]
 

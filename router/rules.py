@@ -12,9 +12,9 @@ from typing import Any
 
 import yaml
 
-from cluster.errors import Problems, ValidationError
-from cluster.keys import INLINE_SCOPE, RULE_NAME
-from cluster.limits import LimitSpec, parse_limits
+from cluster.model.errors import Problems, ValidationError
+from cluster.model.keys import INLINE_SCOPE, RULE_NAME
+from cluster.model.limits import LimitSpec, parse_limits
 from router.spread_split import check_spread, split_limits
 from router.watched_file import WatchedFile
 

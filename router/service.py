@@ -9,10 +9,10 @@ import logging
 from typing import Any
 
 from cluster import wire
-from cluster.config import RouterConfig
 from router.allornothing import AllOrNothing
 from router.cluster_rules import ClusterRules
 from router.cluster_view import Attempt, ClusterView
+from router.config import RouterConfig
 from router.decisions import decision, degraded_decision
 from router.denial_cache import DenialCache
 from router.dispatch import NodeUnavailable, Reason

@@ -35,8 +35,8 @@ from collections.abc import Sequence
 import msgspec
 
 from cluster import wire
-from cluster.algorithms import NONE
-from cluster.keys import sub_key
+from cluster.model.algorithms import NONE
+from cluster.model.keys import sub_key
 from cluster.wire import Checked, LimitRow
 from router.cluster_view import ClusterView
 from router.dispatch import NodeUnavailable, Reason

@@ -1,6 +1,6 @@
 """How a `spread: N` rule's budget is split over its N sub-counters.
 
-Sub-counter i of key K is the ordinary limit key `K#i` (cluster/keys.py `sub_key`),
+Sub-counter i of key K is the ordinary limit key `K#i` (cluster/model/keys.py `sub_key`),
 placed by the partitioner on its own. Every number a limit admits against is split
 the same way: sub-counter i gets floor(X/N), plus 1 when i < X mod N, so the N
 shares add up to exactly X. X is a window's `limit`, a bucket's `rate` and
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from cluster.errors import Problems
-from cluster.limits import LimitSpec
+from cluster.model.errors import Problems
+from cluster.model.limits import LimitSpec
 
 MAX_SPREAD = 64
 

@@ -7,7 +7,7 @@ this one is a pool of asyncio protocols per node that write one pre-framed
 request and parse one Content-Length (or chunked) response. Errors surface as
 OSError (ConnectionError, ssl.SSLError) or TimeoutError; dispatch.py translates them.
 
-`https://` node URLs go over TLS with the given client context (cluster/tls.py:
+`https://` node URLs go over TLS with the given client context (cluster/web/tls.py:
 the peer's certificate verified against the cluster CA and the URL's host name,
 and a client certificate when mutual TLS is on); without one, the system's
 trusted CAs.
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import cast
 from urllib.parse import urlsplit
 
-from cluster.tls import default_client_context
+from cluster.web.tls import default_client_context
 
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 

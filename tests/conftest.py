@@ -14,12 +14,12 @@ import redis
 import redis.asyncio as aioredis
 from aiohttp import web
 
-from cluster.config import RouterConfig
-from cluster.model import NodeSpec
-from cluster.redis_proc import RedisProcess, free_port
+from cluster.local.redis_proc import RedisProcess, free_port
+from cluster.model.nodes import NodeSpec
 from node.app import create_app as create_node_app
 from router.app import ROUTER
 from router.app import create_app as create_router_app
+from router.config import RouterConfig
 from router.service import Router
 
 ADMIN = "test-admin-token"
@@ -246,3 +246,14 @@ async def eventually(condition: Callable[[], Awaitable[bool]], within: float = 1
             await asyncio.sleep(0.02)
 
     await asyncio.wait_for(poll(), within)
+
+
+ROOMS = ("unit", "integration", "system")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test carries its room's marker (`pytest -m unit` runs the pure tests in seconds)."""
+    for item in items:
+        room = next((r for r in ROOMS if f"/tests/{r}/" in str(item.path)), None)
+        if room is not None and not any(item.get_closest_marker(r) for r in ROOMS):
+            item.add_marker(getattr(pytest.mark, room))

@@ -1,5 +1,5 @@
 -- rules: store the cluster's rules document if it is newer than the one held.
--- KEYS[1] the rules hash (cluster/keys.py RULES_KEY). ARGV: version, document (JSON).
+-- KEYS[1] the rules hash (cluster/model/keys.py RULES_KEY). ARGV: version, document (JSON).
 -- Versions only grow: a write of an older or equal version changes nothing.
 -- Returns {stored (1/0), the version held afterwards}.
 local held = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')

@@ -1,0 +1,115 @@
+"""`shardlimit rules get|apply`: the cluster's rules as YAML, and a rules file applied
+with a diff (PUT /v1/rules, If-Match on the version the diff was made against)."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cluster.cli.admin import AdminError, call
+
+
+def _live(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    """The cluster's rules version and its rules by name, in their public form."""
+    answer = call(args, "GET", "/v1/rules")
+    rules = {rule["name"]: _public(rule) for rule in answer["rules"]}
+    return int(answer["version"]), rules
+
+
+def _public(rule: dict[str, Any]) -> dict[str, Any]:
+    public = {"limits": rule["limits"], "on_failure": rule["on_failure"]}
+    if rule.get("spread", 1) > 1:
+        public["spread"] = rule["spread"]
+    for flag in ("cache_denials", "shadow"):
+        if rule.get(flag):
+            public[flag] = True
+    return public
+
+
+def _yaml(rules: dict[str, Any]) -> str:
+    return yaml.safe_dump({"rules": rules}, sort_keys=False)
+
+
+def _from_file(path: Path) -> dict[str, Any]:
+    """A rules file, validated and in the same public form the router answers with."""
+    from router.rules import parse_rules_document, rules_document
+
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise AdminError(f"cannot read {path}: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise AdminError(f"{path} is not YAML: {exc}") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("rules", {}), dict):
+        raise AdminError(f"{path}: a rules file is a mapping with a 'rules' mapping")
+    try:
+        rules = parse_rules_document(doc)
+    except ValueError as exc:
+        raise AdminError(f"{path}: {exc}") from exc
+    return rules_document(rules)
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    version, rules = _live(args)
+    if args.json:
+        print(json.dumps({"version": version, "rules": rules}))
+    else:
+        print(f"# rules version {version}")
+        print(_yaml(rules), end="")
+    return 0
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    wanted = _from_file(args.file)
+    version, live = _live(args)
+    changes = {
+        "added": sorted(set(wanted) - set(live)),
+        "removed": sorted(set(live) - set(wanted)),
+        "changed": sorted(n for n in set(wanted) & set(live) if wanted[n] != live[n]),
+    }
+    diff = "".join(
+        difflib.unified_diff(
+            _yaml(live).splitlines(keepends=True),
+            _yaml(wanted).splitlines(keepends=True),
+            f"cluster (version {version})",
+            str(args.file),
+        )
+    )
+    changed = any(changes.values())
+    applied: int | None = None
+    if changed and not args.dry_run:
+        answer = call(args, "PUT", "/v1/rules", {"rules": wanted}, {"If-Match": f'"{version}"'})
+        applied = int(answer["version"])
+    if args.json:
+        print(json.dumps({"from_version": version, "version": applied or version,
+                          "applied": applied is not None, "diff": diff, **changes}))  # fmt: skip
+        return 0
+    print(diff or f"no changes: the cluster's rules (version {version}) match {args.file}", end="")
+    if diff:
+        summary = ", ".join(f"{len(v)} {k}" for k, v in changes.items() if v)
+        if args.dry_run:
+            print(f"dry run: {summary}; nothing applied")
+        else:
+            print(f"applied: {summary}; rules version {version} -> {applied}")
+    return 0
+
+
+def add_arguments(sub: Any, router_args: Any) -> None:
+    rules = sub.add_parser("rules", help="get the cluster's rules, or apply a rules file")
+    actions = rules.add_subparsers(dest="rules_action", required=True)
+    get = actions.add_parser("get", help="print the live rules as YAML")
+    router_args(get)
+    apply = actions.add_parser("apply", help="show the diff to a rules file and apply it")
+    apply.add_argument("-f", "--file", type=Path, required=True, help="a rules.yaml")
+    apply.add_argument("--dry-run", action="store_true", help="show the diff only")
+    router_args(apply)
+
+
+def cmd_rules(args: argparse.Namespace) -> int:
+    handler = cmd_get if args.rules_action == "get" else cmd_apply
+    return handler(args)

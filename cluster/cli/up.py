@@ -1,0 +1,83 @@
+"""`shardlimit up`: a whole local cluster in the foreground until Ctrl-C / SIGTERM."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import secrets
+import signal
+import sys
+import threading
+from typing import Any
+
+from cluster.local.cluster import LocalCluster, UpOptions
+from cluster.web.auth import ADMIN_TOKEN_ENV, CLUSTER_TOKEN_ENV
+
+log = logging.getLogger("shardlimit.up")
+
+
+def _say(as_json: bool, level: int, message: str, **fields: Any) -> None:
+    """A line for a person on stderr, or with --json a JSON log line (extra fields)."""
+    if as_json:
+        log.log(level, message, extra=fields)
+    else:
+        print(message, file=sys.stderr, flush=True)
+
+
+def run_up(options: UpOptions, as_json: bool) -> int:
+    """With `as_json` the summary is one JSON line on stdout, and every log line (this
+    command's on stderr, the children's in their log files) is a JSON object."""
+    admin = os.environ.get(ADMIN_TOKEN_ENV) or secrets.token_urlsafe(24)
+    cluster_token = os.environ.get(CLUSTER_TOKEN_ENV) or secrets.token_urlsafe(24)
+    options.json_logs = options.json_logs or as_json
+    local = LocalCluster(options, admin, cluster_token)
+    stop = threading.Event()
+
+    def on_signal(_signum: int, _frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        local.start()
+        info = local.summary()
+        if as_json:
+            print(json.dumps(info), flush=True)
+        else:
+            print_summary(info)
+        while not stop.is_set():
+            stop.wait(0.5)
+            for child in local.children:
+                if not child.alive and not stop.is_set():
+                    message = f"{child.name} exited with {child.returncode}; see {child.log}"
+                    _say(as_json, logging.ERROR, message, child=child.name,
+                         returncode=child.returncode, log=str(child.log))  # fmt: skip
+                    stop.set()
+    except (RuntimeError, OSError) as exc:
+        _say(as_json, logging.ERROR, f"shardlimit up failed: {exc}")
+        return 1
+    finally:
+        with contextlib.suppress(KeyboardInterrupt):
+            local.stop()
+    if as_json:
+        log.info("stopped: router, nodes and Redis processes are down")
+    else:
+        print("stopped: router, nodes and Redis processes are down", flush=True)
+    return 0
+
+
+def print_summary(info: dict[str, Any]) -> None:
+    routers = info.get("routers") or [info["router"]]
+    print(f"shardlimit is up: router {', '.join(routers)} ({info['partitioner']} partitioner)")
+    for node in info["nodes"]:
+        print(f"  node {node['id']:<4} {node['url']:<24} redis {node['redis']}  "
+              f"data {node['redis_dir']}")  # fmt: skip
+    print(f"data dir:     {info['data_dir']}")
+    print(f"logs:         {info['logs']}")
+    print(f"admin token:  {info['admin_token']}")
+    print(f"try:          curl -s -XPOST {info['router']}/v1/check "
+          "-d '{\"key\":\"user:1\",\"limits\":[{\"algorithm\":\"fixed_window\","
+          "\"limit\":10,\"window\":\"1m\"}]}'")  # fmt: skip
+    print("Ctrl-C stops everything.", flush=True)

@@ -1,0 +1,314 @@
+"""The launcher of a whole local cluster: Redis processes, nodes and routers as children.
+
+One launcher for `shardlimit up` (cluster/cli/up.py), the benchmarks and the chaos tests:
+
+    with scratch_cluster(nodes=3) as local:      # free ports, a temporary data dir
+        local.router_url                          # "http://127.0.0.1:P"
+        local.nodes[0].pause(); local.nodes[0].resume()     # SIGSTOP / SIGCONT
+        local.redis[1].kill(); await local.redis[1].start_async()   # crash, AOF replay
+
+Nodes are `shardlimit serve node`, routers `shardlimit serve router` from a config
+written under the data dir; `stop()` takes routers, then nodes, then Redis down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import yaml
+
+from cluster.local.ports import free_port, free_port_run
+from cluster.local.procs import ChildProcess, python_module
+from cluster.local.redis_proc import RedisProcess
+from cluster.model import topology as topo
+from cluster.model.nodes import NodeSpec
+from cluster.web.auth import ADMIN_TOKEN_ENV, CLUSTER_TOKEN_ENV
+
+
+@dataclass
+class UpOptions:
+    nodes: int = 3
+    partitioner: str = "ring"
+    port: int = 8080
+    base_port: int = 7001
+    host: str = "127.0.0.1"
+    data_dir: Path = Path("data")
+    config: Path | None = None
+    appendfsync: str = "everysec"
+    test_clock: bool = False
+    routers: int = 1  # on consecutive ports from `port`, sharing nodes, rules and topology
+    grpc_port: int | None = None  # Envoy's rate-limit service on the first router
+    envoy_config: Path | None = None  # its descriptors (default: <data dir>/ratelimit.yaml)
+    router_settings: dict[str, Any] = field(default_factory=dict)  # over --config's router:
+    log_level: str | None = None  # the children's SHARDLIMIT_LOG_LEVEL (default: inherited)
+    json_logs: bool = False  # children log JSON objects, one a line
+
+
+def node_process(
+    node_id: str,
+    port: int,
+    redis_url: str,
+    *,
+    host: str = "127.0.0.1",
+    log: Path | None = None,
+    env: dict[str, str] | None = None,
+    extra: tuple[str, ...] = (),
+) -> ChildProcess:
+    """`shardlimit serve node`, ready once /healthz answers."""
+    args = python_module("cluster.cli", "serve", "node", "--id", node_id, "--host", host,
+                         "--port", str(port), "--redis", redis_url, *extra)  # fmt: skip
+    return ChildProcess(f"node-{node_id}", args, log=log, env=env,
+                        ready_url=f"http://{host}:{port}/healthz")  # fmt: skip
+
+
+def router_process(
+    name: str,
+    config: Path,
+    url: str,
+    *,
+    log: Path | None = None,
+    env: dict[str, str] | None = None,
+    extra: tuple[str, ...] = (),
+) -> ChildProcess:
+    """`shardlimit serve router --config FILE`, ready once `url`/readyz answers."""
+    args = python_module("cluster.cli", "serve", "router", "--config", str(config), *extra)
+    return ChildProcess(name, args, log=log, env=env, ready_url=url + "/readyz")
+
+
+@dataclass
+class LocalCluster:
+    options: UpOptions
+    admin_token: str
+    cluster_token: str
+    redis: list[RedisProcess] = field(default_factory=list)
+    nodes: list[ChildProcess] = field(default_factory=list)
+    routers: list[ChildProcess] = field(default_factory=list)
+
+    @property
+    def router_url(self) -> str:
+        return self.router_urls[0]
+
+    @property
+    def router_urls(self) -> list[str]:
+        return [f"http://{self.options.host}:{self.options.port + i}"
+                for i in range(self.options.routers)]  # fmt: skip
+
+    @property
+    def children(self) -> list[ChildProcess]:
+        """Nodes and routers (not Redis), in start order."""
+        return [*self.nodes, *self.routers]
+
+    def router_name(self, index: int) -> str:
+        """router, router-2, router-3, ...: its log and data dir are named alike."""
+        return "router" if index == 0 else f"router-{index + 1}"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.options.data_dir.resolve()
+
+    def node_id(self, index: int) -> str:
+        return f"n{index + 1}"
+
+    def node_url(self, index: int) -> str:
+        return f"http://{self.options.host}:{self.options.base_port + index}"
+
+    def node_specs(self) -> list[NodeSpec]:
+        return [NodeSpec(self.node_id(i), self.node_url(i)) for i in range(self.options.nodes)]
+
+    def env(self) -> dict[str, str]:
+        """The children's environment: tokens travel here, never on a command line."""
+        env = dict(os.environ)
+        env[ADMIN_TOKEN_ENV] = self.admin_token
+        env[CLUSTER_TOKEN_ENV] = self.cluster_token
+        if self.options.log_level is not None:
+            env["SHARDLIMIT_LOG_LEVEL"] = self.options.log_level
+        return env
+
+    def _log(self, name: str) -> Path:
+        return self.data_dir / "logs" / f"{name}.log"
+
+    def write_router_config(self, index: int = 0) -> Path:
+        base: dict[str, Any] = {}
+        config_dir = Path.cwd()
+        if self.options.config is not None:
+            base = yaml.safe_load(self.options.config.read_text()) or {}
+            config_dir = self.options.config.resolve().parent
+        router = dict(base.get("router") or {})
+        router.update(self.options.router_settings)
+        rules_file = router.get("rules_file")
+        if rules_file:
+            router["rules_file"] = str((config_dir / rules_file).resolve())
+        else:
+            router["rules_file"] = str(self.data_dir / "rules.yaml")
+        router.update(
+            host=self.options.host,
+            port=self.options.port + index,
+            data_dir=str(self.data_dir / self.router_name(index)),
+        )
+        self._envoy_settings(router, index, config_dir)
+        cluster = dict(base.get("cluster") or {})
+        cluster["partitioner"] = self.options.partitioner
+        cluster["nodes"] = [spec.to_dict() for spec in self.node_specs()]
+        path = self.data_dir / ("cluster.yaml" if index == 0 else f"cluster-{index + 1}.yaml")
+        path.write_text(yaml.safe_dump({"router": router, "cluster": cluster}, sort_keys=False))
+        return path
+
+    def _envoy_settings(self, router: dict[str, Any], index: int, config_dir: Path) -> None:
+        """gRPC for Envoy on the first router only (one port); the descriptors file."""
+        if self.options.grpc_port is not None:
+            router["grpc_port"] = self.options.grpc_port
+        if index > 0:
+            router.pop("grpc_port", None)
+        if self.options.envoy_config is not None:
+            router["envoy_config"] = str(self.options.envoy_config.resolve())
+        elif router.get("envoy_config"):
+            router["envoy_config"] = str((config_dir / router["envoy_config"]).resolve())
+        elif "grpc_port" in router:
+            router["envoy_config"] = str(self.data_dir / "ratelimit.yaml")
+
+    def check_stored_topology(self) -> None:
+        stored = topo.load(self.data_dir / "router" / "topology.json")
+        if stored is None:
+            return
+        wanted = {(spec.id, spec.url) for spec in self.node_specs()}
+        have = {(n.id, n.url) for n in stored.nodes}
+        if wanted != have or stored.partitioner.kind != self.options.partitioner:
+            raise SystemExit(
+                f"{self.data_dir} holds a cluster with nodes {sorted(have)} "
+                f"({stored.partitioner.kind}); start with the same --nodes/--base-port/"
+                "--partitioner or use another --data-dir"
+            )
+
+    def _promised_ports(self) -> set[int]:
+        """The nodes' and routers' ports: a Redis must not take one before they bind."""
+        promised = {self.options.base_port + i for i in range(self.options.nodes)}
+        promised |= {self.options.port + i for i in range(self.options.routers)}
+        if self.options.grpc_port is not None:
+            promised.add(self.options.grpc_port)
+        return promised
+
+    def _build(self) -> None:
+        """Every child, not started yet."""
+        env = self.env()
+        extra = ("--json",) if self.options.json_logs else ()
+        promised = self._promised_ports()
+        for i in range(self.options.nodes):
+            node_id = self.node_id(i)
+            redis = RedisProcess(port=free_port(avoid=promised),
+                                 data_dir=self.data_dir / f"redis-{node_id}",
+                                 appendfsync=self.options.appendfsync)  # fmt: skip
+            promised.add(redis.port)
+            self.redis.append(redis)
+            clock = ("--test-clock",) if self.options.test_clock else ()
+            self.nodes.append(node_process(
+                node_id, self.options.base_port + i, redis.url, host=self.options.host,
+                log=self._log(f"node-{node_id}"), env=env, extra=(*clock, *extra),
+            ))  # fmt: skip
+        for index, url in enumerate(self.router_urls):
+            name = self.router_name(index)
+            config = self.write_router_config(index)
+            self.routers.append(
+                router_process(name, config, url, log=self._log(name), env=env, extra=extra)
+            )
+
+    def start(self, within: float = 30.0) -> None:
+        """Redis, then the nodes (started together), then the routers one by one: the
+        first seeds the cluster's rules from the rules file, the others serve the
+        cluster's. On failure, whatever was started is stopped again."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.check_stored_topology()
+        try:
+            self._build()
+            for redis in self.redis:
+                redis.start()
+            for node in self.nodes:
+                node.spawn()
+            for node in self.nodes:
+                node.wait_ready(within)
+            for router in self.routers:
+                router.start(within)
+        except BaseException:
+            self.stop()
+            raise
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "router": self.router_url,
+            "routers": self.router_urls,
+            "admin_token": self.admin_token,
+            "data_dir": str(self.data_dir),
+            "logs": str(self.data_dir / "logs"),
+            "nodes": [
+                {
+                    "id": self.node_id(i),
+                    "url": self.node_url(i),
+                    "redis": r.url,
+                    "redis_dir": str(r.data_dir),
+                }
+                for i, r in enumerate(self.redis)
+            ],
+            "partitioner": self.options.partitioner,
+        }
+
+    def stop(self, grace: float = 10.0) -> None:
+        """Routers, then nodes (SIGTERM together, then awaited), then Redis (SIGTERM:
+        Redis fsyncs its AOF). Every child, also when one of them misbehaves."""
+        for tier in (self.routers, self.nodes):
+            for child in tier:
+                child.terminate()
+            for child in tier:
+                child.wait_stopped(grace)
+        for redis in self.redis:
+            redis.stop(grace)
+
+    def __enter__(self) -> LocalCluster:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def scratch_options(nodes: int = 3, routers: int = 1, **settings: Any) -> UpOptions:
+    """UpOptions on free ports, for a throwaway cluster (data_dir still to be set)."""
+    base_port = free_port_run(nodes)
+    port = free_port_run(routers, avoid=range(base_port, base_port + nodes))
+    return UpOptions(nodes=nodes, routers=routers, port=port, base_port=base_port, **settings)
+
+
+@contextlib.contextmanager
+def scratch_cluster(
+    nodes: int = 3,
+    *,
+    admin_token: str | None = None,
+    cluster_token: str | None = None,
+    data_dir: Path | None = None,
+    **settings: Any,
+) -> Iterator[LocalCluster]:
+    """A started LocalCluster on free ports; stopped after, and its data dir removed
+    unless one was given; tokens made up unless given. `settings` are further UpOptions
+    fields."""
+    own_dir = data_dir is None
+    root = Path(tempfile.mkdtemp(prefix="sl-cluster-")) if data_dir is None else data_dir
+    try:
+        options = scratch_options(nodes, data_dir=root, **settings)
+        admin = admin_token or secrets.token_urlsafe(24)
+        with LocalCluster(options, admin, cluster_token or secrets.token_urlsafe(24)) as local:
+            yield local
+    finally:
+        if own_dir:
+            shutil.rmtree(root, ignore_errors=True)

@@ -1,0 +1,76 @@
+"""RFC 9457 problem+json responses, shared by router and node."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from cluster.model.errors import FieldError
+
+PROBLEM_TYPE = "https://shardlimit.dev/problems/"
+_TITLES = {
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    409: "Conflict",
+    413: "Content Too Large",
+    415: "Unsupported Media Type",
+    422: "Unprocessable Content",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
+
+
+def problem(
+    status: int,
+    slug: str,
+    detail: str,
+    errors: list[FieldError] | None = None,
+    headers: dict[str, str] | None = None,
+) -> web.Response:
+    body: dict[str, Any] = {
+        "type": PROBLEM_TYPE + slug,
+        "title": _TITLES.get(status, "Error"),
+        "status": status,
+        "detail": detail,
+    }
+    if errors:
+        body["errors"] = [e.to_dict() for e in errors]
+    return web.Response(
+        status=status,
+        body=orjson.dumps(body),
+        content_type="application/problem+json",
+        headers=headers,
+    )
+
+
+@web.middleware
+async def problem_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Every error leaves as problem+json; nothing escapes as an HTML page or a bare 500."""
+    try:
+        response: web.StreamResponse = await handler(request)
+        return response
+    except web.HTTPRequestEntityTooLarge:
+        return problem(413, "body-too-large", "request body exceeds 1 MiB")
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        # Keep what the status promises, e.g. `Allow` on a 405.
+        kept = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "www-authenticate")}
+        return problem(exc.status, "http", exc.reason or exc.text or "error", headers=kept)
+    except Exception:
+        request.app.logger.exception("unhandled error on %s %s", request.method, request.path)
+        return problem(500, "internal", "internal error; the request may be retried")
+
+
+async def read_json(request: web.Request) -> tuple[Any, web.Response | None]:
+    """Parse a JSON body; a problem response instead if it is not JSON."""
+    raw = await request.read()
+    try:
+        return orjson.loads(raw), None
+    except orjson.JSONDecodeError as exc:
+        return None, problem(400, "malformed-json", f"body is not valid JSON: {exc}")

@@ -1,0 +1,1 @@
+"""Helpers for tests: a Chrome DevTools Protocol client and the UI screenshot."""

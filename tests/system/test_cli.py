@@ -1,0 +1,268 @@
+"""The command line: its help, verbs, the old spellings, one-line mistakes, completion,
+and `--json` on every command (against a real cluster for those that talk to one)."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import re
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from cluster.cli.main import build_parser, completion_script, legacy_spelling
+from cluster.local.cluster import LocalCluster, node_process, scratch_cluster
+from cluster.local.ports import free_port
+from cluster.local.redis_proc import RedisProcess
+from cluster.web.logs import JsonFormatter
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, SHARDLIMIT_ROUTER="http://127.0.0.1:1")
+    return subprocess.run(
+        [sys.executable, "-m", "cluster.cli", *args],
+        capture_output=True, text=True, env=env, timeout=30, check=False,
+    )  # fmt: skip
+
+
+def test_help_lists_every_command_and_hides_nothing() -> None:
+    done = _run("--help")
+    assert done.returncode == 0
+    assert "SUPPRESS" not in done.stdout
+    for command in ("up", "serve", "status", "node", "reshard", "rules", "compare", "bench",
+                    "completion"):  # fmt: skip
+        assert re.search(rf"\n    {command}\s", done.stdout), command
+    serve = _run("serve", "--help").stdout
+    assert "router" in serve and "node" in serve
+    node = _run("node", "--help").stdout
+    assert "add" in node and "remove" in node and "--redis" not in node
+
+
+def test_old_spellings_still_work_for_one_release() -> None:
+    assert legacy_spelling(["router", "--config", "c.yaml"]) == [
+        "serve", "router", "--config", "c.yaml",
+    ]  # fmt: skip
+    assert legacy_spelling(["node", "--id", "n1"]) == ["serve", "node", "--id", "n1"]
+    assert legacy_spelling(["node-add", "http://h:1"]) == ["node", "add", "http://h:1"]
+    assert legacy_spelling(["node", "add", "http://h:1"]) == ["node", "add", "http://h:1"]
+    assert legacy_spelling(["node", "--help"]) == ["node", "--help"]
+    args = build_parser().parse_args(legacy_spelling(["node", "--id", "n1", "--port", "7001",
+                                                      "--redis", "redis://x:1/0"]))  # fmt: skip
+    assert (args.command, args.service, args.id, args.port) == ("serve", "node", "n1", 7001)
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "says"),
+    [
+        (("bogus",), 2, "invalid choice: 'bogus'"),
+        (("up", "--routers", "0"), 2, "--routers: must be a whole number from 1 to 64"),
+        (("serve", "node", "--id", "n1"), 2, "the following arguments are required"),
+        (("node", "add"), 2, "the following arguments are required: url"),
+        (("reshard", "explode"), 2, "invalid choice: 'explode'"),
+        (("rules", "apply", "-f", "/nonexistent/rules.yaml"), 1, "cannot read /nonexistent"),
+        (("status",), 1, "cannot reach the router at http://127.0.0.1:1"),
+        (("node", "remove", "n9"), 1, "cannot reach the router"),
+        (("serve", "router", "--config", "/nonexistent.yaml"), 2, "cannot read /nonexistent"),
+        (("completion", "fish"), 2, "completion takes bash or zsh"),
+    ],
+)
+def test_a_mistake_is_one_line_without_a_traceback(
+    args: tuple[str, ...], code: int, says: str
+) -> None:
+    done = _run(*args)
+    assert done.returncode == code, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert says in lines[0] and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("service", ["node", "router"])
+def test_serve_on_a_taken_port_says_so_in_one_line(service: str, tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = tmp_path / "cluster.yaml"
+        config.write_text(yaml.safe_dump({
+            "router": {"port": port, "data_dir": str(tmp_path / "router")},
+            "cluster": {"nodes": [{"id": "n1", "url": "http://127.0.0.1:1"}]},
+        }))  # fmt: skip
+        args = {
+            "node": ("--id", "n1", "--port", str(port), "--redis", "redis://127.0.0.1:1/0"),
+            "router": ("--config", str(config)),
+        }[service]
+        done = _run("serve", service, *args, "--json")
+    assert done.returncode == 2, done.stderr
+    *logged, last = done.stderr.strip().splitlines()
+    assert last.startswith(f"shardlimit {service}: cannot listen on 127.0.0.1:{port}: ")
+    assert "Traceback" not in done.stderr
+    assert all(json.loads(line)["level"] == "WARNING" for line in logged)  # --json logs
+
+
+def test_completion_knows_commands_and_options(tmp_path: Path) -> None:
+    script = completion_script(build_parser(), "bash")
+    assert '"") words="' in script and " serve " in script
+    assert '"serve node") words="--cluster-token-file --help --host --id --json --port' in script
+    assert '"completion") words="--json bash zsh"' in script
+    assert '"node add") words="' in script and "--weight" in script
+    done = _run("completion", "bash")
+    assert done.returncode == 0 and done.stdout == script
+    # bash itself accepts it and completes `shardlimit se` to `serve`.
+    probe = tmp_path / "probe.sh"
+    probe.write_text(
+        script
+        + 'COMP_WORDS=(shardlimit se); COMP_CWORD=1; _shardlimit; echo "${COMPREPLY[@]}"\n'
+        + 'COMP_WORDS=(shardlimit serve r); COMP_CWORD=2; _shardlimit; echo "${COMPREPLY[@]}"\n'
+    )
+    out = subprocess.run(["bash", str(probe)], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == ["serve", "router"]
+
+
+# -- --json on every command ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """Two nodes and a router, logging JSON (`serve router|node --json`)."""
+    data_dir = tmp_path_factory.mktemp("live")
+    with scratch_cluster(2, data_dir=data_dir, json_logs=True, log_level="INFO") as local:
+        yield local
+
+
+def _run_json(local: LocalCluster, *args: str) -> Any:
+    """Run a command with --json against `local`; its stdout parsed (it must be JSON)."""
+    env = dict(os.environ, SHARDLIMIT_ROUTER=local.router_url,
+               SHARDLIMIT_ADMIN_TOKEN=local.admin_token)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "cluster.cli", *args, "--json"],
+        capture_output=True, text=True, env=env, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    for line in done.stderr.splitlines():  # any log line is a JSON object too
+        assert {"ts", "level", "logger", "message"} <= set(json.loads(line)), line
+    return json.loads(done.stdout)
+
+
+def _json_log(path: Path) -> list[dict[str, Any]]:
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert all({"ts", "level", "logger", "message"} <= set(r) for r in records), path
+    return records
+
+
+def test_status_and_rules_json(live: LocalCluster, tmp_path: Path) -> None:
+    status = _run_json(live, "status")
+    assert [(n["id"], n["url"]) for n in status["nodes"]] == [
+        ("n1", live.node_url(0)), ("n2", live.node_url(1)),
+    ]  # fmt: skip
+    assert status["partitioner"] == "ring"
+    rules = _run_json(live, "rules", "get")
+    assert set(rules) == {"version", "rules"}
+    wanted = tmp_path / "rules.yaml"
+    one = {"limits": [{"algorithm": "fixed_window", "limit": 5, "window": "1m"}]}
+    wanted.write_text(yaml.safe_dump({"rules": {**rules["rules"], "cli-json": one}}))
+    plan = _run_json(live, "rules", "apply", "-f", str(wanted), "--dry-run")
+    assert (plan["applied"], plan["added"], plan["removed"], plan["changed"]) == (
+        False, ["cli-json"], [], [],
+    )  # fmt: skip
+    assert plan["version"] == plan["from_version"] == rules["version"]
+
+
+def test_reshard_and_node_json(live: LocalCluster, tmp_path: Path) -> None:
+    assert _run_json(live, "reshard", "status") is None  # no migration yet
+    plan = _run_json(live, "reshard", "plan", "--remove", "n2")
+    assert {(m["source"], m["target"]) for m in plan["moves"]} == {("n2", "n1")}
+    redis = RedisProcess(port=free_port(), data_dir=tmp_path / "redis-n3", aof=False)
+    port = free_port()
+    log = tmp_path / "node-n3.log"
+    spare = node_process("n3", port, redis.url, log=log, env=live.env(), extra=("--json",))
+    redis.start()
+    try:
+        with spare:
+            added = _run_json(live, "node", "add", f"http://127.0.0.1:{port}", "--id", "n3")
+            assert added["phase"] == "done"
+            ids = [n["id"] for n in _run_json(live, "status")["nodes"]]
+            assert ids == ["n1", "n2", "n3"]
+            removed = _run_json(live, "node", "remove", "n3")
+            assert removed["phase"] == "done" and removed["epoch"] > added["epoch"]
+            assert [n["id"] for n in _run_json(live, "status")["nodes"]] == ["n1", "n2"]
+    finally:
+        redis.stop()
+    # `serve node --json`: its log lines are JSON objects.
+    messages = [r["message"] for r in _json_log(log)]
+    assert f"listening on http://127.0.0.1:{port}" in messages
+
+
+def test_serve_router_json_logs(live: LocalCluster) -> None:
+    log = live.routers[0].log
+    assert log is not None
+    listening = [r for r in _json_log(log) if r["message"].startswith("listening on")]
+    assert [(r["level"], r["logger"], r["message"]) for r in listening] == [
+        ("INFO", "shardlimit", f"listening on {live.router_url}")
+    ]
+
+
+def test_compare_json() -> None:
+    done = _run("compare", "--nodes", "3", "--add", "1", "--keys", "2000", "--vnodes", "40",
+                "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["parameters"] == {"nodes": 3, "change": 1, "operation": "add", "keys": 2000,
+                                    "seed": 1, "vnodes": [40]}  # fmt: skip
+    assert [(r["mode"], r["vnodes"]) for r in result["rows"]] == [("ring", 40), ("slots", None)]
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh"])
+def test_completion_json(shell: str) -> None:
+    done = _run("completion", shell, "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "shell": shell, "script": completion_script(build_parser(), shell),
+    }  # fmt: skip
+
+
+def test_json_log_lines_carry_extra_fields() -> None:
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("shardlimit.test-json")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        logger.warning("node %s is %s", "n1", "down", extra={"node": "n1", "failures": 3})
+    finally:
+        logger.removeHandler(handler)
+    record = json.loads(out.getvalue())
+    assert record.pop("ts").endswith("+00:00")
+    assert record == {"level": "WARNING", "logger": "shardlimit.test-json",
+                      "message": "node n1 is down", "node": "n1", "failures": 3}  # fmt: skip
+
+
+def test_every_command_offers_json() -> None:
+    """Every leaf command of the parser takes --json (bench and completion parse their
+    own arguments and are tested above / in bench)."""
+    missing = []
+
+    def walk(path: str, parser: Any) -> None:
+        children = {}
+        for action in parser._actions:
+            if action.__class__.__name__ == "_SubParsersAction":
+                children = dict(action.choices)
+        if not children and path not in ("bench", "completion"):
+            options = {o for a in parser._actions for o in a.option_strings}
+            if "--json" not in options:
+                missing.append(path)
+        for name, child in children.items():
+            walk(f"{path} {name}".strip(), child)
+
+    walk("", build_parser())
+    assert missing == []

@@ -1,0 +1,200 @@
+"""Forward auth through real gateways: Debian's nginx, Caddy and HAProxy, each in front
+of a tiny upstream, asking a real cluster (`GET /v1/authz`) before every request.
+
+The example configs under compose/gateways/ are the ones tested (their placeholders
+filled in). Through each gateway: the limit holds exactly, a 429 carries Retry-After,
+and the upstream is never reached when denied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from cluster.local.procs import child_preexec
+from cluster.local.redis_proc import free_port
+from tests.conftest import Cluster, eventually
+
+pytestmark = pytest.mark.timeout(60)
+
+GATEWAYS = Path(__file__).resolve().parents[2] / "compose" / "gateways"
+LIMIT = 5  # rule `basic` of tests/conftest.py RULES: 5 per hour
+
+
+class Upstream:
+    """The app behind the gateway: counts the requests that reach it."""
+
+    def __init__(self) -> None:
+        self.hits = 0
+        self.runner: web.AppRunner | None = None
+        self.port = free_port()
+
+    async def start(self) -> None:
+        async def hello(request: web.Request) -> web.Response:
+            self.hits += 1
+            return web.Response(text="hello from upstream")
+
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", hello)
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[Upstream]:
+    app = Upstream()
+    await app.start()
+    try:
+        yield app
+    finally:
+        await app.stop()
+
+
+def _fill(template: str, values: dict[str, str], braces: tuple[str, str]) -> str:
+    for name, value in values.items():
+        template = template.replace(braces[0] + name + braces[1], value)
+    return template
+
+
+def _gateway_command(name: str, workdir: Path, values: dict[str, str]) -> list[str]:
+    """Write the gateway's config from compose/gateways/ and return its command line."""
+    if name == "nginx":
+        conf = workdir / "nginx.conf"
+        conf.write_text(_fill((GATEWAYS / "nginx.conf").read_text(), values, ("{", "}")))
+        return ["nginx", "-c", str(conf), "-p", str(workdir)]
+    if name == "caddy":
+        conf = workdir / "Caddyfile"
+        conf.write_text(_fill((GATEWAYS / "Caddyfile").read_text(), values, ("{{", "}}")))
+        return ["caddy", "run", "--config", str(conf), "--adapter", "caddyfile"]
+    conf = workdir / "haproxy.cfg"
+    conf.write_text(_fill((GATEWAYS / "haproxy.cfg").read_text(), values, ("{", "}")))
+    shutil.copy(GATEWAYS / "shardlimit.lua", workdir / "shardlimit.lua")
+    return ["haproxy", "-f", str(conf), "-db"]
+
+
+BINARIES = {"nginx": "nginx", "caddy": "caddy", "haproxy": "haproxy"}
+
+
+@pytest.mark.parametrize("gateway", ["nginx", "caddy", "haproxy"])
+async def test_the_limit_holds_exactly_through_the_gateway(
+    gateway: str, cluster: Cluster, upstream: Upstream, tmp_path: Path
+) -> None:
+    binary = shutil.which(BINARIES[gateway]) or shutil.which(f"/usr/sbin/{BINARIES[gateway]}")
+    if binary is None:
+        pytest.skip(f"{gateway} is not installed (`make test` installs it with apt-get)")
+    port = free_port()
+    router = cluster.router_url.removeprefix("http://")
+    values = {
+        "workdir": str(tmp_path),
+        "port": str(port),
+        "router": router,
+        "upstream": f"127.0.0.1:{upstream.port}",
+        "rule": "basic",
+    }
+    command = [binary, *_gateway_command(gateway, tmp_path, values)[1:]]
+    log = (tmp_path / f"{gateway}.log").open("wb")
+    proc = await asyncio.create_subprocess_exec(
+        *command, stdout=log, stderr=subprocess.STDOUT, preexec_fn=child_preexec, cwd=tmp_path
+    )
+    url = f"http://127.0.0.1:{port}/orders"
+    try:
+        async with aiohttp.ClientSession() as http:
+
+            async def listening() -> bool:
+                if proc.returncode is not None:
+                    text = (tmp_path / f"{gateway}.log").read_text(errors="replace")
+                    raise AssertionError(f"{gateway} exited with {proc.returncode}:\n{text}")
+                try:
+                    async with http.get(url, headers={"X-Api-Key": "warm-up"}) as resp:
+                        return resp.status in (200, 429)
+                except aiohttp.ClientError:
+                    return False
+
+            await eventually(listening, within=20)
+            upstream.hits = 0
+            statuses, retry_after, bodies = [], [], []
+            for _ in range(LIMIT + 3):
+                async with http.get(url, headers={"X-Api-Key": f"{gateway}-key"}) as resp:
+                    statuses.append(resp.status)
+                    retry_after.append(resp.headers.get("Retry-After"))
+                    bodies.append(await resp.text())
+            # Another key has its own budget.
+            async with http.get(url, headers={"X-Api-Key": f"{gateway}-other"}) as resp:
+                other = resp.status
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+        try:
+            await asyncio.wait_for(proc.wait(), 10)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+        log.close()
+    assert statuses == [200] * LIMIT + [429] * 3
+    assert all(b == "hello from upstream" for b in bodies[:LIMIT])
+    assert all(r is not None and 1 <= int(r) <= 3600 for r in retry_after[LIMIT:])
+    assert other == 200
+    assert upstream.hits == LIMIT + 1  # the denied requests never reached it
+    status, usage = await cluster.get(f"/v1/usage?key={gateway}-key&rule=basic")
+    assert status == 200 and usage["limits"][0]["remaining"] == 0
+
+
+async def test_authz_answers_for_gateways(cluster: Cluster) -> None:
+    """The endpoint itself: 204 with RateLimit headers, the configured deny status with
+    Retry-After, the key from a header (X-Forwarded-For: its last entry), cost."""
+    base = cluster.router_url + "/v1/authz"
+    async with aiohttp.ClientSession() as http:
+
+        async def get(query: str, headers: dict[str, str] | None = None) -> aiohttp.ClientResponse:
+            async with http.get(f"{base}?{query}", headers=headers) as resp:
+                await resp.read()
+                return resp
+
+        allowed = await get("rule=basic&key=a&cost=4")
+        assert allowed.status == 204
+        assert allowed.headers["RateLimit"] == '"basic.0";r=1;t=3000'
+        assert allowed.headers["RateLimit-Policy"] == '"basic.0";q=5;w=3600'
+        denied = await get("rule=basic&key=a&cost=2&deny_status=403")
+        assert denied.status == 403 and int(denied.headers["Retry-After"]) > 0
+        last = await get("rule=basic&key=a")
+        assert last.status == 204  # the denied cost 2 consumed nothing: 1 was left
+        forwarded = {"X-Forwarded-For": "6.6.6.6, 10.0.0.7"}
+        for _ in range(5):
+            assert (await get("rule=basic&key_header=X-Forwarded-For", forwarded)).status == 204
+        assert (await get("rule=basic&key=10.0.0.7")).status == 429  # the proxy's view
+        assert (await get("rule=basic&key=6.6.6.6")).status == 204
+        for query, field in [
+            ("rule=basic", "key"),
+            ("rule=basic&key_header=X-Api-Key", "key_header"),
+            ("rule=basic&key=a&deny_status=500", "deny_status"),
+            ("rule=basic&key=a&cost=-1", "cost"),
+            ("rule=nope&key=a", "rule"),
+        ]:
+            async with http.get(f"{base}?{query}") as resp:
+                assert resp.status == 400, query
+                assert (await resp.json(content_type=None))["errors"][0]["field"] == field
+
+
+async def test_usage_is_consistent_after_gateway_checks(cluster: Cluster) -> None:
+    """A denied forward-auth check consumes nothing (the counter stays at the limit)."""
+    async with aiohttp.ClientSession() as http:
+        url = cluster.router_url + "/v1/authz?rule=basic&key=z"
+        answers = []
+        for _ in range(LIMIT + 2):
+            async with http.get(url) as resp:
+                answers.append(resp.status)
+    assert answers == [204] * LIMIT + [429] * 2
+    status, usage = await cluster.get("/v1/usage?key=z&rule=basic")
+    assert status == 200 and usage["limits"][0]["remaining"] == 0

@@ -1,0 +1,421 @@
+"""Live resharding under concurrent load: nothing lost, nothing doubled, only owners change."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import redis as sync_redis
+import redis.asyncio as aioredis
+import yaml
+
+from cluster.local.loadgen import LoadProcess, start_loadgen
+from cluster.local.redis_proc import RedisProcess, free_port
+from cluster.model.keys import counter_key, limit_key_of, record_key
+from cluster.model.nodes import NodeSpec
+from cluster.model.partition import new_partitioner
+from cluster.model.topology import Topology
+from node.copy import Finder
+from node.ownership import Ownership
+from tests.conftest import (
+    ADMIN,
+    CLUSTER,
+    Cluster,
+    add_spare_node,
+    eventually,
+    start_cluster,
+    stop_cluster,
+)
+
+FIXED = {"algorithm": "fixed_window", "limit": 1000, "window": "1h"}
+MONEY = {
+    "algorithm": "calendar",
+    "period": "day",
+    "timezone": "Europe/Paris",
+    "max_amount": "100000.00",
+}
+KEYS = [f"user:{i}" for i in range(3000)] + [f"{{team:{i % 300}}}:m{i}" for i in range(2000)]
+
+
+def limits_for(key: str) -> list[dict[str, Any]]:
+    return [MONEY] if key.startswith("{") else [FIXED]
+
+
+@pytest.fixture(params=["ring", "slots"])
+async def big_cluster(
+    request: pytest.FixtureRequest,
+    redis_servers: list[RedisProcess],
+    fourth_redis: RedisProcess,
+    tmp_path: Path,
+) -> AsyncIterator[tuple[Cluster, str]]:
+    cluster = await start_cluster(redis_servers, tmp_path, partitioner=request.param)
+    n4_url = await add_spare_node(cluster, fourth_redis)
+    try:
+        yield cluster, n4_url
+    finally:
+        await stop_cluster(cluster)
+
+
+async def preload(cluster: Cluster) -> dict[str, int]:
+    rng = random.Random(7)
+    used: dict[str, int] = {}
+    checks = []
+    for key in KEYS:
+        cost = rng.randint(1, 3)
+        used[key] = cost
+        body: dict[str, Any] = {"key": key, "limits": limits_for(key), "cost": cost}
+        if key.startswith("{"):
+            body["amount"] = f"{cost}.25"
+        checks.append(body)
+    for start in range(0, len(checks), 500):
+        status, body = await cluster.post(
+            "/v1/check/batch", {"checks": checks[start : start + 500]}
+        )
+        assert status == 200 and all(r["allowed"] for r in body["results"])
+    return used
+
+
+async def wait_migration_done(cluster: Cluster) -> dict[str, Any]:
+    final: dict[str, Any] = {}
+
+    async def done() -> bool:
+        _, info = await cluster.get("/v1/cluster")
+        migration = info["migration"]
+        if migration and migration.get("last_error"):
+            raise AssertionError(migration["last_error"])
+        if migration and migration.get("phase") == "done" and not migration["running"]:
+            final.update(migration)
+            final["epoch"] = info["epoch"]
+            return True
+        return False
+
+    await eventually(done, within=90)
+    return final
+
+
+class Load:
+    """Checks of random keys from a load generator in its own process (64 connections);
+    counts what was admitted per key once stopped."""
+
+    CONNECTIONS = 64
+
+    def __init__(self, cluster: Cluster, workdir: Path) -> None:
+        self.cluster = cluster
+        self.bodies = workdir / "bodies.jsonl"
+        rng = random.Random(11)
+        lines = []
+        for key in rng.sample(KEYS, len(KEYS)):
+            body: dict[str, Any] = {"key": key, "limits": limits_for(key)}
+            if key.startswith("{"):
+                body["amount"] = "0.50"
+            lines.append(json.dumps(body))
+        self.bodies.write_text("\n".join(lines) + "\n")
+        self.admitted: Counter[str] = Counter()
+        self.amounts: Counter[str] = Counter()  # minor units
+        self.report: dict[str, Any] = {}
+        self._process: LoadProcess | None = None
+
+    async def start(self) -> None:
+        self._process = await start_loadgen(
+            self.cluster.router_url + "/v1/check",
+            connections=self.CONNECTIONS,
+            body="",
+            bodies_file=str(self.bodies),
+            per_key=True,
+        )
+
+    async def stop(self) -> None:
+        assert self._process is not None
+        self.report = await self._process.stop()
+        self.admitted.update(self.report["allowed_by_key"])
+        for key, count in self.admitted.items():
+            if key.startswith("{"):
+                self.amounts[key] = 50 * count
+
+
+async def assert_totals(cluster: Cluster, used: dict[str, int], load: Load) -> None:
+    """Every key: what its node holds now == preloaded + admitted during the run."""
+    for start in range(0, len(KEYS), 500):
+        chunk = KEYS[start : start + 500]
+        checks = [{"key": k, "limits": limits_for(k), "cost": 0} for k in chunk]
+        _, body = await cluster.post("/v1/check/batch", {"checks": checks})
+        for key, result in zip(chunk, body["results"], strict=True):
+            limit = result["limits"][0]
+            if key.startswith("{"):
+                left = 10_000_000 - (used[key] * 100 + 25 + load.amounts[key])
+                assert limit["amount_remaining"] == f"{left // 100}.{left % 100:02d}", key
+            else:
+                assert limit["remaining"] == 1000 - used[key] - load.admitted[key], key
+
+
+def owners(cluster: Cluster) -> dict[str, str]:
+    return {key: cluster.router.view.owner(key) for key in KEYS}
+
+
+def redis_key_counts(cluster: Cluster) -> dict[str, int]:
+    counts = {}
+    for index, server in enumerate(cluster.redis):
+        client = sync_redis.Redis(port=server.port)
+        counts[f"n{index + 1}"] = sum(
+            1 for k in client.scan_iter(match="c*", count=1000) if limit_key_of(k.decode())
+        )
+        client.close()
+    return counts
+
+
+@pytest.mark.timeout(180)
+async def test_add_then_remove_under_load(big_cluster: tuple[Cluster, str], tmp_path: Path) -> None:
+    cluster, n4_url = big_cluster
+    used = await preload(cluster)
+    load = Load(cluster, tmp_path)
+    before = owners(cluster)
+    await load.start()
+    served = cluster.router.metrics.served
+
+    async def flowing() -> bool:
+        return served("/v1/check") >= 500
+
+    await eventually(flowing)  # the load is on before the move starts
+    admin = ADMIN
+    status, started = await cluster.post("/v1/cluster/nodes", {"url": n4_url, "id": "n4"}, admin)
+    assert status == 202, started
+    first = await wait_migration_done(cluster)
+    after_add = owners(cluster)
+    changed = [k for k in KEYS if before[k] != after_add[k]]
+    assert all(after_add[k] == "n4" for k in changed)  # only keys the new node takes move
+    assert first["keys_moved"] == len(changed)
+    share = Counter(after_add.values())["n4"] / len(KEYS)
+    assert 0.6 * 0.25 <= share <= 1.4 * 0.25
+
+    async with cluster.http.delete(
+        cluster.router_url + "/v1/cluster/nodes/n2", headers={"Authorization": f"Bearer {admin}"}
+    ) as resp:
+        assert resp.status == 202, await resp.text()
+    second = await wait_migration_done(cluster)
+    after_remove = owners(cluster)
+    changed = [k for k in KEYS if after_add[k] != after_remove[k]]
+    assert all(after_add[k] == "n2" for k in changed)  # only n2's keys move
+    assert second["keys_moved"] == len(changed) == Counter(after_add.values())["n2"]
+
+    during = served("/v1/check")
+    await load.stop()
+    report = load.report
+    print(f"{report['answered']} checks, {during} of them before the second move ended")
+    assert report["errors"] == 0, report["error_samples"]
+    assert report["degraded"] == 0, report["degraded_reasons"]
+    assert report["allowed"] == sum(load.admitted.values()) > 0
+    await assert_totals(cluster, used, load)
+    counts = redis_key_counts(cluster)
+    assert counts["n2"] == 0  # the removed node was drained
+    for server in cluster.redis:
+        direct = sync_redis.Redis(port=server.port)
+        assert list(direct.scan_iter(match="sl|i|*")) == []  # import markers cleaned up
+        direct.close()
+    assert sum(counts.values()) == len(KEYS)  # each counter lives on exactly one node
+    status, info = await cluster.get("/v1/cluster")
+    assert [n["id"] for n in info["nodes"]] == ["n1", "n3", "n4"]
+
+
+def start_router_process(config_path: Path) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, SHARDLIMIT_ADMIN_TOKEN=ADMIN, SHARDLIMIT_CLUSTER_TOKEN=CLUSTER)
+    return subprocess.Popen(
+        [sys.executable, "-m", "cluster.cli", "serve", "router", "--config", str(config_path)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+@pytest.mark.timeout(180)
+async def test_sigkilled_orchestrator_resumes_and_a_second_router_follows(
+    redis_servers: list[RedisProcess], fourth_redis: RedisProcess, tmp_path: Path
+) -> None:
+    # Router B (in this process) carries the load; router A (a real process) runs the
+    # migration and is SIGKILLed in the middle of it, then restarted to resume.
+    cluster = await start_cluster(redis_servers, tmp_path, partitioner="slots")
+    n4_url = await add_spare_node(cluster, fourth_redis)
+    a_port = free_port()
+    a_url = f"http://127.0.0.1:{a_port}"
+    nodes = [{"id": n, "url": u} for n, u in cluster.node_urls.items()]
+    config = {
+        "router": {"port": a_port, "data_dir": str(tmp_path / "router-a"),
+                   "reshard_step_keys": 50, "reshard_lease_ttl": "1s"},
+        "cluster": {"partitioner": "slots", "nodes": nodes},
+    }  # fmt: skip
+    config_path = tmp_path / "a.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+    router_a = start_router_process(config_path)
+    try:
+        used = await preload(cluster)
+        load = Load(cluster, tmp_path)
+
+        async def a_get(path: str) -> Any:
+            async with cluster.http.get(a_url + path) as resp:
+                return await resp.json()
+
+        async def a_up() -> bool:
+            try:
+                return bool((await a_get("/healthz"))["status"] == "ok")
+            except aiohttp.ClientError:
+                return False
+
+        await eventually(a_up, within=30)
+        before = owners(cluster)
+        await load.start()
+        headers = {"Authorization": f"Bearer {ADMIN}"}
+        body = {"url": n4_url, "id": "n4"}
+        async with cluster.http.post(
+            a_url + "/v1/cluster/nodes", json=body, headers=headers
+        ) as resp:
+            assert resp.status == 202, await resp.text()
+            migrating_epoch = (await resp.json())["epoch"]
+
+        async def midway() -> bool:
+            migration = (await a_get("/v1/cluster"))["migration"] or {}
+            return int(migration.get("keys_moved", 0)) >= 200
+
+        await eventually(midway, within=60)
+        router_a.send_signal(signal.SIGKILL)
+        router_a.wait(10)
+        # Router B learns the migrating epoch from the nodes by itself.
+        seen = time.monotonic()
+
+        async def b_follows() -> bool:
+            return bool(cluster.router.view.topology.epoch >= migrating_epoch)
+
+        await eventually(b_follows, within=10)
+        follow_s = time.monotonic() - seen
+        counts_mid = redis_key_counts(cluster)
+        assert 0 < counts_mid["n4"] < sum(counts_mid.values())  # really stopped midway
+
+        router_a = start_router_process(config_path)
+        await eventually(a_up, within=30)
+        async with cluster.http.post(
+            a_url + "/v1/cluster/migration/resume", headers=headers
+        ) as resp:
+            assert resp.status == 202, await resp.text()
+
+        async def finished() -> bool:
+            info = await a_get("/v1/cluster")
+            migration = info["migration"] or {}
+            assert not migration.get("last_error"), migration
+            return migration.get("phase") == "done" and not migration.get("running")
+
+        await eventually(finished, within=90)
+
+        async def b_final() -> bool:
+            return cluster.router.view.topology.migration is None
+
+        await eventually(b_final, within=10)
+        await load.stop()
+        assert load.report["errors"] == 0, load.report["error_samples"]
+        assert load.report["degraded"] == 0, load.report["degraded_reasons"]
+        after = owners(cluster)
+        changed = [k for k in KEYS if before[k] != after[k]]
+        assert changed and all(after[k] == "n4" for k in changed)
+        counts = redis_key_counts(cluster)
+        assert sum(counts.values()) == len(KEYS)
+        assert counts["n4"] == Counter(after.values())["n4"]
+        await assert_totals(cluster, used, load)
+        print(f"router B followed the new epoch after {follow_s:.3f} s")
+    finally:
+        router_a.kill()
+        router_a.wait(10)
+        await stop_cluster(cluster)
+
+
+async def test_reshard_cli_plan_and_status(cluster: Cluster) -> None:
+    env = dict(os.environ, SHARDLIMIT_ROUTER=cluster.router_url, SHARDLIMIT_ADMIN_TOKEN=ADMIN)
+
+    async def cli(*args: str) -> tuple[int, str, str]:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "cluster.cli", *args, env=env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await proc.communicate()
+        return proc.returncode or 0, out.decode(), err.decode()
+
+    code, out, err = await cli("reshard", "plan", "--add", "http://127.0.0.1:9", "--json")
+    assert code == 0, err
+    plan = json.loads(out)
+    assert plan["dry_run"] is True and {m["target"] for m in plan["moves"]} == {"n4"}
+    assert 0.15 < sum(m["fraction"] for m in plan["moves"]) < 0.35
+    assert cluster.router.view.topology.epoch == 1  # a plan changes nothing
+    code, out, err = await cli("reshard", "status", "--json")
+    assert code == 0 and json.loads(out) is None
+    code, out, err = await cli("reshard", "resume")
+    assert code == 1 and "no migration to resume" in err
+    code, out, err = await cli("node", "remove", "n9")
+    assert code == 1 and "404" in err
+    env["SHARDLIMIT_ADMIN_TOKEN"] = "wrong"
+    code, out, err = await cli("node", "add", "http://127.0.0.1:9")
+    assert code == 1 and "401" in err
+
+
+@pytest.mark.parametrize(("kind", "in_redis"), [("ring", False), ("slots", False), ("slots", True)])
+async def test_a_source_finds_exactly_the_keys_that_move(
+    kind: str, in_redis: bool, redis_servers: list[RedisProcess]
+) -> None:
+    """The copy's finder (Lua CRC16 slots in Redis, or the ring's moving arcs) keeps
+    exactly the Redis keys whose limit key leaves this node, and names their target."""
+    nodes = [NodeSpec(f"n{i}", f"http://127.0.0.1:{9000 + i}") for i in range(1, 5)]
+    old = new_partitioner(kind, nodes[:3])
+    topology = Topology(2, old.resized(nodes), {"id": "m1", "from": old.to_dict()})
+    ownership = Ownership.build("n1", topology)
+    rng = random.Random(3)
+    limit_keys = [f"user:{i}" for i in range(3000)] + [
+        "{tag}:a", "x{tag}y", "{}:empty-tag", "{:open", "caf\u00e9:\u00fc\u00f1\u00ee", "a|b|c",
+        "q#3", "{team:7}:m1", "}{", "",
+    ]  # fmt: skip
+    client = sync_redis.Redis(port=redis_servers[0].port)
+    names = []
+    for key in limit_keys:
+        names.append(counter_key("rule", f"shape{rng.randint(0, 3)}", key))
+        if rng.random() < 0.3:
+            names.append(record_key("rule", f"req-{rng.randint(0, 99)}", key))
+    client.mset({name: "1" for name in names})
+    client.set("sl|holds-not-data", "1")
+    expected: dict[str, set[str]] = {}
+    for name in names:
+        target = ownership.moving_away(limit_key_of(name) or "")
+        if target is not None:
+            expected.setdefault(target, set()).add(name)
+    assert expected  # some keys move, all to the new node
+    aio = aioredis.Redis(port=redis_servers[0].port)
+    finder = Finder(aio, ownership, in_redis=in_redis)
+    assert (finder.slot_table is not None) == (kind == "slots")
+    found: dict[str, set[str]] = {}
+    cursor, examined = 0, 0
+    while True:
+        cursor, seen, step = await finder.find(cursor, 500)
+        examined += seen
+        for target, keys in step.items():
+            found.setdefault(target, set()).update(keys)
+        if cursor == 0:
+            break
+    await aio.aclose()
+    client.close()
+    assert found == expected and list(found) == ["n4"]
+    assert examined >= len(names)
+
+
+async def test_a_copy_step_with_a_bad_budget_is_refused(cluster: Cluster) -> None:
+    headers = {"Authorization": f"Bearer {CLUSTER}"}
+    for budget in ({"rate": -1}, {"busy_pct": 0}, {"busy_pct": 101}, {"rate": "fast"}):
+        body = {"migration": "m", "cursor": 0, "count": 100, **budget}
+        async with cluster.http.post(
+            cluster.node_urls["n1"] + "/node/v1/migrate", json=body, headers=headers
+        ) as resp:
+            assert resp.status == 400, (budget, await resp.text())
