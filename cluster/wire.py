@@ -17,6 +17,7 @@ types of `Result`.
 
 from __future__ import annotations
 
+import enum
 from typing import Annotated, Any, Final
 
 import msgspec
@@ -39,6 +40,7 @@ __all__ = [
     "STATS_PATH",
     "TEST_CLOCK_PATH",
     "TOPOLOGY_PATH",
+    "AdjustStatus",
     "Adjusted",
     "Batch",
     "BatchReply",
@@ -49,6 +51,7 @@ __all__ = [
     "LimitRow",
     "Moved",
     "Op",
+    "RefundStatus",
     "Refunded",
     "Result",
     "Undone",
@@ -132,9 +135,27 @@ class Checked(msgspec.Struct, array_like=True, frozen=True, tag="checked"):
     undo: bytes | None = None  # what it consumed, when it did (opaque: for an "undo" op)
 
 
+class RefundStatus(enum.IntEnum):
+    """What node/lua/refund.lua answers."""
+
+    UNKNOWN = 0  # no decision with this key, rule and request_id
+    REFUNDED = 1
+    ALREADY_REFUNDED = 2
+    NOTHING_CONSUMED = 3
+    NOT_HELD = 4  # committed, and the hold sweeper asked to act only on held decisions
+
+
+class AdjustStatus(enum.IntEnum):
+    """What node/lua/adjust.lua answers."""
+
+    APPLIED = 1
+    REPLAYED = 2  # the same adjustment was already applied; this is its first answer
+    REQUEST_ID_REUSED = 3  # the request_id was used for something else
+    EXPIRED = 4  # the quota is over (expires_at passed)
+
+
 class Refunded(msgspec.Struct, array_like=True, frozen=True, tag="refunded"):
-    # 1 refunded, 0 no such decision, 2 already refunded, 3 consumed nothing
-    status: int
+    status: RefundStatus
     given: list[tuple[int, int]]  # per limit: count, amount (minor units)
 
 
@@ -147,10 +168,9 @@ class Undone(msgspec.Struct, array_like=True, frozen=True, tag="undone"):
 
 
 class Adjusted(msgspec.Struct, array_like=True, frozen=True, tag="adjusted"):
-    """A quota adjustment. status: 1 applied, 2 already applied (this is its first
-    answer), 3 the request_id was used for something else, 4 the quota is over."""
+    """A quota adjustment."""
 
-    status: int
+    status: AdjustStatus
     row: LimitRow | None = None  # the quota after it (ok, retry and delay unused)
 
 

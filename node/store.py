@@ -22,7 +22,15 @@ from cluster.model.keys import (
 )
 from cluster.model.keys import HOLDS_KEY as HOLDS_KEY  # re-exported: tests read the holds set
 from cluster.model.limits import LimitSpec
-from cluster.wire import Adjusted, Checked, Committed, LimitRow, Refunded
+from cluster.wire import (
+    Adjusted,
+    AdjustStatus,
+    Checked,
+    Committed,
+    LimitRow,
+    Refunded,
+    RefundStatus,
+)
 from node.ops import Op
 from node.resp import RespPipe
 from node.scripts import read_lua, script_source
@@ -323,12 +331,12 @@ def commit_result(raw: int) -> Committed:
 
 def adjust_result(raw: list[int]) -> Adjusted:
     if raw[0] not in (1, 2):
-        return Adjusted(raw[0])
+        return Adjusted(AdjustStatus(raw[0]))
     row = LimitRow(1, raw[1], raw[2], raw[3], -1, -1, raw[4], raw[5])
-    return Adjusted(raw[0], row)
+    return Adjusted(AdjustStatus(raw[0]), row)
 
 
 def refund_result(raw: list[int]) -> Refunded:
     n = raw[1]
     given = [(raw[2 + 2 * i], raw[3 + 2 * i]) for i in range(n)] if raw[0] == 1 else []
-    return Refunded(raw[0], given)
+    return Refunded(RefundStatus(raw[0]), given)

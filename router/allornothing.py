@@ -15,11 +15,11 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from msgspec.structs import replace
 
 from cluster import wire
+from cluster.model import answers
 from cluster.model.keys import hold_id
 from router.cluster_view import ClusterView
 from router.dispatch import NodeUnavailable
@@ -30,16 +30,16 @@ __all__ = ["AllOrNothing"]
 log = logging.getLogger("shardlimit.router")
 DECISION_TIMEOUT_S = 1.0
 # (request, hold_ms, (batch id, coordinator)) -> the decision body
-Check = Callable[[CheckRequest, int, tuple[str, str] | None], Awaitable[dict[str, Any]]]
+Check = Callable[[CheckRequest, int, tuple[str, str] | None], Awaitable[answers.Decision]]
 Refund = Callable[..., Awaitable[wire.Refunded]]
 
 
-def _held(request: CheckRequest, body: dict[str, Any]) -> bool:
+def _held(request: CheckRequest, body: answers.Decision) -> bool:
     """Whether the check may have left a hold on its node (batch.lua: a recorded
     decision that consumed something). A degraded answer counts: its check may have
     reached the node after all. Naming a hold that does not exist only keeps the
     decision record longer; missing one could let it expire too early."""
-    if not body["allowed"] or body["replayed"] or request.dry_run:
+    if not body.allowed or body.replayed or request.dry_run:
         return False
     return request.cost > 0 or any(amount > 0 for amount in request.amounts)
 
@@ -51,7 +51,7 @@ class AllOrNothing:
         self.refund = refund
         self.hold_ms = hold_ms
 
-    async def run(self, requests: list[CheckRequest]) -> dict[str, Any]:
+    async def run(self, requests: list[CheckRequest]) -> answers.BatchResult:
         # Every consuming check needs a request id so a denial can roll it back exactly.
         tag = uuid.uuid4().hex
         requests = [
@@ -69,7 +69,7 @@ class AllOrNothing:
             await asyncio.gather(*(self.check(r, self.hold_ms, batch) for r in requests))
         )
         decision: str | None = "abort"
-        if all(r["allowed"] for r in results):
+        if all(r.allowed for r in results):
             holds = [
                 hold_id(r.request_id, r.key)
                 for r, body in zip(requests, results, strict=True)
@@ -84,10 +84,10 @@ class AllOrNothing:
             # The coordinator could not be reached: the nodes' sweepers will settle
             # the holds by its record once it answers. Until then, not admitted.
             for body in results:
-                if body["allowed"]:
-                    body["allowed"] = False
-                    body["degraded"] = True
-        return {"allowed": decision == "commit", "results": results}
+                if body.allowed:
+                    body.allowed = False
+                    body.degraded = True
+        return answers.BatchResult(allowed=decision == "commit", results=results)
 
     async def _decide(self, batch: str, coordinator: str, holds: list[str]) -> str | None:
         """Record "commit" for the batch unless it was aborted; the decision that stands.
@@ -116,11 +116,11 @@ class AllOrNothing:
                 return str(decision)
         return None
 
-    async def _commit(self, requests: list[CheckRequest], results: list[dict[str, Any]]) -> None:
+    async def _commit(self, requests: list[CheckRequest], results: list[answers.Decision]) -> None:
         """Make the holds final now; any not reached are committed by their node's sweeper."""
 
-        async def commit(request: CheckRequest, body: dict[str, Any]) -> None:
-            if body["replayed"] or body["degraded"] or request.dry_run:
+        async def commit(request: CheckRequest, body: answers.Decision) -> None:
+            if body.replayed or body.degraded or request.dry_run:
                 return
             assert request.request_id is not None
             op = RefundRequest(request.key, request.rule, request.request_id).to_op(kind="commit")
@@ -131,18 +131,20 @@ class AllOrNothing:
 
         await asyncio.gather(*(commit(r, b) for r, b in zip(requests, results, strict=True)))
 
-    async def _roll_back(self, requests: list[CheckRequest], results: list[dict[str, Any]]) -> None:
-        async def undo(request: CheckRequest, body: dict[str, Any]) -> None:
-            consumed = not (body["replayed"] or body["degraded"] or request.dry_run)
-            if body["allowed"] and consumed and request.request_id is not None:
+    async def _roll_back(
+        self, requests: list[CheckRequest], results: list[answers.Decision]
+    ) -> None:
+        async def undo(request: CheckRequest, body: answers.Decision) -> None:
+            consumed = not (body.replayed or body.degraded or request.dry_run)
+            if body.allowed and consumed and request.request_id is not None:
                 refund = RefundRequest(request.key, request.rule, request.request_id)
                 try:
                     await self.refund(refund, void=True)
                 except NodeUnavailable as exc:
                     log.error("rollback of %s failed: %s", request.key, exc)
-                    body["rollback_failed"] = True
-            if body["allowed"]:
-                body["allowed"] = False
-                body["rolled_back"] = True
+                    body.rollback_failed = True
+            if body.allowed:
+                body.allowed = False
+                body.rolled_back = True
 
         await asyncio.gather(*(undo(r, b) for r, b in zip(requests, results, strict=True)))

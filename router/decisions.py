@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from cluster.model import answers
 from cluster.model.algorithms import BY_NAME, NONE
 from cluster.model.limits import LimitSpec, format_amount
 from cluster.model.ratelimit_headers import LimitState, header_values
@@ -30,23 +31,22 @@ _VIEW_FIELDS: dict[str, Callable[[LimitSpec, LimitRow], Any]] = {
 }
 
 
-def _limit_view(spec: LimitSpec, row: LimitRow) -> dict[str, Any]:
-    view: dict[str, Any] = {
-        "algorithm": spec.algorithm,
-        "limit": _opt(row.limit),
-        "remaining": _opt(row.remaining),
-        "reset_after_ms": _opt(row.reset_after_ms),
-    }
-    for name in BY_NAME[spec.algorithm].view_fields:
-        view[name] = _VIEW_FIELDS[name](spec, row)
-    return view
+def _limit_view(spec: LimitSpec, row: LimitRow) -> answers.LimitState:
+    extra = {name: _VIEW_FIELDS[name](spec, row) for name in BY_NAME[spec.algorithm].view_fields}
+    return answers.LimitState(
+        algorithm=spec.algorithm,
+        limit=_opt(row.limit),
+        remaining=_opt(row.remaining),
+        reset_after_ms=_opt(row.reset_after_ms),
+        **extra,
+    )
 
 
 class ReplayMismatch(Exception):
     """A replayed decision (same key and request_id) was made for other limits."""
 
 
-def decision(request: CheckRequest, node: str, result: Checked) -> dict[str, Any]:
+def decision(request: CheckRequest, node: str, result: Checked) -> answers.Decision:
     """Raises ReplayMismatch when the request_id was first used with other limits."""
     rows = result.limits
     if len(rows) != len(request.rule.limits):
@@ -61,52 +61,46 @@ def decision(request: CheckRequest, node: str, result: Checked) -> dict[str, Any
         waits = [rows[i].retry_after_ms for i in denied_by]
         # A cost that can never fit has no retry time.
         retry = None if not waits or NONE in waits else max(waits)
-    return {
-        "allowed": allowed,
-        "key": request.key,
-        "rule": request.rule.public_name,
-        "node": node,
-        "retry_after_ms": retry,
-        "limits": [_limit_view(s, r) for s, r in zip(request.rule.limits, rows, strict=True)],
-        "denied_by": denied_by if not allowed else [],
-        "replayed": result.replayed,
-        "dry_run": request.dry_run,
-        "degraded": False,
-    }
+    return answers.Decision(
+        allowed=allowed,
+        key=request.key,
+        rule=request.rule.public_name,
+        node=node,
+        retry_after_ms=retry,
+        limits=[_limit_view(s, r) for s, r in zip(request.rule.limits, rows, strict=True)],
+        denied_by=denied_by if not allowed else [],
+        replayed=result.replayed,
+        dry_run=request.dry_run,
+        degraded=False,
+    )
 
 
-def degraded_decision(request: CheckRequest, node: str, reason: str) -> dict[str, Any]:
+def degraded_decision(request: CheckRequest, node: str, reason: str) -> answers.Decision:
     """A node could not answer in time: apply the rule's on_failure."""
     allowed = request.rule.on_failure == "allow"
-    limits = []
-    for spec in request.rule.limits:
-        view: dict[str, Any] = {
-            "algorithm": spec.algorithm,
-            "limit": spec.limit,
-            "remaining": None,
-            "reset_after_ms": None,
-        }
-        limits.append(view)
-    return {
-        "allowed": allowed,
-        "key": request.key,
-        "rule": request.rule.public_name,
-        "node": node,
-        "retry_after_ms": None if allowed else 1000,
-        "limits": limits,
-        "denied_by": [] if allowed else list(range(len(limits))),
-        "replayed": False,
-        "dry_run": request.dry_run,
-        "degraded": True,
-        "degraded_reason": reason,
-    }
-
-
-def ratelimit_headers(request: CheckRequest, body: dict[str, Any]) -> dict[str, str]:
-    """RateLimit-Policy / RateLimit / Retry-After (cluster/model/ratelimit_headers.py)."""
-    states = [
-        LimitState(view["limit"], view["remaining"], view["reset_after_ms"])
-        for view in body["limits"]
+    limits = [
+        answers.LimitState(
+            algorithm=spec.algorithm, limit=spec.limit, remaining=None, reset_after_ms=None
+        )
+        for spec in request.rule.limits
     ]
-    retry = None if body["allowed"] else body["retry_after_ms"]
+    return answers.Decision(
+        allowed=allowed,
+        key=request.key,
+        rule=request.rule.public_name,
+        node=node,
+        retry_after_ms=None if allowed else 1000,
+        limits=limits,
+        denied_by=[] if allowed else list(range(len(limits))),
+        replayed=False,
+        dry_run=request.dry_run,
+        degraded=True,
+        degraded_reason=reason,
+    )
+
+
+def ratelimit_headers(request: CheckRequest, body: answers.Decision) -> dict[str, str]:
+    """RateLimit-Policy / RateLimit / Retry-After (cluster/model/ratelimit_headers.py)."""
+    states = [LimitState(view.limit, view.remaining, view.reset_after_ms) for view in body.limits]
+    retry = None if body.allowed else body.retry_after_ms
     return header_values(request.rule.public_name or "inline", request.rule.limits, states, retry)

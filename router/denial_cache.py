@@ -19,8 +19,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
+import msgspec
+
+from cluster.model import answers
 from cluster.model.limits import LimitSpec
 from cluster.wire import LimitRow
 from router.requests import CheckRequest
@@ -39,7 +41,7 @@ class _Entry:
     rule: Rule  # the rule the denial was decided under: a changed rule forgets it
     count_until: float  # monotonic seconds; checks with cost > 0 are denied before it
     amount_until: float  # the same for checks with an amount > 0
-    body: dict[str, Any]  # the denial, answered again with its times brought forward
+    body: answers.Decision  # the denial, answered again with its times brought forward
     at: float
 
 
@@ -63,7 +65,7 @@ class DenialCache:
         self._max_entries = max_entries
         self._clock = clock
 
-    def answer(self, request: CheckRequest) -> dict[str, Any] | None:
+    def answer(self, request: CheckRequest) -> answers.Decision | None:
         """The remembered denial for this check, its times brought forward; None when
         the check must go to its node."""
         if request.request_id is not None or not self._entries:
@@ -84,7 +86,7 @@ class DenialCache:
         return _brought_forward(entry.body, int((now - entry.at) * 1000), request.dry_run)
 
     def remember(
-        self, request: CheckRequest, rows: Sequence[LimitRow], body: dict[str, Any]
+        self, request: CheckRequest, rows: Sequence[LimitRow], body: answers.Decision
     ) -> None:
         """Note a denial if it used up a limit; `body` is its public decision."""
         cost, amounts = request.cost, request.amounts
@@ -123,17 +125,19 @@ class DenialCache:
             del self._entries[next(iter(self._entries))]  # the oldest
 
 
-def _brought_forward(body: dict[str, Any], elapsed_ms: int, dry_run: bool) -> dict[str, Any]:
-    answer = dict(body)
-    answer["cached"] = True
-    answer["dry_run"] = dry_run
-    answer["replayed"] = False
-    if answer.get("retry_after_ms") is not None:
-        answer["retry_after_ms"] = max(0, answer["retry_after_ms"] - elapsed_ms)
-    answer["limits"] = [
-        {**view, "reset_after_ms": max(0, view["reset_after_ms"] - elapsed_ms)}
-        if isinstance(view.get("reset_after_ms"), int) and view["reset_after_ms"] > 0
+def _brought_forward(body: answers.Decision, elapsed_ms: int, dry_run: bool) -> answers.Decision:
+    retry = body.retry_after_ms
+    limits = [
+        msgspec.structs.replace(view, reset_after_ms=max(0, view.reset_after_ms - elapsed_ms))
+        if view.reset_after_ms is not None and view.reset_after_ms > 0
         else view
-        for view in body["limits"]
+        for view in body.limits
     ]
-    return answer
+    return msgspec.structs.replace(
+        body,
+        cached=True,
+        dry_run=dry_run,
+        replayed=False,
+        retry_after_ms=None if retry is None else max(0, retry - elapsed_ms),
+        limits=limits,
+    )

@@ -21,6 +21,7 @@ from envoy.service.ratelimit.v3 import (  # type: ignore[import-untyped]
     rls_pb2_grpc,
 )
 
+from cluster.model import answers
 from cluster.model.errors import ValidationError
 from cluster.model.limits import MAX_COUNT, LimitSpec
 from router.envoy_config import (
@@ -82,7 +83,9 @@ def _cost(request: Any, descriptor: Any) -> int:
     return min(max(1, int(request.hits_addend)), MAX_COUNT)
 
 
-def _current_limit(limit: DescriptorLimit, spec: LimitSpec | None, row: dict[str, Any]) -> Any:
+def _current_limit(
+    limit: DescriptorLimit, spec: LimitSpec | None, row: answers.LimitState | None
+) -> Any:
     """The RateLimit shown for a descriptor: the configured requests_per_unit and unit,
     else the reported limit's count and, when its window is one unit, that unit."""
     out = rls_pb2.RateLimitResponse.RateLimit(name=limit.name)
@@ -90,7 +93,7 @@ def _current_limit(limit: DescriptorLimit, spec: LimitSpec | None, row: dict[str
         out.requests_per_unit = limit.requests_per_unit
         out.unit = _UNIT_ENUM[limit.unit]
         return out
-    out.requests_per_unit = min(int(row.get("limit") or 0), MAX_UINT32)
+    out.requests_per_unit = min((row.limit if row is not None else None) or 0, MAX_UINT32)
     if spec is not None:
         unit = spec.period if spec.algorithm == "calendar" else _WINDOWS.get(spec.window_ms)
         if unit in _UNIT_ENUM and spec.algorithm not in ("token_bucket", "leaky_bucket"):
@@ -98,27 +101,26 @@ def _current_limit(limit: DescriptorLimit, spec: LimitSpec | None, row: dict[str
     return out
 
 
-def _reported(body: dict[str, Any]) -> int:
+def _reported(body: answers.Decision) -> int:
     """Which limit of a multi-limit decision a status reports: the first that denied,
     else the one with the fewest remaining."""
-    if body["denied_by"]:
-        return int(body["denied_by"][0])
-    rows = body["limits"]
-    counts = [row["remaining"] if row["remaining"] is not None else MAX_UINT32 for row in rows]
+    if body.denied_by:
+        return body.denied_by[0]
+    counts = [row.remaining if row.remaining is not None else MAX_UINT32 for row in body.limits]
     return counts.index(min(counts))
 
 
-def _status(limit: DescriptorLimit, specs: tuple[LimitSpec, ...], body: dict[str, Any]) -> Any:
+def _status(limit: DescriptorLimit, specs: tuple[LimitSpec, ...], body: answers.Decision) -> Any:
     index = _reported(body)
-    row = body["limits"][index]
-    over = not body["allowed"]
+    row = body.limits[index]
+    over = not body.allowed
     status = rls_pb2.RateLimitResponse.DescriptorStatus(
         code=OVER_LIMIT if over and not limit.shadow_mode else OK,
         current_limit=_current_limit(limit, specs[index], row),
-        limit_remaining=min(int(row["remaining"] or 0), MAX_UINT32),
+        limit_remaining=min(row.remaining or 0, MAX_UINT32),
     )
-    if row["reset_after_ms"] is not None:
-        status.duration_until_reset.FromMilliseconds(int(row["reset_after_ms"]))
+    if row.reset_after_ms is not None:
+        status.duration_until_reset.FromMilliseconds(row.reset_after_ms)
     return status
 
 
@@ -127,7 +129,7 @@ def _blocked(limit: DescriptorLimit) -> Any:
     window = UNIT_MS[limit.unit or "second"]
     status = rls_pb2.RateLimitResponse.DescriptorStatus(
         code=OK if limit.shadow_mode else OVER_LIMIT,
-        current_limit=_current_limit(limit, None, {}),
+        current_limit=_current_limit(limit, None, None),
         limit_remaining=0,
     )
     status.duration_until_reset.FromMilliseconds(window - int(time.time() * 1000) % window)
@@ -202,7 +204,7 @@ class RateLimitService:
         bodies = await asyncio.gather(*(self.router.check(check) for _, _, check in checks))
         for (index, limit, check), body in zip(checks, bodies, strict=True):
             statuses[index] = _status(limit, check.rule.limits, body)
-            if limit.shadow_mode and not body["allowed"]:
+            if limit.shadow_mode and not body.allowed:
                 self.shadow_overrides += 1
                 self.router.metrics.shadow(check.rule.name).inc()
         over = any(status.code == OVER_LIMIT for status in statuses)

@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from cluster import wire
+from cluster.model import answers
 from cluster.model.errors import Problems
 from cluster.model.keys import REQUEST_ID, sub_key
 from cluster.model.limits import (
@@ -155,7 +156,7 @@ def _ops(request: AdjustRequest, record_ttl_ms: int, quota_ttl_ms: int) -> list[
 
 async def run_adjust(
     view: ClusterView, request: AdjustRequest, record_ttl_ms: int, quota_ttl_ms: int
-) -> dict[str, Any]:
+) -> answers.QuotaAdjusted:
     """The adjusted quota's body. Raises NodeUnavailable (nothing lost: sending the same
     request again completes it) or AdjustRefused."""
     ops = _ops(request, record_ttl_ms, quota_ttl_ms)
@@ -165,13 +166,13 @@ async def run_adjust(
         if not isinstance(result, wire.Adjusted):
             detail = result.detail if isinstance(result, wire.Failed) else repr(result)
             raise AdjustRefused("error", detail)
-        if result.status == 3:
+        if result.status == wire.AdjustStatus.REQUEST_ID_REUSED:
             raise AdjustRefused(
                 "request-id-reused",
                 f"request_id {request.request_id!r} was already used for another adjustment "
                 f"(or a check) of key {request.key!r}",
             )
-        if result.status == 4:
+        if result.status == wire.AdjustStatus.EXPIRED:
             raise AdjustRefused("quota-over", "the quota has expired (expires_at passed)")
     rows = [result.row for result in results if isinstance(result, wire.Adjusted)]
     spec = request.spec
@@ -183,15 +184,17 @@ async def run_adjust(
         summed = total(values)
         return None if summed is None else format_amount(summed, spec.amount_scale)
 
-    return {
-        "key": request.key,
-        "rule": request.rule.name,
-        "request_id": request.request_id,
-        "replayed": all(r.status == 2 for r in results if isinstance(r, wire.Adjusted)),
-        "limit": total([r.limit for r in rows if r is not None]),
-        "remaining": total([r.remaining for r in rows if r is not None]),
-        "max_amount": money([r.max_amount for r in rows if r is not None]),
-        "amount_remaining": money([r.amount_remaining for r in rows if r is not None]),
-        "reset_after_ms": None if rows[0] is None or rows[0].reset_after_ms < 0
-        else rows[0].reset_after_ms,
-    }  # fmt: skip
+    first = rows[0]
+    return answers.QuotaAdjusted(
+        key=request.key,
+        rule=request.rule.name,
+        request_id=request.request_id,
+        replayed=all(
+            r.status == wire.AdjustStatus.REPLAYED for r in results if isinstance(r, wire.Adjusted)
+        ),
+        limit=total([r.limit for r in rows if r is not None]),
+        remaining=total([r.remaining for r in rows if r is not None]),
+        max_amount=money([r.max_amount for r in rows if r is not None]),
+        amount_remaining=money([r.amount_remaining for r in rows if r is not None]),
+        reset_after_ms=None if first is None or first.reset_after_ms < 0 else first.reset_after_ms,
+    )

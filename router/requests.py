@@ -10,8 +10,8 @@ from typing import Any
 import msgspec
 
 from cluster import wire
-from cluster.model.errors import Problems
-from cluster.model.keys import INLINE_SCOPE, MAX_KEY_BYTES, REQUEST_ID
+from cluster.model.errors import FieldError, Problems
+from cluster.model.keys import INLINE_SCOPE, MAX_KEY_BYTES, REQUEST_ID, RULE_NAME
 from cluster.model.limits import (
     MAX_COUNT,
     expired_quotas,
@@ -19,6 +19,8 @@ from cluster.model.limits import (
     parse_limits,
     to_minor_units,
 )
+from cluster.model.nodes import NodeSpec
+from cluster.web.problem import Problem, invalid
 from router.rules import Rule, RuleBook, make_rule
 
 MAX_BATCH = 1000
@@ -294,3 +296,58 @@ def parse_authz(
     if check is None or problems.errors:
         return None
     return AuthzRequest(check, deny_status)
+
+
+def if_match(headers: Mapping[str, str]) -> int | None:
+    """The rules version an If-Match header names (None: no header). Raises Problem."""
+    raw = headers.get("If-Match")
+    if raw is None:
+        return None
+    value = raw.strip()
+    if not IF_MATCH.fullmatch(value):  # not isdigit(): "²" is a digit, int() refuses it
+        raise Problem(
+            400,
+            "validation",
+            'If-Match must be a rules version as an ETag, e.g. "3"',
+            [FieldError("If-Match", "not a rules version")],
+        )
+    return int(value.removeprefix("W/").strip('"'))
+
+
+def rule_name(name: str) -> str:
+    """A rule name from a path. Raises Problem."""
+    if not RULE_NAME.match(name):
+        raise Problem(
+            400,
+            "validation",
+            "rule names are 1-64 characters of A-Z a-z 0-9 _ . : -",
+            [FieldError("name", "invalid rule name")],
+        )
+    return name
+
+
+def new_node(body: Any, existing: set[str]) -> NodeSpec:
+    """The node of `POST /v1/cluster/nodes` (an id is made up when none is given).
+    Raises Problem."""
+    if not isinstance(body, dict):
+        raise invalid([FieldError("body", "must be an object with 'url'")])
+    errors: list[FieldError] = []
+    url = body.get("url")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        errors.append(FieldError("url", "must be an http(s) URL of a running node"))
+    node_id = body.get("id")
+    if node_id is None:
+        number = len(existing) + 1
+        while f"n{number}" in existing:
+            number += 1
+        node_id = f"n{number}"
+    if not isinstance(node_id, str) or not RULE_NAME.match(node_id):
+        errors.append(FieldError("id", "must be 1-64 characters of A-Z a-z 0-9 _ . : -"))
+    elif node_id in existing:
+        errors.append(FieldError("id", f"node {node_id} already exists"))
+    weight = body.get("weight", 1)
+    if not isinstance(weight, int) or isinstance(weight, bool) or not 1 <= weight <= 1000:
+        errors.append(FieldError("weight", "must be an integer from 1 to 1000"))
+    if errors:
+        raise invalid(errors)
+    return NodeSpec(str(node_id), str(url).rstrip("/"), int(weight))

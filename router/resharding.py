@@ -23,7 +23,11 @@ STEP_ATTEMPTS = 5
 
 
 class ReshardError(Exception):
-    pass
+    """A topology change that cannot start or go on; `slug` names its problem type."""
+
+    def __init__(self, detail: str, slug: str = "reshard-refused") -> None:
+        super().__init__(detail)
+        self.slug = slug
 
 
 class Resharder:
@@ -82,7 +86,7 @@ class Resharder:
     def resume(self) -> dict[str, Any]:
         migration = self.view.topology.migration
         if migration is None:
-            raise ReshardError("no migration to resume")
+            raise ReshardError("no migration to resume", "nothing-to-resume")
         if not self.running:
             self._launch()
         return {"epoch": self.view.topology.epoch, "migration": migration["id"]}

@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+
+import msgspec
 
 from cluster import wire
+from cluster.model import answers
 from router.allornothing import AllOrNothing
 from router.cluster_rules import ClusterRules
 from router.cluster_view import Attempt, ClusterView
@@ -90,7 +92,7 @@ class Router:
 
     async def check(
         self, request: CheckRequest, hold_ms: int = 0, batch: tuple[str, str] | None = None
-    ) -> dict[str, Any]:
+    ) -> answers.Decision:
         if request.rule.cache_denials and batch is None:
             cached = self._cached_denial(request)
             if cached is not None:
@@ -103,7 +105,7 @@ class Router:
 
     async def _decide(
         self, request: CheckRequest, op: wire.Op, first: Attempt | None = None
-    ) -> dict[str, Any]:
+    ) -> answers.Decision:
         try:
             node, result = await self.view.execute(request.key, op, first)
         except NodeUnavailable as exc:
@@ -112,7 +114,7 @@ class Router:
 
     def _conclude(
         self, request: CheckRequest, node: str, outcome: wire.Result | NodeUnavailable
-    ) -> dict[str, Any]:
+    ) -> answers.Decision:
         """The decision body for a check's final outcome, counted in the metrics."""
         if isinstance(outcome, wire.Checked):
             body = decision(request, node, outcome)
@@ -125,17 +127,17 @@ class Router:
             else:
                 reason, detail = Reason.ERROR, _not_expected(outcome)
             body = degraded_decision(request, node, f"{reason}: {detail}")
-            self.metrics.degraded_decision(request, reason, body["allowed"])
+            self.metrics.degraded_decision(request, reason, body.allowed)
         return self._shadowed(request, body) if request.rule.shadow else body
 
-    def _shadowed(self, request: CheckRequest, body: dict[str, Any]) -> dict[str, Any]:
+    def _shadowed(self, request: CheckRequest, body: answers.Decision) -> answers.Decision:
         """A shadow rule's denial, answered as allowed (and counted as a shadow one)."""
-        if body["allowed"]:
+        if body.allowed:
             return body
         self.metrics.shadow(request.rule.name).inc()
-        return {**body, "allowed": True, "retry_after_ms": None, "shadow": True}
+        return msgspec.structs.replace(body, allowed=True, retry_after_ms=None, shadow=True)
 
-    def _cached_denial(self, request: CheckRequest) -> dict[str, Any] | None:
+    def _cached_denial(self, request: CheckRequest) -> answers.Decision | None:
         body = self.denials.answer(request)
         if body is not None:
             self.metrics.cached_denial(request)
@@ -156,7 +158,7 @@ class Router:
             raise NodeUnavailable(_not_expected(result), Reason.ERROR)
         return result
 
-    async def adjust_quota(self, request: AdjustRequest) -> dict[str, Any]:
+    async def adjust_quota(self, request: AdjustRequest) -> answers.QuotaAdjusted:
         """Restock or set a quota (router/quota_adjust.py); raises as run_adjust does."""
         config = self.config
         try:
@@ -166,14 +168,16 @@ class Router:
         finally:  # after the node: a denial cached meanwhile predates the restock
             self.denials.forget(request.rule.name, request.key)
 
-    async def batch(self, requests: list[CheckRequest], all_or_nothing: bool) -> dict[str, Any]:
+    async def batch(
+        self, requests: list[CheckRequest], all_or_nothing: bool
+    ) -> answers.BatchResult:
         if all_or_nothing:
             return await self.all_or_nothing.run(requests)
         if any(request.rule.spread > 1 or request.rule.cache_denials for request in requests):
             # Spread keys fall back from sub-counter to sub-counter, and cached denials
             # need no node: one check at a time.
             bodies = await asyncio.gather(*(self.check(request) for request in requests))
-            return {"allowed": all(b["allowed"] for b in bodies), "results": list(bodies)}
+            return answers.BatchResult(allowed=all(b.allowed for b in bodies), results=list(bodies))
         # Every check is queued at once, without a task each; only those whose first
         # answer needs a follow-up (moved, expired, timed out) go on as tasks.
         ttl = self.config.idempotency_ttl_ms
@@ -182,7 +186,7 @@ class Router:
         attempts = [self.view.send(r.key, op) for r, op in zip(requests, ops, strict=True)]
         if attempts:
             await asyncio.wait([attempt.future for attempt in attempts])
-        results: list[dict[str, Any] | None] = [None] * len(requests)
+        results: list[answers.Decision | None] = [None] * len(requests)
         follow_up: list[int] = []
         for index, (request, attempt) in enumerate(zip(requests, attempts, strict=True)):
             if not self.view.settled(attempt):
@@ -202,7 +206,7 @@ class Router:
             for index, body in zip(follow_up, later, strict=True):
                 results[index] = body
         done = [body for body in results if body is not None]
-        return {"allowed": all(r["allowed"] for r in done), "results": done}
+        return answers.BatchResult(allowed=all(r.allowed for r in done), results=done)
 
     def render_metrics(self) -> bytes:
         """The Prometheus exposition of this router (router/metrics.py)."""

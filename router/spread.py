@@ -213,13 +213,14 @@ class Spread:
     async def refund(self, request: RefundRequest, op: wire.Op) -> wire.Refunded:
         """Give back what the sub-counter that admitted the decision consumed. Raises
         NodeUnavailable."""
-        statuses: list[int] = []
+        statuses: list[wire.RefundStatus] = []
         for index in self.order(request, request.rule.spread):
             sub = self._sub_op(request, op, index)
             _node, result = await self.view.execute(sub.key, sub)
             if not isinstance(result, wire.Refunded):
                 raise NodeUnavailable(f"sub-counter {index}: {result!r}", Reason.ERROR)
-            if result.status in (1, 2):
+            if result.status in (wire.RefundStatus.REFUNDED, wire.RefundStatus.ALREADY_REFUNDED):
                 return result
             statuses.append(result.status)
-        return wire.Refunded(3 if 3 in statuses else 0, [])
+        nothing = wire.RefundStatus.NOTHING_CONSUMED
+        return wire.Refunded(nothing if nothing in statuses else wire.RefundStatus.UNKNOWN, [])

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,3 +39,11 @@ class Problems:
     def raise_if_any(self) -> None:
         if self.errors:
             raise ValidationError(self.errors)
+
+    def result(self, value: _T | None) -> _T:
+        """What a one-pass parse returned; raises ValidationError with every problem it
+        found instead (a parse returns None only when it found some)."""
+        self.raise_if_any()
+        if value is None:
+            raise ValidationError([FieldError("body", "is not valid")])
+        return value

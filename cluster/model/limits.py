@@ -45,7 +45,7 @@ _DURATION = re.compile(rf"{SPACES}{_NUMBER}{SPACES}(ms|s|m|h|d){SPACES}")
 # Decimal() also reads underscores anywhere, non-ASCII digits and exponents it cannot hold.
 DECIMAL_TEXT = rf"{SPACES}[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{{1,17}})?{SPACES}"
 _DECIMAL_TEXT = re.compile(DECIMAL_TEXT)
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +138,7 @@ class LimitSpec:
 
 def format_duration(ms: int) -> str:
     for unit in ("d", "h", "m", "s"):
-        size = _UNIT_MS[unit]
+        size = UNIT_MS[unit]
         if ms % size == 0:
             return f"{ms // size}{unit}"
     return f"{ms}ms"
@@ -192,7 +192,7 @@ def parse_duration(
     elif isinstance(value, str):
         match = _DURATION.fullmatch(value)
         if match:
-            ms = int(match.group(1)) * _UNIT_MS[match.group(2)]
+            ms = int(match.group(1)) * UNIT_MS[match.group(2)]
     if ms is None:
         problems.add(path, "must be a duration like '500ms', '1s', '1m', '1h', '1d' or ms")
         return 0
@@ -398,7 +398,7 @@ _RATE = re.compile(
 _RATE_ALGORITHM = re.compile(rf"{SPACES}(fixed_window|sliding_window){SPACES}:")
 # As in the `limits` library: a month is 30 days and a year 365 (calendar months and
 # years that follow the calendar are the `calendar` algorithm's).
-_RATE_UNIT_MS = {
+RATE_UNIT_MS = {
     "second": 1000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000,
     "month": 30 * 86_400_000, "year": 365 * 86_400_000,
 }  # fmt: skip
@@ -418,7 +418,7 @@ def expand_rate_string(text: str, path: str, problems: Problems) -> list[dict[st
             problems.add(path, f"'{part.strip()}' is not a rate like '10/second' or '500/7 days'")
             continue
         count, multiple, unit = int(match.group(1)), int(match.group(2) or 1), match.group(3)
-        window_ms = multiple * _RATE_UNIT_MS[unit]
+        window_ms = multiple * RATE_UNIT_MS[unit]
         out.append({"algorithm": algorithm, "limit": count, "window": f"{window_ms}ms"})
     return out
 

@@ -20,7 +20,23 @@ from typing import Any, Generic, Self, TypeVar
 from urllib.parse import quote, urlencode, urlsplit
 
 import aiohttp
+import msgspec
 import orjson
+
+from cluster.sdk.errors import AlreadyRefunded, BadRequest, NotFound, ShardlimitError, Unavailable
+from cluster.sdk.results import (
+    Decision,
+    GivenBack,
+    LimitState,
+    QuotaAdjustment,
+    RefundResult,
+    RuleInfo,
+    parse_decision,
+    parse_decisions,
+    parse_quota_adjustment,
+    parse_refund,
+    parse_rule_info,
+)
 
 __all__ = [
     "AlreadyRefunded",
@@ -43,113 +59,6 @@ DEFAULT_URL = "http://127.0.0.1:8080"
 _USER_AGENT = "shardlimit-python/0.1"
 _T = TypeVar("_T")
 Amount = Decimal | str | int
-
-
-# --------------------------------------------------------------------------- errors
-
-
-class ShardlimitError(Exception):
-    """Base class of every error raised by this client."""
-
-
-class BadRequest(ShardlimitError):
-    """The router refused the request (4xx problem+json)."""
-
-    def __init__(self, status: int, problem: dict[str, Any]) -> None:
-        self.status = status
-        self.problem = problem
-        raw = problem.get("errors")
-        self.errors: list[tuple[str, str]] = [
-            (str(e.get("field")), str(e.get("message")))
-            for e in (raw if isinstance(raw, list) else [])
-            if isinstance(e, dict)
-        ]
-        title = problem.get("title") or "Error"
-        detail = problem.get("detail")
-        super().__init__(f"{status} {title}: {detail}" if detail else f"{status} {title}")
-
-
-class NotFound(BadRequest):
-    """404: unknown decision (refund), rule or path."""
-
-
-class AlreadyRefunded(BadRequest):
-    """409: the decision was already refunded."""
-
-
-class Unavailable(ShardlimitError):
-    """The router could not answer: 5xx, connection refused, timeout, broken response."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        self.status = status
-        super().__init__(message)
-
-
-# --------------------------------------------------------------------------- results
-
-
-@dataclass(frozen=True, slots=True)
-class LimitState:
-    """One limit of a decision. Amount fields are set only for calendar limits."""
-
-    algorithm: str
-    limit: int | None
-    remaining: int | None
-    reset_after_ms: int | None
-    delay_ms: int | None = None
-    max_amount: Decimal | None = None
-    amount_remaining: Decimal | None = None
-    period: str | None = None
-    timezone: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """The router's answer to a check (a 429 is a Decision with `allowed=False`)."""
-
-    allowed: bool
-    key: str
-    rule: str | None
-    node: str
-    retry_after_ms: int | None
-    limits: tuple[LimitState, ...]
-    denied_by: tuple[int, ...] = ()
-    replayed: bool = False
-    dry_run: bool = False
-    degraded: bool = False
-    rolled_back: bool = False
-    rollback_failed: bool = False
-    degraded_reason: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class GivenBack:
-    """What a refund returned to one limit."""
-
-    algorithm: str
-    count: int
-    amount: Decimal | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RefundResult:
-    """The answer to a refund; `refunded` is False when the decision consumed nothing."""
-
-    refunded: bool
-    key: str
-    rule: str | None
-    request_id: str
-    given_back: tuple[GivenBack, ...] = ()
-    detail: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RuleInfo:
-    """A rule as `GET /v1/rules/{name}` describes it (limits as the rules file writes them)."""
-
-    name: str
-    limits: tuple[dict[str, Any], ...]
-    on_failure: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,71 +94,6 @@ def _amount(value: Amount) -> str:
     return str(value)
 
 
-# --------------------------------------------------------------------------- parsing
-
-
-def _opt_decimal(value: Any) -> Decimal | None:
-    return None if value is None else Decimal(str(value))
-
-
-def _limit_state(data: dict[str, Any]) -> LimitState:
-    return LimitState(
-        algorithm=data["algorithm"],
-        limit=data.get("limit"),
-        remaining=data.get("remaining"),
-        reset_after_ms=data.get("reset_after_ms"),
-        delay_ms=data.get("delay_ms"),
-        max_amount=_opt_decimal(data.get("max_amount")),
-        amount_remaining=_opt_decimal(data.get("amount_remaining")),
-        period=data.get("period"),
-        timezone=data.get("timezone"),
-    )
-
-
-def _decision(data: dict[str, Any]) -> Decision:
-    return Decision(
-        allowed=bool(data["allowed"]),
-        key=data["key"],
-        rule=data.get("rule"),
-        node=data["node"],
-        retry_after_ms=data.get("retry_after_ms"),
-        limits=tuple(_limit_state(limit) for limit in data["limits"]),
-        denied_by=tuple(data.get("denied_by", ())),
-        replayed=bool(data.get("replayed", False)),
-        dry_run=bool(data.get("dry_run", False)),
-        degraded=bool(data.get("degraded", False)),
-        rolled_back=bool(data.get("rolled_back", False)),
-        rollback_failed=bool(data.get("rollback_failed", False)),
-        degraded_reason=data.get("degraded_reason"),
-    )
-
-
-def _decisions(data: dict[str, Any]) -> list[Decision]:
-    return [_decision(item) for item in data["results"]]
-
-
-def _refund_result(data: dict[str, Any]) -> RefundResult:
-    return RefundResult(
-        refunded=bool(data["refunded"]),
-        key=data["key"],
-        rule=data.get("rule"),
-        request_id=data["request_id"],
-        given_back=tuple(
-            GivenBack(g["algorithm"], int(g["count"]), _opt_decimal(g.get("amount")))
-            for g in data.get("given_back", ())
-        ),
-        detail=data.get("detail"),
-    )
-
-
-def _rule_info(data: dict[str, Any]) -> RuleInfo:
-    return RuleInfo(
-        name=str(data["name"]),
-        limits=tuple(dict(limit) for limit in data["limits"]),
-        on_failure=str(data["on_failure"]),
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class _Call(Generic[_T]):
     """One API request and how to read its successful answer."""
@@ -270,7 +114,7 @@ def _json(value: Any) -> bytes:
 
 
 def _check_call(body: dict[str, Any]) -> _Call[Decision]:
-    return _Call("POST", "/v1/check", _json(body), _decision)
+    return _Call("POST", "/v1/check", _json(body), parse_decision)
 
 
 def _batch_call(checks: Sequence[dict[str, Any]], all_or_nothing: bool) -> _Call[list[Decision]]:
@@ -278,7 +122,7 @@ def _batch_call(checks: Sequence[dict[str, Any]], all_or_nothing: bool) -> _Call
     expected = len(checks)
 
     def parse(data: dict[str, Any]) -> list[Decision]:
-        decisions = _decisions(data)
+        decisions = parse_decisions(data)
         if len(decisions) != expected:
             raise ValueError(f"{len(decisions)} results for {expected} checks")
         return decisions
@@ -294,34 +138,7 @@ def _refund_call(
         body["rule"] = rule
     if limits is not None:
         body["limits"] = [dict(limit) for limit in limits]
-    return _Call("POST", "/v1/refund", _json(body), _refund_result)
-
-
-@dataclass(frozen=True)
-class QuotaAdjustment:
-    """The answer of POST /v1/quota/adjust: the quota after the adjustment."""
-
-    key: str
-    rule: str
-    request_id: str
-    replayed: bool  # the same request_id was applied before: nothing changed now
-    limit: int | None
-    remaining: int | None
-    max_amount: Decimal | None
-    amount_remaining: Decimal | None
-
-
-def _quota_adjustment(data: dict[str, Any]) -> QuotaAdjustment:
-    return QuotaAdjustment(
-        key=data["key"],
-        rule=data["rule"],
-        request_id=data["request_id"],
-        replayed=bool(data["replayed"]),
-        limit=data["limit"],
-        remaining=data["remaining"],
-        max_amount=_opt_decimal(data.get("max_amount")),
-        amount_remaining=_opt_decimal(data.get("amount_remaining")),
-    )
+    return _Call("POST", "/v1/refund", _json(body), parse_refund)
 
 
 def _quota_adjust_call(
@@ -334,15 +151,15 @@ def _quota_adjust_call(
     for name, value in changes.items():
         if value is not None:
             body[name] = _amount(value) if name.endswith("_amount") else value
-    return _Call("POST", "/v1/quota/adjust", _json(body), _quota_adjustment)
+    return _Call("POST", "/v1/quota/adjust", _json(body), parse_quota_adjustment)
 
 
 def _usage_call(key: str, rule: str) -> _Call[Decision]:
-    return _Call("GET", "/v1/usage?" + urlencode({"key": key, "rule": rule}), None, _decision)
+    return _Call("GET", "/v1/usage?" + urlencode({"key": key, "rule": rule}), None, parse_decision)
 
 
 def _rule_call(name: str) -> _Call[RuleInfo]:
-    return _Call("GET", "/v1/rules/" + quote(name, safe=""), None, _rule_info)
+    return _Call("GET", "/v1/rules/" + quote(name, safe=""), None, parse_rule_info)
 
 
 def _result(call: _Call[_T], status: int, raw: bytes) -> _T:
@@ -360,7 +177,7 @@ def _result(call: _Call[_T], status: int, raw: bytes) -> _T:
             raise Unavailable(f"router answered {status} without a JSON object", status)
         try:
             return call.parse(data)
-        except (KeyError, TypeError, ValueError, InvalidOperation) as exc:
+        except (KeyError, TypeError, ValueError, InvalidOperation, msgspec.ValidationError) as exc:
             raise Unavailable(f"unexpected answer from the router: {exc!r}", status) from exc
     problem: dict[str, Any] = data if isinstance(data, dict) else {"status": status}
     if status == 404:

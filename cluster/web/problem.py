@@ -25,6 +25,35 @@ _TITLES = {
 }
 
 
+class Problem(Exception):
+    """Raised anywhere in a request to answer with this problem+json (problem_middleware
+    renders it); domain errors are translated to it in one table per service."""
+
+    def __init__(
+        self,
+        status: int,
+        slug: str,
+        detail: str,
+        errors: list[FieldError] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.slug = slug
+        self.detail = detail
+        self.errors = errors
+        self.headers = headers
+
+    def response(self) -> web.Response:
+        return problem(self.status, self.slug, self.detail, self.errors, self.headers)
+
+
+def invalid(errors: list[FieldError]) -> Problem:
+    """A 400 validation problem naming each field."""
+    detail = "; ".join(f"{e.path}: {e.message}" for e in errors[:5])
+    return Problem(400, "validation", detail, errors)
+
+
 def problem(
     status: int,
     slug: str,
@@ -54,6 +83,8 @@ async def problem_middleware(request: web.Request, handler: Any) -> web.StreamRe
     try:
         response: web.StreamResponse = await handler(request)
         return response
+    except Problem as exc:
+        return exc.response()
     except web.HTTPRequestEntityTooLarge:
         return problem(413, "body-too-large", "request body exceeds 1 MiB")
     except web.HTTPException as exc:
@@ -65,6 +96,14 @@ async def problem_middleware(request: web.Request, handler: Any) -> web.StreamRe
     except Exception:
         request.app.logger.exception("unhandled error on %s %s", request.method, request.path)
         return problem(500, "internal", "internal error; the request may be retried")
+
+
+async def json_body(request: web.Request) -> Any:
+    """The request's JSON body. Raises Problem (400) if it is not JSON."""
+    try:
+        return orjson.loads(await request.read())
+    except orjson.JSONDecodeError as exc:
+        raise Problem(400, "malformed-json", f"body is not valid JSON: {exc}") from None
 
 
 async def read_json(request: web.Request) -> tuple[Any, web.Response | None]:

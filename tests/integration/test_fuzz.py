@@ -18,7 +18,8 @@ too), what the document says only in prose because JSON Schema cannot say it:
 They ground every case, schema-valid or not: schemathesis classifies a case again after
 the hook, so a case made valid here is checked as valid.
 
-`SHARDLIMIT_FUZZ_SEED` picks another seed for a hold-out run.
+`SHARDLIMIT_FUZZ_SEED` picks another seed for a hold-out run. Node add/remove and the
+migration endpoints are left out: they change the cluster's membership.
 """
 
 from __future__ import annotations
@@ -178,6 +179,10 @@ async def run_schemathesis(cluster: Cluster, tmp_path: Path, seed: int, max_exam
         "--max-examples", str(max_examples), "--seed", str(seed),
         "--header", f"Authorization: Bearer {ADMIN}",
         "--checks", "all",
+        # Membership changes restructure the cluster under test and need real nodes at
+        # the URLs they name: tests/system/test_resharding.py and the membership tests
+        # cover them (their documents are still validated by test_openapi.py).
+        "--exclude-path-regex", "^/v1/cluster/(nodes|migration)",
         "--generation-database", "none",
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,

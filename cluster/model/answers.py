@@ -1,0 +1,107 @@
+"""The router's public answers, defined once: the router encodes these Structs, the SDK
+decodes them, and the OpenAPI document takes its response schemas from them.
+
+A field that an answer shows only sometimes (an algorithm's extra view fields, the
+markers of a shadowed, cached or rolled-back decision) defaults to UNSET and is then
+left out of the JSON; every other field is always present, null where it has no value.
+Amounts are decimal strings ("49950.50"), never floats.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
+
+Amount = Annotated[str, Meta(description='an exact decimal amount, e.g. "49950.50"')]
+
+
+class LimitState(msgspec.Struct, kw_only=True):
+    """One limit of a decision: what is left after it, and when it resets."""
+
+    algorithm: str
+    limit: int | None
+    remaining: int | None
+    reset_after_ms: int | None
+    delay_ms: int | UnsetType | None = UNSET
+    max_amount: Amount | UnsetType | None = UNSET
+    amount_remaining: Amount | UnsetType | None = UNSET
+    period: str | UnsetType = UNSET
+    timezone: str | UnsetType = UNSET
+
+
+class Decision(msgspec.Struct, kw_only=True):
+    """The answer to a check: 200 when allowed, 429 when denied, the same body both ways."""
+
+    allowed: bool
+    key: str
+    rule: str | None
+    node: str
+    retry_after_ms: int | None
+    limits: list[LimitState]
+    denied_by: list[int]
+    replayed: bool = False
+    dry_run: bool = False
+    degraded: bool = False
+    degraded_reason: str | UnsetType = UNSET
+    rolled_back: bool | UnsetType = UNSET
+    rollback_failed: bool | UnsetType = UNSET
+    shadow: Annotated[
+        bool | UnsetType,
+        Meta(description="the rule is in shadow mode and denied: answered as allowed"),
+    ] = UNSET
+    cached: Annotated[
+        bool | UnsetType,
+        Meta(description="answered by the router's denial cache (`cache_denials`)"),
+    ] = UNSET
+
+
+class BatchResult(msgspec.Struct, kw_only=True):
+    """The answer to a batch: one decision per check, in order."""
+
+    allowed: bool
+    results: list[Decision]
+
+
+class GivenBack(msgspec.Struct, kw_only=True):
+    """What a refund returned to one limit (`amount` for limits that count money)."""
+
+    algorithm: str
+    count: int
+    amount: Amount | UnsetType = UNSET
+
+
+class RefundResult(msgspec.Struct, kw_only=True):
+    """The answer to a refund; `refunded` is false when the decision consumed nothing."""
+
+    refunded: bool
+    key: str
+    rule: str | None
+    request_id: str
+    given_back: list[GivenBack]
+    detail: str | None
+
+
+class QuotaAdjusted(msgspec.Struct, kw_only=True):
+    """The answer to a quota adjustment: the quota after it."""
+
+    key: str
+    rule: str
+    request_id: str
+    replayed: bool
+    limit: int | None
+    remaining: int | None
+    max_amount: Amount | None
+    amount_remaining: Amount | None
+    reset_after_ms: int | None
+
+
+ANSWERS: tuple[type[msgspec.Struct], ...] = (
+    LimitState,
+    Decision,
+    BatchResult,
+    GivenBack,
+    RefundResult,
+    QuotaAdjusted,
+)

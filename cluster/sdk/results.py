@@ -1,0 +1,181 @@
+"""What the SDK's calls return: decisions, refunds, quota adjustments, rules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, TypeVar
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from cluster.model import answers
+
+_V = TypeVar("_V")
+
+
+@dataclass(frozen=True, slots=True)
+class LimitState:
+    """One limit of a decision. Amount fields are set only for calendar limits."""
+
+    algorithm: str
+    limit: int | None
+    remaining: int | None
+    reset_after_ms: int | None
+    delay_ms: int | None = None
+    max_amount: Decimal | None = None
+    amount_remaining: Decimal | None = None
+    period: str | None = None
+    timezone: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The router's answer to a check (a 429 is a Decision with `allowed=False`)."""
+
+    allowed: bool
+    key: str
+    rule: str | None
+    node: str
+    retry_after_ms: int | None
+    limits: tuple[LimitState, ...]
+    denied_by: tuple[int, ...] = ()
+    replayed: bool = False
+    dry_run: bool = False
+    degraded: bool = False
+    rolled_back: bool = False
+    rollback_failed: bool = False
+    degraded_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GivenBack:
+    """What a refund returned to one limit."""
+
+    algorithm: str
+    count: int
+    amount: Decimal | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RefundResult:
+    """The answer to a refund; `refunded` is False when the decision consumed nothing."""
+
+    refunded: bool
+    key: str
+    rule: str | None
+    request_id: str
+    given_back: tuple[GivenBack, ...] = ()
+    detail: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RuleInfo:
+    """A rule as `GET /v1/rules/{name}` describes it (limits as the rules file writes them)."""
+
+    name: str
+    limits: tuple[dict[str, Any], ...]
+    on_failure: str
+
+
+@dataclass(frozen=True)
+class QuotaAdjustment:
+    """The answer of POST /v1/quota/adjust: the quota after the adjustment."""
+
+    key: str
+    rule: str
+    request_id: str
+    replayed: bool  # the same request_id was applied before: nothing changed now
+    limit: int | None
+    remaining: int | None
+    max_amount: Decimal | None
+    amount_remaining: Decimal | None
+
+
+# The answers are decoded with the Structs the router encodes (cluster/model/answers.py),
+# then given the friendlier shape above: Decimal amounts, tuples, None for absent fields.
+
+
+def _given(value: _V | UnsetType) -> _V | None:
+    return None if isinstance(value, UnsetType) else value
+
+
+def _decimal(value: str | UnsetType | None) -> Decimal | None:
+    return None if value is None or value is UNSET else Decimal(str(value))
+
+
+def _limit_state(view: answers.LimitState) -> LimitState:
+    return LimitState(
+        algorithm=view.algorithm,
+        limit=view.limit,
+        remaining=view.remaining,
+        reset_after_ms=view.reset_after_ms,
+        delay_ms=_given(view.delay_ms),
+        max_amount=_decimal(view.max_amount),
+        amount_remaining=_decimal(view.amount_remaining),
+        period=_given(view.period),
+        timezone=_given(view.timezone),
+    )
+
+
+def _from_body(body: answers.Decision) -> Decision:
+    return Decision(
+        allowed=body.allowed,
+        key=body.key,
+        rule=body.rule,
+        node=body.node,
+        retry_after_ms=body.retry_after_ms,
+        limits=tuple(_limit_state(view) for view in body.limits),
+        denied_by=tuple(body.denied_by),
+        replayed=body.replayed,
+        dry_run=body.dry_run,
+        degraded=body.degraded,
+        rolled_back=bool(_given(body.rolled_back)),
+        rollback_failed=bool(_given(body.rollback_failed)),
+        degraded_reason=_given(body.degraded_reason),
+    )
+
+
+def parse_decision(data: dict[str, Any]) -> Decision:
+    return _from_body(msgspec.convert(data, answers.Decision))
+
+
+def parse_decisions(data: dict[str, Any]) -> list[Decision]:
+    return [_from_body(body) for body in msgspec.convert(data, answers.BatchResult).results]
+
+
+def parse_refund(data: dict[str, Any]) -> RefundResult:
+    body = msgspec.convert(data, answers.RefundResult)
+    return RefundResult(
+        refunded=body.refunded,
+        key=body.key,
+        rule=body.rule,
+        request_id=body.request_id,
+        given_back=tuple(
+            GivenBack(given.algorithm, given.count, _decimal(given.amount))
+            for given in body.given_back
+        ),
+        detail=body.detail,
+    )
+
+
+def parse_quota_adjustment(data: dict[str, Any]) -> QuotaAdjustment:
+    body = msgspec.convert(data, answers.QuotaAdjusted)
+    return QuotaAdjustment(
+        key=body.key,
+        rule=body.rule,
+        request_id=body.request_id,
+        replayed=body.replayed,
+        limit=body.limit,
+        remaining=body.remaining,
+        max_amount=_decimal(body.max_amount),
+        amount_remaining=_decimal(body.amount_remaining),
+    )
+
+
+def parse_rule_info(data: dict[str, Any]) -> RuleInfo:
+    return RuleInfo(
+        name=str(data["name"]),
+        limits=tuple(dict(limit) for limit in data["limits"]),
+        on_failure=str(data["on_failure"]),
+    )

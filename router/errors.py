@@ -1,0 +1,79 @@
+"""Domain errors -> HTTP, in one table (as httpx maps transport errors in one place).
+
+Handlers and the modules under them raise their own exceptions, or `Problem` where
+the answer is specific to one endpoint; `problem_answers` is the only place that
+turns an exception into a status and a problem type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from cluster.model.errors import FieldError, ValidationError
+from cluster.web.problem import Problem, invalid
+from router.cluster_rules import RulesConflict, RulesUnavailable, UnknownRule
+from router.decisions import ReplayMismatch
+from router.dispatch import NodeUnavailable
+from router.quota_adjust import AdjustRefused
+from router.resharding import ReshardError
+
+
+def _rules_conflict(exc: RulesConflict) -> Problem:
+    return Problem(
+        409,
+        "version-conflict",
+        f"{exc}: read them again (GET /v1/rules) and retry",
+        headers={"ETag": f'"{exc.current}"'},
+    )
+
+
+def _adjust_refused(exc: AdjustRefused) -> Problem:
+    return Problem(502 if exc.kind == "error" else 409, exc.kind, str(exc))
+
+
+def _validation(exc: ValidationError) -> Problem:
+    return invalid(exc.errors or [FieldError("body", str(exc))])
+
+
+def _node_unavailable(exc: NodeUnavailable) -> Problem:
+    return Problem(503, "node-unavailable", f"the key's node is unavailable: {exc}")
+
+
+def _rules_unavailable(exc: RulesUnavailable) -> Problem:
+    return Problem(503, "rules-not-saved", f"the cluster could not store the rules: {exc}")
+
+
+# The first class that matches answers.
+PROBLEMS: list[tuple[type[Exception], Callable[[Any], Problem]]] = [
+    (NodeUnavailable, _node_unavailable),
+    (ReplayMismatch, lambda exc: Problem(409, "request-id-reused", str(exc))),
+    (RulesConflict, _rules_conflict),
+    (RulesUnavailable, _rules_unavailable),
+    (UnknownRule, lambda exc: Problem(404, "unknown-rule", f"no rule named '{exc}'")),
+    (AdjustRefused, _adjust_refused),
+    (ReshardError, lambda exc: Problem(409, exc.slug, str(exc))),
+    (ValidationError, _validation),
+]
+
+
+def as_problem(exc: Exception) -> Problem | None:
+    for kind, translate in PROBLEMS:
+        if isinstance(exc, kind):
+            return translate(exc)
+    return None
+
+
+@web.middleware
+async def problem_answers(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Translate a domain error raised by a handler into its problem+json answer."""
+    try:
+        response: web.StreamResponse = await handler(request)
+    except Exception as exc:
+        translated = as_problem(exc)
+        if translated is None:
+            raise
+        return translated.response()
+    return response
