@@ -166,10 +166,7 @@ def test_timestamps() -> None:
     def accepts(value: Any) -> bool:
         return value is None or parse_timestamp(value, "t", Problems()) is not None
 
-    assert disagreements(schema, accepts, values) == [
-        ("2030-02-30T00:00:00Z", True),
-        ("0000-01-01T00:00:00Z", True),
-    ]
+    assert disagreements(schema, accepts, values) == [("2030-02-30T00:00:00Z", True)]
 
 
 def _query_schema(path: str, name: str) -> dict[str, Any]:
