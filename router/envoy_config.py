@@ -1,9 +1,11 @@
 """Envoy rate-limit descriptors: envoyproxy/ratelimit's YAML format -> shardlimit rules.
 
-One file holds one or more YAML documents, one per domain (`---` between them). A
-descriptor is matched like envoyproxy/ratelimit does: level by level, `key` + `value`
-first, then a wildcard `value` (`*` matches any run of characters), then `key` alone;
-a limit applies only when it sits at the depth of the request's last entry.
+One file holds one or more YAML documents, one per domain (`---` between them). A file
+is refused as a whole for everything envoyproxy/ratelimit refuses (router/envoy_yaml.py
+and `_descriptor` below, in its order and with its messages). A descriptor is matched
+as there: level by level, `key_value` first, then a wildcard (`*` matches any run of
+characters), then `key` alone; a limit applies only at the depth of the request's last
+entry.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,8 @@ import yaml
 
 from cluster.model.errors import Problems, ValidationError
 from cluster.model.keys import MAX_KEY_BYTES
-from cluster.model.limits import MAX_COUNT, LimitSpec, parse_limits
+from cluster.model.limits import LimitSpec, parse_limits
+from router import envoy_yaml as doc
 from router.rules import ON_FAILURE, Rule, make_rule
 from router.watched_file import WatchedFile
 
@@ -36,14 +39,8 @@ UNIT_MS: dict[str, int] = {
     "month": 30 * 86_400_000,
     "year": 365 * 86_400_000,
 }
-_DESCRIPTOR_FIELDS = {
-    "key", "value", "rate_limit", "limits", "rule", "on_failure", "shadow_mode", "descriptors",
-    "name", "replaces", "share_threshold", "detailed_metric", "value_to_metric", "quota_mode",
-    "metadata",
-}  # fmt: skip
-# Accepted and without effect here: metrics naming (detailed_metric, value_to_metric), the
-# response's dynamic metadata (metadata) and quota_mode (checked as a plain limit).
-_RATE_LIMIT_FIELDS = {"unit", "requests_per_unit", "unlimited", "name", "replaces"}
+# Counted denials and the window's end always reported: envoyproxy/ratelimit's default.
+UPSTREAM_FLAGS = 3
 _SCOPE_CHARS = re.compile(r"[^A-Za-z0-9_.:-]")
 _KEY_ESCAPES = str.maketrans({"%": "%25", "|": "%7C", "=": "%3D", "{": "%7B", "}": "%7D"})
 
@@ -52,36 +49,45 @@ _KEY_ESCAPES = str.maketrans({"%": "%25", "|": "%7C", "=": "%3D", "{": "%7B", "}
 class DescriptorLimit:
     """What a matched descriptor applies."""
 
-    scope: str  # the rule name its counters are kept under: one per config path
+    scope: str  # the rule name its counters are kept under
     rule: Rule | None  # rate_limit / limits; None with rule_ref, unlimited or blocked
+    stats_key: str = ""  # envoyproxy/ratelimit's stat key below the domain: `k_v.k2`
     rule_ref: str | None = None  # `rule: NAME`: a cluster rule, looked up per request
     unlimited: bool = False
-    blocked: bool = False  # requests_per_unit: 0, every hit is over the limit
+    blocked: bool = False  # requests_per_unit: 0, every counted hit is over the limit
     shadow_mode: bool = False
+    quota_mode: bool = False
     name: str = ""
     replaces: tuple[str, ...] = ()
     requests_per_unit: int | None = None  # rate_limit form: reported as current_limit
     unit: str | None = None
 
 
+@dataclass(frozen=True)
+class ParseOptions:
+    """How `rate_limit` descriptors are checked (router/envoy_settings.py)."""
+
+    envoy_flags: int = UPSTREAM_FLAGS
+    cache_denials: bool = False
+    merge_domains: bool = False
+
+
 @dataclass
 class Level:
-    """One descriptor list: exact key/value entries, wildcard values, key-only ones."""
+    """One descriptor list, by envoyproxy/ratelimit's composite key (`key` or
+    `key_value`), and its wildcard entries in file order."""
 
-    exact: dict[tuple[str, str], DescriptorNode] = field(default_factory=dict)
-    wildcards: list[DescriptorNode] = field(default_factory=list)
-    defaults: dict[str, DescriptorNode] = field(default_factory=dict)
+    nodes: dict[str, DescriptorNode] = field(default_factory=dict)
+    wildcards: list[tuple[re.Pattern[str], str]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.exact or self.wildcards or self.defaults)
+        return bool(self.nodes)
 
 
 @dataclass
 class DescriptorNode:
-    key: str
-    value: str | None
-    pattern: re.Pattern[str] | None
-    share_threshold: bool
+    composite: str  # `key` or `key_value`
+    share_pattern: str | None  # share_threshold: the wildcard value every match counts as
     limit: DescriptorLimit | None
     children: Level
 
@@ -106,178 +112,197 @@ def limit_key(domain: str, parts: list[tuple[str, str]]) -> str:
 
 
 def scope_name(domain: str, path: list[tuple[str, str | None]]) -> str:
-    """A rule name (RULE_NAME) naming one config path: `envoy.<domain>.<12 hex>`."""
+    """A rule name (RULE_NAME) naming one config path: `envoy.<domain>.<12 hex>`.
+    `rate_limit` descriptors all count under the domain's own (empty path): their
+    counter is the request's entries and the unit's window, as envoyproxy/ratelimit's
+    cache key, so a `limit` override with the same unit counts on the same counter."""
     canonical = "\x00".join([domain] + [f"{k}\x01{'' if v is None else v}" for k, v in path])
     digest = hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:12]
     return f"envoy.{_SCOPE_CHARS.sub('_', domain)[:40]}.{digest}"
 
 
-def _wildcard(value: str) -> re.Pattern[str]:
-    return re.compile(".*".join(re.escape(part) for part in value.split("*")), re.DOTALL)
-
-
-def _names(value: Any, path: str, problems: Problems) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list) or not all(
-        isinstance(item, dict) and isinstance(item.get("name"), str) for item in value
-    ):
-        problems.add(path, "must be a list of {name: NAME}")
-        return ()
-    return tuple(str(item["name"]) for item in value)
-
-
-def _rate_limit(
-    data: Any, scope: str, on_failure: str, shadow: bool, path: str, problems: Problems
-) -> DescriptorLimit | None:
-    if not isinstance(data, dict):
-        problems.add(path, "must be a mapping with unit and requests_per_unit (or unlimited)")
-        return None
-    for extra in sorted(set(data) - _RATE_LIMIT_FIELDS):
-        problems.add(f"{path}.{extra}", "unknown field")
-    name = data.get("name") or ""
-    if not isinstance(name, str):
-        problems.add(f"{path}.name", "must be a string")
-        name = ""
-    replaces = _names(data.get("replaces"), f"{path}.replaces", problems)
-    if data.get("unlimited") is True:
-        return DescriptorLimit(scope, None, unlimited=True, name=name, replaces=replaces)
-    unit = data.get("unit")
-    if not isinstance(unit, str) or unit.lower() not in UNIT_MS:
-        problems.add(f"{path}.unit", f"must be one of: {', '.join(UNIT_MS)}")
-        return None
-    unit = unit.lower()
-    count = data.get("requests_per_unit")
-    if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= MAX_COUNT:
-        problems.add(f"{path}.requests_per_unit", f"must be an integer from 0 to {MAX_COUNT}")
-        return None
-    rule = None
-    if count > 0:
-        spec = LimitSpec("fixed_window", limit=count, window_ms=UNIT_MS[unit])
-        rule = make_rule(scope, (spec,), on_failure)
-    return DescriptorLimit(
-        scope, rule, blocked=count == 0, shadow_mode=shadow, name=name, replaces=replaces,
-        requests_per_unit=count, unit=unit,
-    )  # fmt: skip
-
-
-def _descriptor(
-    data: Any, domain: str, parent: list[tuple[str, str | None]], path: str, problems: Problems
-) -> DescriptorNode | None:
-    if not isinstance(data, dict):
-        problems.add(path, "must be a mapping with 'key'")
-        return None
-    for extra in sorted(set(data) - _DESCRIPTOR_FIELDS):
-        problems.add(f"{path}.{extra}", "unknown field")
-    key, value = data.get("key"), data.get("value")
-    if not isinstance(key, str) or not key:
-        problems.add(f"{path}.key", "is required: a non-empty string")
-        return None
-    if value is not None and not isinstance(value, str | int | float):
-        problems.add(f"{path}.value", "must be a string")
-        return None
-    value = None if value is None or value == "" else str(value)
-    here = [*parent, (key, value)]
-    scope = scope_name(domain, here)
-    shadow = data.get("shadow_mode", False) is True
-    on_failure = data.get("on_failure", "allow")
-    if on_failure not in ON_FAILURE:
-        problems.add(f"{path}.on_failure", "must be 'allow' or 'deny'")
-    share = data.get("share_threshold", False) is True
-    if share and (value is None or "*" not in value):
-        problems.add(f"{path}.share_threshold", "needs a wildcard value (one holding '*')")
-    forms = [name for name in ("rate_limit", "limits", "rule") if data.get(name) is not None]
-    if len(forms) > 1:
-        problems.add(path, "give one of rate_limit, limits or rule")
-    limit: DescriptorLimit | None = None
-    name, replaces = (
-        data.get("name") or "",
-        _names(data.get("replaces"), f"{path}.replaces", problems),
+def rate_limit_rule(scope: str, count: int, unit: str, options: ParseOptions) -> Rule:
+    spec = LimitSpec(
+        "fixed_window", limit=count, window_ms=UNIT_MS[unit], envoy_flags=options.envoy_flags
     )
-    if forms == ["rate_limit"]:
-        limit = _rate_limit(
-            data["rate_limit"], scope, str(on_failure), shadow, f"{path}.rate_limit", problems
-        )
-    elif forms == ["limits"]:
-        specs = parse_limits(data["limits"], f"{path}.limits", problems)
-        if specs:
-            fail = data.get("on_failure")
-            rule = make_rule(scope, specs, fail if fail in ON_FAILURE else None)
-            limit = DescriptorLimit(
-                scope, rule, shadow_mode=shadow, name=str(name), replaces=replaces
+    return make_rule(scope, (spec,), "allow", cache_denials=options.cache_denials)
+
+
+def _wildcard(composite: str) -> re.Pattern[str]:
+    return re.compile(".*".join(re.escape(part) for part in composite.split("*")), re.DOTALL)
+
+
+class _Loader:
+    """One file's documents -> domains, every problem collected."""
+
+    def __init__(self, options: ParseOptions) -> None:
+        self.options = options
+        self.problems = Problems()
+
+    def names(self, data: dict[str, Any], own: str, path: str) -> tuple[str, ...]:
+        """`replaces: [{name: N}, ...]`: no empty name, not the limit's own."""
+        replaces = []
+        for index, entry in enumerate(doc.items(data, "replaces", path, self.problems)):
+            here = f"{path}.replaces[{index}]"
+            name = doc.text(entry, "name", here, self.problems) if isinstance(entry, dict) else ""
+            if name == "":
+                self.problems.add(here, "should not have an empty replaces entry")
+            elif name == own:
+                self.problems.add(here, "replaces should not contain name of same descriptor")
+            replaces.append(name)
+        return tuple(replaces)
+
+    def rate_limit(
+        self, data: dict[str, Any], base: DescriptorLimit, path: str
+    ) -> DescriptorLimit | None:
+        problems = self.problems
+        unit = doc.text(data, "unit", path, problems).lower()
+        valid_unit = unit in UNIT_MS
+        unlimited = doc.flag(data, "unlimited", path, problems)
+        if unlimited and valid_unit:
+            problems.add(f"{path}.unit", "should not specify rate limit unit when unlimited")
+        elif not unlimited and not valid_unit:
+            problems.add(f"{path}.unit", f"invalid rate limit unit '{data.get('unit') or ''}'")
+        count = doc.count(data, "requests_per_unit", path, problems)
+        name = doc.text(data, "name", path, problems)
+        limit = replace(base, name=name, replaces=self.names(data, name, path))
+        if unlimited:
+            return replace(limit, unlimited=True)
+        if not valid_unit:
+            return None
+        rule = rate_limit_rule(limit.scope, count, unit, self.options) if count > 0 else None
+        return replace(limit, rule=rule, blocked=count == 0, requests_per_unit=count, unit=unit)
+
+    def descriptor(
+        self,
+        data: dict[str, Any],
+        domain: str,
+        parent: list[tuple[str, str | None]],
+        stats_parent: str,
+        level: Level,
+        path: str,
+    ) -> None:
+        problems = self.problems
+        key = doc.text(data, "key", path, problems)
+        if key == "":
+            problems.add(f"{path}.key", "descriptor has empty key")
+            return
+        value = doc.text(data, "value", path, problems)
+        composite = f"{key}_{value}" if value else key
+        stats_key = f"{stats_parent}.{composite}" if stats_parent else composite
+        if composite in level.nodes:
+            problems.add(path, f"duplicate descriptor composite key '{domain}.{stats_key}'")
+            return
+        here = [*parent, (key, value or None)]
+        shadow = doc.flag(data, "shadow_mode", path, problems)
+        quota = doc.flag(data, "quota_mode", path, problems)
+        for ignored in ("detailed_metric", "value_to_metric"):
+            doc.flag(data, ignored, path, problems)
+        share = doc.flag(data, "share_threshold", path, problems)
+        if share and "*" not in composite:
+            problems.add(
+                f"{path}.share_threshold",
+                "share_threshold can only be used with wildcard values (containing '*'), "
+                f"but found key '{composite}'",
             )
-    elif forms == ["rule"]:
-        if not isinstance(data["rule"], str):
-            problems.add(f"{path}.rule", "must be a rule name")
-        else:
-            limit = DescriptorLimit(
-                scope, None, rule_ref=data["rule"], shadow_mode=shadow, name=str(name),
-                replaces=replaces,
-            )  # fmt: skip
-    children = _level(data.get("descriptors"), domain, here, f"{path}.descriptors", problems)
-    pattern = _wildcard(value) if value is not None and "*" in value else None
-    return DescriptorNode(key, value, pattern, share, limit, children)
-
-
-def _level(
-    data: Any, domain: str, parent: list[tuple[str, str | None]], path: str, problems: Problems
-) -> Level:
-    level = Level()
-    if data is None:
-        return level
-    if not isinstance(data, list):
-        problems.add(path, "must be a list of descriptors")
-        return level
-    for index, item in enumerate(data):
-        node = _descriptor(item, domain, parent, f"{path}[{index}]", problems)
-        if node is None:
-            continue
-        taken = (
-            node.key in level.defaults
-            if node.value is None
-            else (node.key, node.value) in level.exact
-            or any(w.key == node.key and w.value == node.value for w in level.wildcards)
+        doc.mapping(data, "metadata", path, problems)
+        base = DescriptorLimit(
+            scope_name(domain, []), None, stats_key=stats_key, shadow_mode=shadow, quota_mode=quota
         )
-        if taken:
-            problems.add(f"{path}[{index}]", "duplicate descriptor (same key and value)")
-        elif node.value is None:
-            level.defaults[node.key] = node
-        elif node.pattern is not None:
-            level.wildcards.append(node)
-        else:
-            level.exact[(node.key, node.value)] = node
-    return level
+        limit = self.limit_of(data, domain, here, base, path)
+        children = Level()
+        for index, item in enumerate(doc.items(data, "descriptors", path, problems)):
+            if isinstance(item, dict):
+                self.descriptor(
+                    item, domain, here, stats_key, children, f"{path}.descriptors[{index}]"
+                )
+        share_pattern = value if share and "*" in value else None
+        level.nodes[composite] = DescriptorNode(composite, share_pattern, limit, children)
+        if "*" in composite:
+            level.wildcards.append((_wildcard(composite), composite))
 
+    def limit_of(
+        self,
+        data: dict[str, Any],
+        domain: str,
+        here: list[tuple[str, str | None]],
+        base: DescriptorLimit,
+        path: str,
+    ) -> DescriptorLimit | None:
+        """The descriptor's rate_limit, or shardlimit's `limits:` / `rule:` instead."""
+        problems = self.problems
+        forms = [name for name in ("rate_limit", "limits", "rule") if data.get(name) is not None]
+        if len(forms) > 1:
+            problems.add(path, "give one of rate_limit, limits or rule")
+            return None
+        on_failure = data.get("on_failure")
+        if on_failure is not None and on_failure not in ON_FAILURE:
+            problems.add(f"{path}.on_failure", "must be 'allow' or 'deny'")
+            on_failure = None
+        if forms == ["rate_limit"]:
+            rate_limit = doc.mapping(data, "rate_limit", path, problems)
+            limit = self.rate_limit(rate_limit, base, f"{path}.rate_limit")
+            if limit is not None and limit.rule is not None and on_failure is not None:
+                rule = limit.rule
+                changed = make_rule(
+                    rule.name, rule.limits, on_failure, cache_denials=rule.cache_denials
+                )
+                limit = replace(limit, rule=changed)
+            return limit
+        # shardlimit's own forms: counted under the config path's scope, and named (for
+        # `replaces`) by the descriptor's own `name` / `replaces`.
+        name = doc.text(data, "name", path, problems)
+        base = replace(
+            base, scope=scope_name(domain, here), name=name, replaces=self.names(data, name, path)
+        )
+        if forms == ["limits"]:
+            specs = parse_limits(data["limits"], f"{path}.limits", problems)
+            if specs:
+                return replace(base, rule=make_rule(base.scope, specs, on_failure))
+        elif forms == ["rule"]:
+            if not isinstance(data["rule"], str):
+                problems.add(f"{path}.rule", "must be a rule name")
+            else:
+                return replace(base, rule_ref=data["rule"])
+        return None
 
-def parse_documents(docs: list[Any]) -> dict[str, Level]:
-    """YAML documents (one per domain) -> the descriptor tree of each domain."""
-    problems = Problems()
-    domains: dict[str, Level] = {}
-    for index, doc in enumerate(docs):
-        if doc is None:
-            continue
+    def document(self, data: Any, index: int, domains: dict[str, Level]) -> None:
+        problems = self.problems
         path = f"documents[{index}]"
-        if not isinstance(doc, dict):
-            problems.add(path, "must be a mapping with 'domain' and 'descriptors'")
-            continue
-        for extra in sorted(set(doc) - {"domain", "descriptors"}):
-            problems.add(f"{path}.{extra}", "unknown field")
-        domain = doc.get("domain")
-        if not isinstance(domain, str) or not domain:
-            problems.add(f"{path}.domain", "is required: a non-empty string")
-            continue
-        if domain in domains:
-            problems.add(f"{path}.domain", f"duplicate domain '{domain}'")
-            continue
-        domains[domain] = _level(doc.get("descriptors"), domain, [], f"{domain}.descriptors",
-                                 problems)  # fmt: skip
-    problems.raise_if_any()
+        if not isinstance(data, dict):
+            problems.add(path, "error loading config file: must be a mapping")
+            return
+        before = len(problems.errors)
+        doc.check_keys(data, path, problems)
+        if len(problems.errors) > before:
+            return
+        domain = doc.text(data, "domain", path, problems)
+        if domain == "":
+            problems.add(f"{path}.domain", "config file cannot have empty domain")
+            return
+        level = domains.get(domain)
+        if level is not None and not self.options.merge_domains:
+            problems.add(f"{path}.domain", f"duplicate domain '{domain}' in config file")
+            return
+        level = domains.setdefault(domain, Level())
+        for number, item in enumerate(doc.items(data, "descriptors", path, problems)):
+            self.descriptor(item, domain, [], "", level, f"{domain}.descriptors[{number}]")
+
+
+def parse_documents(docs: list[Any], options: ParseOptions | None = None) -> dict[str, Level]:
+    """YAML documents (one per domain) -> the descriptor tree of each domain."""
+    loader = _Loader(options or ParseOptions())
+    domains: dict[str, Level] = {}
+    for index, data in enumerate(docs):
+        if data is not None:
+            loader.document(data, index, domains)
+    loader.problems.raise_if_any()
     return domains
 
 
-def parse_text(text: str) -> dict[str, Level]:
+def parse_text(text: str, options: ParseOptions | None = None) -> dict[str, Level]:
     """Raises ValidationError or yaml.YAMLError."""
-    return parse_documents(list(yaml.safe_load_all(text)))
+    return parse_documents(list(yaml.safe_load_all(text)), options)
 
 
 def match(domains: dict[str, Level], domain: str, entries: list[tuple[str, str]]) -> Match | None:
@@ -288,17 +313,18 @@ def match(domains: dict[str, Level], domain: str, entries: list[tuple[str, str]]
     found: DescriptorLimit | None = None
     parts: list[tuple[str, str]] = []
     for index, (key, value) in enumerate(entries):
-        node = level.exact.get((key, value))
+        composite = f"{key}_{value}"
+        node = level.nodes.get(composite)
         shown = value
         if node is None:
-            for wildcard in level.wildcards:
-                if wildcard.key == key and wildcard.pattern and wildcard.pattern.fullmatch(value):
-                    node = wildcard
-                    if wildcard.share_threshold and wildcard.value is not None:
-                        shown = wildcard.value  # every match shares one counter
+            for pattern, wildcard in level.wildcards:
+                if pattern.fullmatch(composite):
+                    node = level.nodes[wildcard]
+                    if node.share_pattern is not None:
+                        shown = node.share_pattern  # every match shares one counter
                     break
         if node is None:
-            node = level.defaults.get(key)
+            node = level.nodes.get(key)
         parts.append((key, shown))
         if node is not None and node.limit is not None and index == len(entries) - 1:
             found = node.limit
@@ -314,8 +340,9 @@ class EnvoyConfigFile(WatchedFile):
 
     LOAD_ERRORS = (ValidationError, yaml.YAMLError)
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, options: ParseOptions | None = None) -> None:
         super().__init__(path)
+        self.options = options or ParseOptions()
         self.domains: dict[str, Level] = {}
 
     def load(self) -> None:
@@ -325,7 +352,7 @@ class EnvoyConfigFile(WatchedFile):
             return
         mtime = self.path.stat().st_mtime
         try:
-            domains = parse_text(self.path.read_text())
+            domains = parse_text(self.path.read_text(), self.options)
         except (ValidationError, yaml.YAMLError) as exc:
             self.reload_errors += 1
             self._mtime = mtime

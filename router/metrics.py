@@ -48,6 +48,13 @@ BATCH_OPS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
 NEAR_LIMIT_RATIO = 0.8
 ENVOY_ENDPOINT = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 UNMATCHED_ENDPOINT = "unmatched"
+ENVOY_STATS = {
+    "total_hits": "every hit",
+    "over_limit": "hits over the limit",
+    "near_limit": "hits over the near-limit ratio but within the limit",
+    "within_limit": "hits within the limit",
+    "shadow_mode": "hits over the limit answered OK by shadow_mode",
+}
 
 
 def _near(limit: int, left: int) -> bool:
@@ -119,6 +126,23 @@ class RouterMetrics:
             "Ops per batch request sent to a node (coalesced checks).",
             BATCH_OPS_BUCKETS,
             "node",
+        )
+
+        # The Envoy service's per-descriptor stats, named as envoyproxy/ratelimit's
+        # `ratelimit.service.rate_limit.<domain>.<key>.<stat>`: `key` is the config path
+        # (`message_type_marketing.to_number`), never a request's value.
+        self.envoy_stats = {
+            stat: families.counter(
+                f"ratelimit_service_rate_limit_{stat}_total",
+                f"Envoy descriptor hits: {help_text}.",
+                "domain",
+                "key",
+            )
+            for stat, help_text in ENVOY_STATS.items()
+        }
+        self.envoy_global_shadow = families.counter(
+            "ratelimit_service_global_shadow_mode_total",
+            "Envoy requests answered OK by the global shadow mode (SHADOW_MODE).",
         )
 
     def attach(self, view: ClusterView, rules: RuleBook, resharder: Resharder) -> None:

@@ -28,7 +28,7 @@ Pack = Callable[["LimitSpec", int, int], list[int]]
 
 
 def _windowed(spec: LimitSpec, _now_ms: int, _quota_ttl_ms: int) -> list[int]:
-    return [spec.limit or 0, spec.window_ms, 0, 0, 0, 0]
+    return [spec.limit or 0, spec.window_ms, spec.envoy_flags, 0, 0, 0]
 
 
 def _bucket(spec: LimitSpec, _now_ms: int, _quota_ttl_ms: int) -> list[int]:

@@ -63,6 +63,9 @@ class LimitSpec:
     max_amount: int | None = None  # calendar and quota, minor units
     amount_scale: int = 2  # calendar and quota
     expires_at_ms: int | None = None  # quota: Unix ms when it ends (None: lives quota_ttl)
+    # fixed_window under the Envoy service only (node/lua/fixed_window.lua): 1 counts denied
+    # hits too, 2 reports the window's end for an unused counter. Not part of the API.
+    envoy_flags: int = 0
 
     @property
     def shape(self) -> str:
@@ -111,7 +114,7 @@ class LimitSpec:
 
     def to_wire(self) -> list[Any]:
         """Compact form sent router -> node."""
-        return [
+        out = [
             self.algorithm,
             self.limit,
             self.window_ms,
@@ -122,14 +125,20 @@ class LimitSpec:
             self.amount_scale,
             self.expires_at_ms,
         ]
+        if self.envoy_flags:
+            out.append(self.envoy_flags)
+        return out
 
     @classmethod
     def from_wire(cls, data: Any) -> LimitSpec:
-        if not isinstance(data, list) or len(data) not in (8, 9):
-            raise ValueError("limit must be an 8- or 9-element list")
+        if not isinstance(data, list) or len(data) not in (8, 9, 10):
+            raise ValueError("limit must be an 8- to 10-element list")
         alg, limit, window_ms, rate, period, tz, max_amount, scale = data[:8]
-        expires = data[8] if len(data) == 9 else None
-        spec = cls(alg, limit, window_ms, rate, period, tz, max_amount, scale, expires)
+        expires = data[8] if len(data) >= 9 else None
+        flags = data[9] if len(data) == 10 else 0
+        if not isinstance(flags, int) or not 0 <= flags <= 3 or (flags and alg != "fixed_window"):
+            raise ValueError("envoy flags are 0-3, for fixed_window only")
+        spec = cls(alg, limit, window_ms, rate, period, tz, max_amount, scale, expires, flags)
         problems = Problems()
         parse_limit(spec.to_dict(), "limit", problems)
         problems.raise_if_any()

@@ -1,4 +1,4 @@
--- fixed_window: p = {limit, window_ms}. State: the count, a plain integer (Redis
+-- fixed_window: p = {limit, window_ms, envoy_flags}. State: the count, a plain integer (Redis
 -- shares small integers, so a counter costs no value allocation). Windows are
 -- aligned to multiples of window_ms since the Unix epoch, and the window a count
 -- belongs to is carried by the key's expiry: it is written with PX = window end
@@ -9,25 +9,40 @@ local function fw_current(key, reset, win)
   return math.abs(redis.call('PTTL', key) - reset) * 2 < win
 end
 
+--
+-- envoy_flags (0 for every HTTP check; only the Envoy service sets them, never with
+-- dry_run): 1 = count a denied hit too (envoyproxy/ratelimit's INCRBY on every hit, so
+-- the counter may pass the limit), 2 = report the window's end even for an unused counter.
+local FW_COUNT_DENIED, FW_ALWAYS_RESET = 1, 2
+
+local function fw_flag(flags, bit)
+  return math.floor(flags / bit) % 2 == 1
+end
+
 ALG[CODE] = {
   eval = function(key, p, t, cost, _amount)
-    local limit, win = p[1], p[2]
+    local limit, win, flags = p[1], p[2], p[3] or 0
     local w = math.floor(t.ms / win)
     local reset = (w + 1) * win - t.ms
     local used = 0
     local raw = redis.call('GET', key)
     if raw and fw_current(key, reset, win) then used = tonumber(raw) end
+    local always = fw_flag(flags, FW_ALWAYS_RESET)
     local r = {
       ok = used + cost <= limit,
       limit = limit,
       rem_now = math.max(0, limit - used),
       rem_after = math.max(0, limit - used - cost),
-      reset_now = used > 0 and reset or 0,
-      reset_after = (used + cost) > 0 and reset or 0,
+      reset_now = (always or used > 0) and reset or 0,
+      reset_after = (always or (used + cost) > 0) and reset or 0,
       delay = -1, alimit = -1, arem_now = -1, arem_after = -1,
     }
     r.retry = (cost <= limit) and reset or -1
     r.consumes = cost > 0
+    if not r.ok and cost > 0 and fw_flag(flags, FW_COUNT_DENIED) then
+      -- The denied hit is counted here: the batch commits only what it admits.
+      redis.call('SET', key, fmt(used + cost), 'PX', math.max(1, reset))
+    end
     r.commit = function()
       redis.call('SET', key, fmt(used + cost), 'PX', math.max(1, reset))
       return { w, cost }

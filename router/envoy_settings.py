@@ -1,0 +1,107 @@
+"""The Envoy service's settings, read from the router's environment under the names
+envoyproxy/ratelimit gives them (its src/settings/settings.go), so a deployment that
+swaps the binary keeps its environment (docs/envoy.md has the table)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+_TRUE = ("1", "t", "true", "y", "yes", "on")
+_FALSE = ("0", "f", "false", "n", "no", "off", "")
+
+
+class SettingsError(ValueError):
+    """A setting's value cannot be read: the router refuses to start, naming it."""
+
+
+@dataclass(frozen=True)
+class EnvoySettings:
+    # Upstream's default counts every hit, denied or not; true: a denied hit consumes
+    # nothing (shardlimit's exact fixed window).
+    stop_increment_when_over_limit: bool = False
+    response_headers: bool = False
+    limit_header: str = "RateLimit-Limit"
+    remaining_header: str = "RateLimit-Remaining"
+    reset_header: str = "RateLimit-Reset"
+    global_shadow_mode: bool = False
+    global_quota_mode: bool = False
+    near_limit_ratio: float = 0.8
+    # > 0: over-limit keys are answered by the router until their window ends
+    # (shardlimit's cache_denials); the size itself is not used.
+    local_cache_bytes: int = 0
+    merge_domains: bool = False
+    # TLS on the gRPC port beyond the router's own tls_cert / tls_key / tls_ca.
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    client_ca: Path | None = None
+
+    @property
+    def cache_denials(self) -> bool:
+        return self.local_cache_bytes > 0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> EnvoySettings:
+        """Raises SettingsError naming the variable that does not parse."""
+        source = os.environ if env is None else env
+        ratio = _float(source, "NEAR_LIMIT_RATIO", 0.8)
+        if not 0 <= ratio <= 1:
+            raise SettingsError("NEAR_LIMIT_RATIO: must be from 0 to 1")
+        return cls(
+            stop_increment_when_over_limit=_bool(source, "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"),
+            response_headers=_bool(source, "LIMIT_RESPONSE_HEADERS_ENABLED"),
+            limit_header=_header(source, "LIMIT_LIMIT_HEADER", "RateLimit-Limit"),
+            remaining_header=_header(source, "LIMIT_REMAINING_HEADER", "RateLimit-Remaining"),
+            reset_header=_header(source, "LIMIT_RESET_HEADER", "RateLimit-Reset"),
+            global_shadow_mode=_bool(source, "SHADOW_MODE"),
+            global_quota_mode=_bool(source, "QUOTA_MODE"),
+            near_limit_ratio=ratio,
+            local_cache_bytes=_int(source, "LOCAL_CACHE_SIZE_IN_BYTES"),
+            merge_domains=_bool(source, "MERGE_DOMAIN_CONFIG"),
+            tls_cert=_path(source, "GRPC_SERVER_TLS_CERT"),
+            tls_key=_path(source, "GRPC_SERVER_TLS_KEY"),
+            client_ca=_path(source, "GRPC_CLIENT_TLS_CACERT"),
+        )
+
+
+def _bool(env: Mapping[str, str], name: str) -> bool:
+    text = env.get(name, "").strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise SettingsError(f"{name}: must be true or false, not {env[name]!r}")
+
+
+def _int(env: Mapping[str, str], name: str) -> int:
+    text = env.get(name, "").strip() or "0"
+    if not text.isdigit() or len(text) > 18:
+        raise SettingsError(f"{name}: must be a non-negative integer, not {env[name]!r}")
+    return int(text)
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    text = env.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise SettingsError(f"{name}: must be a number, not {text!r}") from None
+    if value != value:  # NaN
+        raise SettingsError(f"{name}: must be a number, not {text!r}")
+    return value
+
+
+def _header(env: Mapping[str, str], name: str, default: str) -> str:
+    text = env.get(name, "").strip() or default
+    if not all(c.isascii() and (c.isalnum() or c in "-_") for c in text):
+        raise SettingsError(f"{name}: must be a header name (letters, digits, - and _)")
+    return text
+
+
+def _path(env: Mapping[str, str], name: str) -> Path | None:
+    text = env.get(name, "").strip()
+    return Path(text) if text else None
