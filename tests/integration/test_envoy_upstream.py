@@ -1,0 +1,385 @@
+"""envoyproxy/ratelimit's own cases against shardlimit's Envoy service (router/envoy.py):
+the whole-second reset (its CalculateReset), counted over-limit hits and hits_addend
+arithmetic (test/redis/fixed_cache_impl_test.go), quota_mode and the token-quota pattern
+(integration-test/scripts/quota.sh, token-quota.sh), response headers and overrides
+(test/service/ratelimit_test.go, test/config/config_test.go), per-descriptor stats,
+its environment settings, TLS and gRPC health."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import grpc  # type: ignore[import-untyped]
+import pytest
+import trustme
+from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc  # type: ignore[import-untyped]
+from grpc_health.v1 import health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
+
+from cluster.local.redis_proc import RedisProcess
+from router.app import ENVOY
+from tests.conftest import CLUSTER, PINNED_MS, eventually
+from tests.integration.test_envoy import (
+    MESSAGING,
+    OK,
+    OVER,
+    UNIT,
+    Envoy,
+    descriptor,
+    start_envoy,
+    stop_envoy,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+# envoyproxy/ratelimit's examples/ratelimit/config/example.yaml, its quota_mode entries
+# (verbatim), and limits for the arithmetic cases.
+UPSTREAM = """
+domain: rl
+descriptors:
+  - key: service
+    value: service_1
+    quota_mode: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 1
+    metadata:
+      service_with_quota:
+        name: "service_1"
+  - key: service
+    value: service_2
+    quota_mode: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 2
+    metadata:
+      service_with_quota:
+        name: "service_2"
+  - key: hourly
+    rate_limit:
+      unit: hour
+      requests_per_unit: 10
+  - key: minutely
+    rate_limit:
+      unit: minute
+      requests_per_unit: 10
+  - key: shady
+    shadow_mode: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 1
+"""
+CONFIG = "\n---\n".join([MESSAGING, UPSTREAM])
+HOUR_MS = 3_600_000
+
+
+async def pin_clock(envoy: Envoy, instant_ms: int) -> int:
+    """Every node's clock at `instant_ms`; the offset from Redis' clock."""
+    offset = instant_ms - await envoy.cluster.redis_now_ms()
+    for url in envoy.cluster.node_urls.values():
+        async with envoy.cluster.http.post(
+            url + "/node/v1/test/clock",
+            json={"offset_ms": offset},
+            headers={"Authorization": f"Bearer {CLUSTER}"},
+        ) as resp:
+            assert resp.status == 200
+    return offset
+
+
+def upstream_reset(window_s: int, first_ms: int, last_ms: int) -> set[int]:
+    """CalculateReset (`unit - now % unit`, Unix seconds) for any instant in between."""
+    return {window_s - s % window_s for s in range(first_ms // 1000, last_ms // 1000 + 1)}
+
+
+@pytest.fixture
+async def upstream(
+    redis_servers: list[RedisProcess], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Envoy]:
+    monkeypatch.setenv("LIMIT_RESPONSE_HEADERS_ENABLED", "true")
+    started = await start_envoy(redis_servers, tmp_path, CONFIG, 2000)
+    try:
+        yield started
+    finally:
+        await stop_envoy(started)
+
+
+async def read(envoy: Envoy, entries: list[tuple[str, str]], hits: int) -> Any:
+    return (await envoy.call("rl", descriptor(entries, hits=hits))).statuses[0]
+
+
+async def test_reset_in_whole_seconds_even_for_an_unused_counter(upstream: Envoy) -> None:
+    """Differences 1 and 2: duration_until_reset is CalculateReset's whole seconds to
+    the window's end, also for hits_addend 0 on a fresh key and for a first hit larger
+    than the limit (11 against 10 an hour)."""
+    offset = await pin_clock(upstream, PINNED_MS + 400)  # 10:10:00.400
+    cases = [([("hourly", "fresh")], 0), ([("hourly", "big")], 11), ([("hourly", "one")], 1)]
+    for entries, hits in cases:
+        first = await upstream.cluster.redis_now_ms() + offset
+        status = await read(upstream, entries, hits)
+        last = await upstream.cluster.redis_now_ms() + offset
+        assert status.duration_until_reset.nanos == 0
+        assert status.duration_until_reset.seconds in upstream_reset(3600, first, last)
+    big = await read(upstream, [("hourly", "big")], 0)
+    assert (big.code, big.limit_remaining) == (OVER, 0)  # the 11 were counted
+
+
+async def test_over_limit_hits_are_counted(upstream: Envoy) -> None:
+    """Difference 4 (fixed_cache_impl_test.go TestNearLimit): 12 hits on 10 a minute;
+    the over-limit ones count, so a read afterwards is over, with 0 remaining."""
+    await pin_clock(upstream, PINNED_MS + 3 * 60_000)
+    user = [("minutely", "u1")]
+    answers = [await read(upstream, user, 1) for _ in range(12)]
+    assert [(s.code, s.limit_remaining) for s in answers] == [
+        *[(OK, left) for left in range(9, -1, -1)],
+        (OVER, 0),
+        (OVER, 0),
+    ]
+    assert (await read(upstream, user, 0)).code == OVER
+    # Several hits at once: 7 on 3 used of 10 is over by 0 (OK, 0 left) ...
+    other = [("minutely", "u2")]
+    assert (await read(upstream, other, 3)).limit_remaining == 7
+    assert [(s.code, s.limit_remaining) for s in [await read(upstream, other, 7)]] == [(OK, 0)]
+    # ... and 1 more is over; the stats count as upstream's (near: hits past 80%).
+    assert (await read(upstream, other, 1)).code == OVER
+    count = upstream.cluster.router.metrics.count
+
+    def stat(name: str) -> float:
+        return count(f"ratelimit_service_rate_limit_{name}_total", domain="rl", key="minutely")
+
+    assert [stat(n) for n in ("total_hits", "within_limit", "near_limit", "over_limit")] == [
+        12 + 0 + 3 + 7 + 1,
+        10 + 0 + 3 + 7,
+        2 + 2,
+        2 + 1,
+    ]
+
+
+async def test_token_quota_pattern(upstream: Envoy) -> None:
+    """Difference 4, integration-test/scripts/token-quota.sh: check with hits_addend 0,
+    debit 1 when the stream ends; service_2 has 2 a minute, so the 4th request is the
+    first rejected (the third debit goes over the limit and is counted)."""
+    await pin_clock(upstream, PINNED_MS + 4 * 60_000)
+    service = [("service", "service_2")]
+    codes = []
+    for _ in range(5):
+        check = await upstream.call("rl", descriptor(service, hits=0))
+        codes.append(check.overall_code)
+        if check.overall_code == OK:
+            await upstream.call("rl", descriptor(service, hits=1))
+    assert codes == [OK, OK, OK, OVER, OVER]
+
+
+async def test_quota_mode(upstream: Envoy) -> None:
+    """Difference 5, integration-test/scripts/quota.sh: (service_1: 1/min), (service_2:
+    2/min), both quota_mode: OVER_LIMIT only once every quota descriptor is over."""
+    await pin_clock(upstream, PINNED_MS + 5 * 60_000)
+    both = ([("service", "service_1")], [("service", "service_2")])
+    answers = [await upstream.call("rl", *both) for _ in range(3)]
+    assert [(r.overall_code, [s.code for s in r.statuses]) for r in answers] == [
+        (OK, [OK, OK]),
+        (OK, [OVER, OK]),
+        (OVER, [OVER, OVER]),
+    ]
+    # A plain descriptor over its limit makes the answer OVER_LIMIT whatever the quotas.
+    mixed = await upstream.call("rl", [("service", "service_2")], [("minutely", "m")])
+    assert mixed.overall_code == OVER  # service_2 over (quota), and it is the only quota
+
+
+async def test_response_headers(upstream: Envoy) -> None:
+    """Difference 6 (LIMIT_RESPONSE_HEADERS_ENABLED): the descriptor closest to its
+    limit, or the over-limit one, in RateLimit-Limit/-Remaining/-Reset."""
+    marketing = [("message_type", "marketing"), ("to_number", "206")]
+    number = [("to_number", "206")]
+    first = await upstream.call("messaging", marketing, number)
+    headers = [(h.key, h.value) for h in first.response_headers_to_add]
+    reset = first.statuses[0].duration_until_reset.seconds
+    assert headers == [
+        ("RateLimit-Limit", "5"),
+        ("RateLimit-Remaining", "4"),
+        ("RateLimit-Reset", str(reset)),
+    ]
+    for _ in range(5):
+        last = await upstream.call("messaging", number, marketing)
+    assert [s.code for s in last.statuses] == [OK, OVER]
+    assert [(h.key, h.value) for h in last.response_headers_to_add][:2] == [
+        ("RateLimit-Limit", "5"),
+        ("RateLimit-Remaining", "0"),
+    ]
+    # No limit matched: no headers.
+    none = await upstream.call("messaging", [("nothing", "x")])
+    assert list(none.response_headers_to_add) == []
+
+
+async def test_header_names_and_other_settings(
+    redis_servers: list[RedisProcess], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LIMIT_*_HEADER rename the headers; SHADOW_MODE answers OK; QUOTA_MODE makes every
+    descriptor a quota; NEAR_LIMIT_RATIO moves near_limit."""
+    monkeypatch.setenv("LIMIT_RESPONSE_HEADERS_ENABLED", "1")
+    monkeypatch.setenv("LIMIT_LIMIT_HEADER", "X-Limit")
+    monkeypatch.setenv("LIMIT_REMAINING_HEADER", "X-Left")
+    monkeypatch.setenv("LIMIT_RESET_HEADER", "X-Reset")
+    monkeypatch.setenv("SHADOW_MODE", "true")
+    monkeypatch.setenv("NEAR_LIMIT_RATIO", "0.5")
+    envoy = await start_envoy(redis_servers, tmp_path, CONFIG, 2000)
+    try:
+        await pin_clock(envoy, PINNED_MS + 6 * 60_000)
+        answers = [await envoy.call("rl", [("minutely", "g")]) for _ in range(11)]
+        assert [r.overall_code for r in answers] == [OK] * 11  # the 11th over, shadowed
+        assert answers[-1].statuses[0].code == OVER
+        assert [h.key for h in answers[0].response_headers_to_add] == [
+            "X-Limit",
+            "X-Left",
+            "X-Reset",
+        ]
+        metrics = envoy.cluster.router.metrics
+        assert metrics.count("ratelimit_service_global_shadow_mode_total") == 1
+        near = "ratelimit_service_rate_limit_near_limit_total"
+        assert metrics.count(near, domain="rl", key="minutely") == 5  # hits 6..10 of 10
+    finally:
+        await stop_envoy(envoy)
+
+
+async def test_limit_override_keeps_the_descriptor_counter(upstream: Envoy) -> None:
+    """Difference 7: an override with the configured unit counts on the same counter:
+    3 hits on 10 a minute, then a 20/MINUTE override leaves 16."""
+    await pin_clock(upstream, PINNED_MS + 7 * 60_000)
+    user = [("minutely", "o1")]
+    assert [(await read(upstream, user, 1)).limit_remaining for _ in range(3)] == [9, 8, 7]
+    override = await upstream.call("rl", descriptor(user, limit=(20, UNIT.MINUTE)))
+    status = override.statuses[0]
+    assert (status.code, status.limit_remaining) == (OK, 16)
+    assert (status.current_limit.requests_per_unit, status.current_limit.unit) == (
+        20,
+        UNIT.MINUTE,
+    )
+    # An override for entries the config does not know counts too (the domain is known).
+    unknown = [("nope", "n")]
+    first = await upstream.call("rl", descriptor(unknown, limit=(1, UNIT.MINUTE)))
+    again = await upstream.call("rl", descriptor(unknown, limit=(1, UNIT.MINUTE)))
+    assert [first.overall_code, again.overall_code] == [OK, OVER]
+
+
+async def test_shadow_mode_stats(upstream: Envoy) -> None:
+    await pin_clock(upstream, PINNED_MS + 8 * 60_000)
+    answers = [await upstream.call("rl", [("shady", "s")]) for _ in range(3)]
+    assert [(r.overall_code, r.statuses[0].code) for r in answers] == [(OK, OK)] * 3
+    count = upstream.cluster.router.metrics.count
+    assert count("ratelimit_service_rate_limit_shadow_mode_total", domain="rl", key="shady") == 2
+    assert count("ratelimit_service_rate_limit_over_limit_total", domain="rl", key="shady") == 2
+    text = upstream.cluster.router.metrics.render().decode()
+    assert 'ratelimit_service_rate_limit_total_hits_total{domain="rl",key="shady"} 3.0' in text
+
+
+async def test_stop_cache_key_increment_when_overlimit(
+    redis_servers: list[RedisProcess], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true: shardlimit's exact fixed window, a
+    denied hit consumes nothing and the true remaining is shown."""
+    monkeypatch.setenv("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true")
+    envoy = await start_envoy(redis_servers, tmp_path, CONFIG, 2000)
+    try:
+        number = [("to_number", "555")]
+        first = await envoy.call("messaging", number, hits_addend=98)
+        assert (first.overall_code, first.statuses[0].limit_remaining) == (OK, 2)
+        over = await envoy.call("messaging", number, hits_addend=3)
+        assert (over.overall_code, over.statuses[0].limit_remaining) == (OVER, 2)
+        two = await envoy.call("messaging", number, hits_addend=2)
+        assert (two.overall_code, two.statuses[0].limit_remaining) == (OK, 0)
+        # The duration is still whole seconds to the window's end.
+        assert over.statuses[0].duration_until_reset.nanos == 0
+        assert over.statuses[0].duration_until_reset.seconds > 0
+    finally:
+        await stop_envoy(envoy)
+
+
+async def test_bad_setting_stops_the_router(
+    redis_servers: list[RedisProcess], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NEAR_LIMIT_RATIO", "lots")
+    with pytest.raises(SystemExit) as caught:
+        await start_envoy(redis_servers, tmp_path, CONFIG, 2000)
+    assert (
+        str(caught.value)
+        == "envoy settings rejected: NEAR_LIMIT_RATIO: must be a number, not 'lots'"
+    )
+
+
+async def test_refused_config_keeps_the_previous(upstream: Envoy) -> None:
+    """Difference 3 at run time: a file upstream refuses (replaces naming its own
+    descriptor, unlimited with a unit) is refused whole; the previous one serves."""
+    listener = upstream.cluster.runners[-1].app[ENVOY]
+    for bad in (
+        CONFIG.replace(
+            "      requests_per_unit: 10\n",
+            "      requests_per_unit: 10\n"
+            "      name: self\n      replaces:\n        - name: self\n",
+            1,
+        ),
+        CONFIG + "\n---\ndomain: other\ndescriptors:\n  - key: foo\n    rate_limit:\n"
+        "      unlimited: true\n      unit: day\n      requests_per_unit: 25\n",
+    ):
+        errors = listener.config.reload_errors
+        upstream.config.write_text(bad)
+
+        async def rejected(errors: int = errors) -> bool:
+            return bool(listener.config.reload_errors == errors + 1)
+
+        await eventually(rejected)
+        status = await read(upstream, [("hourly", "kept")], 0)
+        assert status.current_limit.requests_per_unit == 10
+        assert "other" not in listener.config.domains
+
+
+async def test_health_and_tls(
+    redis_servers: list[RedisProcess], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gRPC over TLS with client certificates (GRPC_SERVER_TLS_CERT/KEY,
+    GRPC_CLIENT_TLS_CACERT), and grpc.health.v1.Health on the same port."""
+    ca = trustme.CA()
+    server = ca.issue_cert("127.0.0.1", "localhost")
+    client = ca.issue_cert("envoy-client")
+    paths = {}
+    for name, blob in (
+        ("cert", server.cert_chain_pems[0].bytes()),
+        ("key", server.private_key_pem.bytes()),
+        ("ca", ca.cert_pem.bytes()),
+    ):
+        paths[name] = tmp_path / f"{name}.pem"
+        paths[name].write_bytes(blob)
+    monkeypatch.setenv("GRPC_SERVER_TLS_CERT", str(paths["cert"]))
+    monkeypatch.setenv("GRPC_SERVER_TLS_KEY", str(paths["key"]))
+    monkeypatch.setenv("GRPC_CLIENT_TLS_CACERT", str(paths["ca"]))
+    envoy = await start_envoy(redis_servers, tmp_path, CONFIG, 2000)
+    port = envoy.cluster.runners[-1].app[ENVOY].port
+    request = rls_pb2.RateLimitRequest(domain="rl", descriptors=[descriptor([("hourly", "t")])])
+    try:
+        with_cert = grpc.ssl_channel_credentials(
+            root_certificates=ca.cert_pem.bytes(),
+            private_key=client.private_key_pem.bytes(),
+            certificate_chain=client.cert_chain_pems[0].bytes(),
+        )
+        async with grpc.aio.secure_channel(f"localhost:{port}", with_cert) as channel:
+            answer = await rls_pb2_grpc.RateLimitServiceStub(channel).ShouldRateLimit(
+                request, timeout=10
+            )
+            assert (answer.overall_code, answer.statuses[0].limit_remaining) == (OK, 9)
+            health = health_pb2_grpc.HealthStub(channel)
+            for service in ("", "envoy.service.ratelimit.v3.RateLimitService"):
+                reply = await health.Check(health_pb2.HealthCheckRequest(service=service))
+                assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        no_cert = grpc.ssl_channel_credentials(root_certificates=ca.cert_pem.bytes())
+        async with grpc.aio.secure_channel(f"localhost:{port}", no_cert) as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await rls_pb2_grpc.RateLimitServiceStub(channel).ShouldRateLimit(
+                    request, timeout=10
+                )
+            assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            with pytest.raises(grpc.aio.AioRpcError):
+                await rls_pb2_grpc.RateLimitServiceStub(channel).ShouldRateLimit(
+                    request, timeout=10
+                )
+    finally:
+        await stop_envoy(envoy)
