@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 import grpc  # type: ignore[import-untyped]
+import msgspec
 from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped]
 
 from cluster.model.errors import ValidationError
@@ -145,6 +146,7 @@ class RateLimitService:
         statuses: list[Any] = [None] * len(matches)
         quota_modes: list[bool | None] = [False] * len(matches)
         checks: list[tuple[int, DescriptorLimit, CheckRequest]] = []
+        blocked_over = False  # a requests_per_unit 0 descriptor was hit
         for index, (descriptor, found) in enumerate(zip(request.descriptors, matches, strict=True)):
             if found is None:
                 statuses[index] = rls_pb2.RateLimitResponse.DescriptorStatus(code=OK)
@@ -163,9 +165,10 @@ class RateLimitService:
                 statuses[index] = rls_pb2.RateLimitResponse.DescriptorStatus(code=OK)
             elif isinstance(check, Outcome):
                 statuses[index] = self._record(request.domain, limit, check)
+                blocked_over = blocked_over or check.over
             else:
                 checks.append((index, limit, check))
-        bodies = await asyncio.gather(*(self.router.check(check) for _, _, check in checks))
+        bodies = await self._run([check for _, _, check in checks], blocked_over)
         for (index, limit, check), body in zip(checks, bodies, strict=True):
             outcome = envoy_status.checked(
                 limit, check.rule.limits, body, check.cost, self.settings
@@ -181,6 +184,24 @@ class RateLimitService:
             response.overall_code = OK
             self.router.metrics.envoy_global_shadow().inc()
         return response
+
+    async def _run(self, checks: list[CheckRequest], blocked_over: bool) -> list[dict[str, Any]]:
+        """The decision bodies of a request's checks. With
+        STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, as upstream, a descriptor over its limit
+        keeps the request's other descriptors from being counted: the checks run as one
+        all-or-nothing batch (or, next to a requests_per_unit 0 hit, as reads only), and
+        a check admitted but not counted so is marked `withheld`."""
+        stop = self.settings.stop_increment_when_over_limit
+        spread = any(check.rule.spread > 1 for check in checks)
+        if blocked_over and stop:
+            checks = [msgspec.structs.replace(check, dry_run=True) for check in checks]
+        together = stop and not blocked_over and not spread and len(checks) > 1
+        bodies: list[dict[str, Any]] = list((await self.router.batch(checks, together))["results"])
+        if stop:
+            for body in bodies:
+                if body.get("rolled_back") or (blocked_over and body["allowed"]):
+                    body["withheld"] = True
+        return bodies
 
     def _record(self, domain: str, limit: DescriptorLimit, outcome: Outcome) -> Any:
         """Count a descriptor's stats (domain and config key, never a value)."""

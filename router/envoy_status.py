@@ -100,8 +100,13 @@ def checked(
     """A descriptor a node (or on_failure) decided."""
     index = _reported(body)
     row = body["limits"][index]
-    over = not body["allowed"]
     remaining = int(row["remaining"] or 0)
+    over = not body["allowed"]
+    if body.get("withheld"):
+        # Admitted but not counted (another descriptor of the request was over, with
+        # STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT): OK, with what is left uncounted.
+        over = False
+        remaining = min(remaining + hits, int(row["limit"] or 0))
     counts_denied = bool(specs[index].envoy_flags & 1)
     status = rls_pb2.RateLimitResponse.DescriptorStatus(
         code=OVER_LIMIT if over and not limit.shadow_mode else OK,

@@ -69,6 +69,10 @@ descriptors:
     rate_limit:
       unit: minute
       requests_per_unit: 1
+  - key: banned
+    rate_limit:
+      unit: minute
+      requests_per_unit: 0
 """
 CONFIG = "\n---\n".join([MESSAGING, UPSTREAM])
 HOUR_MS = 3_600_000
@@ -136,6 +140,10 @@ async def test_over_limit_hits_are_counted(upstream: Envoy) -> None:
         (OVER, 0),
     ]
     assert (await read(upstream, user, 0)).code == OVER
+    # By default the request's other descriptors count even when one is over.
+    banned = await upstream.call("rl", descriptor([("minutely", "u3")], hits=4), [("banned", "b")])
+    assert [(s.code, s.limit_remaining) for s in banned.statuses] == [(OK, 6), (OVER, 0)]
+    assert banned.overall_code == OVER
     # Several hits at once: 7 on 3 used of 10 is over by 0 (OK, 0 left) ...
     other = [("minutely", "u2")]
     assert (await read(upstream, other, 3)).limit_remaining == 7
@@ -148,8 +156,8 @@ async def test_over_limit_hits_are_counted(upstream: Envoy) -> None:
         return count(f"ratelimit_service_rate_limit_{name}_total", domain="rl", key="minutely")
 
     assert [stat(n) for n in ("total_hits", "within_limit", "near_limit", "over_limit")] == [
-        12 + 0 + 3 + 7 + 1,
-        10 + 0 + 3 + 7,
+        12 + 0 + 4 + 3 + 7 + 1,
+        10 + 0 + 4 + 3 + 7,
         2 + 2,
         2 + 1,
     ]
@@ -290,6 +298,19 @@ async def test_stop_cache_key_increment_when_overlimit(
         # The duration is still whole seconds to the window's end.
         assert over.statuses[0].duration_until_reset.nanos == 0
         assert over.statuses[0].duration_until_reset.seconds > 0
+        # As upstream's TestOverLimitWithStopCacheKeyIncrementWhenOverlimitConfig: one
+        # descriptor over keeps the request's others from being counted (they answer OK).
+        await pin_clock(envoy, PINNED_MS + 9 * 60_000)
+        minute, hour = [("minutely", "s1")], [("hourly", "s1")]
+        both = await envoy.call("rl", descriptor(minute, hits=3), descriptor(hour, hits=11))
+        assert [(s.code, s.limit_remaining) for s in both.statuses] == [(OK, 10), (OVER, 10)]
+        assert both.overall_code == OVER
+        assert (await read(envoy, minute, 0)).limit_remaining == 10
+        banned = await envoy.call("rl", descriptor(minute, hits=4), [("banned", "b")])
+        assert [(s.code, s.limit_remaining) for s in banned.statuses] == [(OK, 10), (OVER, 0)]
+        assert (await read(envoy, minute, 0)).limit_remaining == 10
+        fits = await envoy.call("rl", descriptor(minute, hits=4), descriptor(hour, hits=2))
+        assert [(s.code, s.limit_remaining) for s in fits.statuses] == [(OK, 6), (OK, 8)]
     finally:
         await stop_envoy(envoy)
 
