@@ -404,3 +404,33 @@ async def test_health_and_tls(
                 )
     finally:
         await stop_envoy(envoy)
+
+
+async def test_global_quota_mode_and_local_cache(
+    redis_servers: list[RedisProcess], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """QUOTA_MODE: every descriptor is a quota (OVER_LIMIT only when all are over);
+    LOCAL_CACHE_SIZE_IN_BYTES > 0: an over-limit key is answered by the router (no
+    node asked, nothing counted) until its window ends."""
+    monkeypatch.setenv("QUOTA_MODE", "true")
+    monkeypatch.setenv("LOCAL_CACHE_SIZE_IN_BYTES", "1048576")
+    envoy = await start_envoy(redis_servers, tmp_path, CONFIG, 2000)
+    try:
+        await pin_clock(envoy, PINNED_MS + 10 * 60_000)
+        minute, hour = [("minutely", "q")], [("hourly", "q")]
+        first = await envoy.call("rl", descriptor(minute, hits=11), hour)
+        assert [s.code for s in first.statuses] == [OVER, OK]
+        assert first.overall_code == OK  # one quota of two is over
+        both = await envoy.call("rl", minute, descriptor(hour, hits=10))
+        assert [s.code for s in both.statuses] == [OVER, OVER]
+        assert both.overall_code == OVER
+        metrics = envoy.cluster.router.metrics
+        assert metrics.count("shardlimit_denial_cache_hits_total") == 0
+        # Used up (11 of 10) at the second denial: the third is the router's.
+        third = await envoy.call("rl", minute)
+        assert (third.overall_code, third.statuses[0].limit_remaining) == (OVER, 0)
+        assert metrics.count("shardlimit_denial_cache_hits_total") == 1
+        hits = "ratelimit_service_rate_limit_total_hits_total"
+        assert metrics.count(hits, domain="rl", key="minutely") == 13
+    finally:
+        await stop_envoy(envoy)
