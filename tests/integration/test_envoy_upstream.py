@@ -17,9 +17,14 @@ import trustme
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc  # type: ignore[import-untyped]
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
 
-from cluster.local.redis_proc import RedisProcess
+from cluster.local.redis_proc import RedisProcess, free_port
+from cluster.model.nodes import NodeSpec
 from router.app import ENVOY
-from tests.conftest import CLUSTER, PINNED_MS, eventually
+from router.app import create_app as create_router_app
+from router.config import RouterConfig
+from router.envoy_server import GrpcServer
+from router.envoy_settings import EnvoySettings
+from tests.conftest import ADMIN, CLUSTER, PINNED_MS, eventually
 from tests.integration.test_envoy import (
     MESSAGING,
     OK,
@@ -315,15 +320,22 @@ async def test_stop_cache_key_increment_when_overlimit(
         await stop_envoy(envoy)
 
 
-async def test_bad_setting_stops_the_router(
-    redis_servers: list[RedisProcess], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_bad_setting_stops_the_router(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NEAR_LIMIT_RATIO", "lots")
+    node = NodeSpec("n1", "http://127.0.0.1:1")  # never called: the app is not started
+    config = RouterConfig(data_dir=tmp_path, grpc_port=free_port(), nodes=[node])
     with pytest.raises(SystemExit) as caught:
-        await start_envoy(redis_servers, tmp_path, CONFIG, 2000)
+        create_router_app(config, ADMIN, CLUSTER)
+    assert str(caught.value) == (
+        "envoy settings rejected: NEAR_LIMIT_RATIO: must be a number, not 'lots'"
+    )
+    monkeypatch.setenv("NEAR_LIMIT_RATIO", "0.5")
+    monkeypatch.setenv("SHADOW_MODE", "maybe")
+    with pytest.raises(SystemExit) as caught:
+        create_router_app(config, ADMIN, CLUSTER)
     assert (
         str(caught.value)
-        == "envoy settings rejected: NEAR_LIMIT_RATIO: must be a number, not 'lots'"
+        == "envoy settings rejected: SHADOW_MODE: must be true or false, not 'maybe'"
     )
 
 
@@ -434,3 +446,27 @@ async def test_global_quota_mode_and_local_cache(
         assert metrics.count(hits, domain="rl", key="minutely") == 13
     finally:
         await stop_envoy(envoy)
+
+
+def test_tls_from_the_router_settings(tmp_path: Path) -> None:
+    """The router's own tls_cert / tls_key turn TLS on for the gRPC port too; half a
+    pair, or a client CA without a certificate, stops the router with one line."""
+    ca = trustme.CA()
+    server = ca.issue_cert("127.0.0.1")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert.write_bytes(server.cert_chain_pems[0].bytes())
+    key.write_bytes(server.private_key_pem.bytes())
+    config = RouterConfig(data_dir=tmp_path, tls_cert=cert, tls_key=key)
+    grpc_server = GrpcServer(config, EnvoySettings(), None)
+    assert grpc_server.credentials() is not None
+    assert grpc_server.describe() == " (TLS)"
+    plain = GrpcServer(RouterConfig(data_dir=tmp_path), EnvoySettings(), None)
+    assert (plain.credentials(), plain.describe()) == (None, " (plaintext)")
+    half = GrpcServer(RouterConfig(data_dir=tmp_path, tls_cert=cert), EnvoySettings(), None)
+    with pytest.raises(SystemExit) as caught:
+        half.credentials()
+    assert str(caught.value) == "envoy gRPC TLS: give both a certificate and its key"
+    no_cert = GrpcServer(RouterConfig(data_dir=tmp_path), EnvoySettings(client_ca=cert), None)
+    with pytest.raises(SystemExit) as caught:
+        no_cert.credentials()
+    assert str(caught.value) == "envoy gRPC TLS: GRPC_CLIENT_TLS_CACERT needs a certificate"
