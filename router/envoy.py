@@ -21,6 +21,7 @@ import grpc  # type: ignore[import-untyped]
 import msgspec
 from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped]
 
+from cluster.model import answers
 from cluster.model.errors import ValidationError
 from cluster.model.limits import MAX_COUNT
 from router import envoy_status
@@ -168,10 +169,10 @@ class RateLimitService:
                 blocked_over = blocked_over or check.over
             else:
                 checks.append((index, limit, check))
-        bodies = await self._run([check for _, _, check in checks], blocked_over)
-        for (index, limit, check), body in zip(checks, bodies, strict=True):
+        decided = await self._run([check for _, _, check in checks], blocked_over)
+        for (index, limit, check), (body, withheld) in zip(checks, decided, strict=True):
             outcome = envoy_status.checked(
-                limit, check.rule.limits, body, check.cost, self.settings
+                limit, check.rule.limits, body, check.cost, self.settings, withheld
             )
             statuses[index] = self._record(request.domain, limit, outcome)
             if limit.shadow_mode and outcome.over:
@@ -185,23 +186,24 @@ class RateLimitService:
             self.router.metrics.envoy_global_shadow().inc()
         return response
 
-    async def _run(self, checks: list[CheckRequest], blocked_over: bool) -> list[dict[str, Any]]:
-        """The decision bodies of a request's checks. With
+    async def _run(
+        self, checks: list[CheckRequest], blocked_over: bool
+    ) -> list[tuple[answers.Decision, bool]]:
+        """The decisions of a request's checks, each with whether it was withheld. With
         STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, as upstream, a descriptor over its limit
         keeps the request's other descriptors from being counted: the checks run as one
         all-or-nothing batch (or, next to a requests_per_unit 0 hit, as reads only), and
-        a check admitted but not counted so is marked `withheld`."""
+        a check admitted but not counted so is withheld."""
         stop = self.settings.stop_increment_when_over_limit
         spread = any(check.rule.spread > 1 for check in checks)
         if blocked_over and stop:
             checks = [msgspec.structs.replace(check, dry_run=True) for check in checks]
         together = stop and not blocked_over and not spread and len(checks) > 1
-        bodies: list[dict[str, Any]] = list((await self.router.batch(checks, together))["results"])
-        if stop:
-            for body in bodies:
-                if body.get("rolled_back") or (blocked_over and body["allowed"]):
-                    body["withheld"] = True
-        return bodies
+        bodies = (await self.router.batch(checks, together)).results
+        return [
+            (body, stop and (body.rolled_back is True or (blocked_over and body.allowed)))
+            for body in bodies
+        ]
 
     def _record(self, domain: str, limit: DescriptorLimit, outcome: Outcome) -> Any:
         """Count a descriptor's stats (domain and config key, never a value)."""

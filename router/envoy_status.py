@@ -12,6 +12,7 @@ from typing import Any
 
 from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped]
 
+from cluster.model import answers
 from cluster.model.limits import LimitSpec
 from router.envoy_config import UNIT_MS, DescriptorLimit
 from router.envoy_settings import EnvoySettings
@@ -39,7 +40,9 @@ def seconds_until(reset_after_ms: int) -> int:
     return max(1, math.ceil(reset_after_ms / 1000))
 
 
-def current_limit(limit: DescriptorLimit, spec: LimitSpec | None, row: dict[str, Any]) -> Any:
+def current_limit(
+    limit: DescriptorLimit, spec: LimitSpec | None, row: answers.LimitState | None
+) -> Any:
     """The configured requests_per_unit and unit, else the reported limit's count and,
     when its window is one unit, that unit."""
     out = rls_pb2.RateLimitResponse.RateLimit(name=limit.name)
@@ -47,7 +50,7 @@ def current_limit(limit: DescriptorLimit, spec: LimitSpec | None, row: dict[str,
         out.requests_per_unit = min(limit.requests_per_unit, MAX_UINT32)
         out.unit = UNIT_ENUM[limit.unit]
         return out
-    out.requests_per_unit = min(int(row.get("limit") or 0), MAX_UINT32)
+    out.requests_per_unit = min((row.limit if row is not None else None) or 0, MAX_UINT32)
     if spec is not None:
         unit = spec.period if spec.algorithm == "calendar" else _WINDOWS.get(spec.window_ms)
         if unit in UNIT_ENUM and spec.algorithm not in ("token_bucket", "leaky_bucket"):
@@ -55,13 +58,12 @@ def current_limit(limit: DescriptorLimit, spec: LimitSpec | None, row: dict[str,
     return out
 
 
-def _reported(body: dict[str, Any]) -> int:
+def _reported(body: answers.Decision) -> int:
     """Which limit of a multi-limit decision a status reports: the first that denied,
     else the one with the fewest remaining."""
-    if body["denied_by"]:
-        return int(body["denied_by"][0])
-    rows = body["limits"]
-    counts = [row["remaining"] if row["remaining"] is not None else MAX_UINT32 for row in rows]
+    if body.denied_by:
+        return body.denied_by[0]
+    counts = [row.remaining if row.remaining is not None else MAX_UINT32 for row in body.limits]
     return counts.index(min(counts))
 
 
@@ -93,20 +95,22 @@ def _hit_stats(
 def checked(
     limit: DescriptorLimit,
     specs: tuple[LimitSpec, ...],
-    body: dict[str, Any],
+    body: answers.Decision,
     hits: int,
     settings: EnvoySettings,
+    withheld: bool = False,
 ) -> Outcome:
-    """A descriptor a node (or on_failure) decided."""
+    """A descriptor a node (or on_failure) decided. `withheld`: admitted but not counted
+    (another descriptor of the request was over, with
+    STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT): OK, with what is left uncounted."""
     index = _reported(body)
-    row = body["limits"][index]
-    remaining = int(row["remaining"] or 0)
-    over = not body["allowed"]
-    if body.get("withheld"):
-        # Admitted but not counted (another descriptor of the request was over, with
-        # STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT): OK, with what is left uncounted.
+    row = body.limits[index]
+    configured = row.limit or 0
+    remaining = row.remaining or 0
+    over = not body.allowed
+    if withheld:
         over = False
-        remaining = min(remaining + hits, int(row["limit"] or 0))
+        remaining = min(remaining + hits, configured)
     counts_denied = bool(specs[index].envoy_flags & 1)
     status = rls_pb2.RateLimitResponse.DescriptorStatus(
         code=OVER_LIMIT if over and not limit.shadow_mode else OK,
@@ -115,10 +119,9 @@ def checked(
         # remaining is meaningful and shown.
         limit_remaining=0 if over and counts_denied else min(remaining, MAX_UINT32),
     )
-    if row["reset_after_ms"] is not None:
-        status.duration_until_reset.seconds = seconds_until(int(row["reset_after_ms"]))
-    configured = int(row["limit"] or 0)
-    if body.get("degraded"):
+    if row.reset_after_ms is not None:
+        status.duration_until_reset.seconds = seconds_until(row.reset_after_ms)
+    if body.degraded:
         stats = dict.fromkeys(STAT_NAMES, 0)
         stats["total_hits"] = hits
     elif over:
@@ -138,7 +141,7 @@ def blocked(limit: DescriptorLimit, hits: int) -> Outcome:
     over = hits > 0
     status = rls_pb2.RateLimitResponse.DescriptorStatus(
         code=OVER_LIMIT if over and not limit.shadow_mode else OK,
-        current_limit=current_limit(limit, None, {}),
+        current_limit=current_limit(limit, None, None),
         limit_remaining=0,
     )
     status.duration_until_reset.seconds = seconds_until(window - int(time.time() * 1000) % window)
