@@ -240,7 +240,7 @@ class EnvoyListener:
             self.config.load()
         except (ValidationError, ValueError, OSError) as exc:
             raise SystemExit(f"envoy config rejected: {exc}") from exc
-        self.port = await self.server.start()
+        self.port = await self.server.start(len(self.config.domains))
         self._watcher = asyncio.get_running_loop().create_task(self._watch())
         host = self.router.config.host
         log.info("envoy rate-limit service on %s:%s%s", host, self.port, self.server.describe())
@@ -259,5 +259,6 @@ class EnvoyListener:
                 errors = self.config.reload_errors
                 if self.config.reload_if_changed() and self.config.reload_errors == errors:
                     log.info("envoy config reloaded: %d domains", len(self.config.domains))
+                    await self.server.config_loaded(len(self.config.domains))
             except OSError as exc:
                 log.error("envoy config unreadable: %s", exc)

@@ -1,6 +1,10 @@
-"""The gRPC server of the Envoy service: the rate-limit servicer, grpc.health.v1.Health
-(SERVING for "" and the rate-limit service while it runs, NOT_SERVING while it stops),
+"""The gRPC server of the Envoy service: the rate-limit servicer, grpc.health.v1.Health,
 and TLS when the router has a certificate.
+
+Health answers for "" and, as envoyproxy/ratelimit, for "ratelimit" (and for the
+rate-limit service's full name): SERVING while the router runs, NOT_SERVING while it
+stops; with HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED the named ones are SERVING only
+while the descriptors file holds at least one domain.
 
 TLS uses the router's `tls_cert` / `tls_key`, or envoyproxy/ratelimit's
 GRPC_SERVER_TLS_CERT / GRPC_SERVER_TLS_KEY; with GRPC_CLIENT_TLS_CACERT every client
@@ -20,6 +24,7 @@ from router.config import RouterConfig
 from router.envoy_settings import EnvoySettings
 
 SERVICE_NAME = "envoy.service.ratelimit.v3.RateLimitService"
+HEALTH_NAMES = ("ratelimit", SERVICE_NAME)  # "ratelimit": envoyproxy/ratelimit's
 GRACE_S = 1.0  # calls in flight get this long to finish when the router stops
 
 
@@ -61,7 +66,16 @@ class GrpcServer:
             return " (plaintext)"
         return " (TLS, client certificates required)" if self.settings.client_ca else " (TLS)"
 
-    async def start(self) -> int:
+    async def config_loaded(self, domains: int) -> None:
+        """The descriptors file (re)loaded with `domains` domains."""
+        serving = domains > 0 or not self.settings.healthy_with_config
+        status = health_pb2.HealthCheckResponse.SERVING
+        if not serving:
+            status = health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in HEALTH_NAMES:
+            await self.health.set(name, status)
+
+    async def start(self, domains: int) -> int:
         server = grpc.aio.server()
         rls_pb2_grpc.add_RateLimitServiceServicer_to_server(self.servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
@@ -73,8 +87,8 @@ class GrpcServer:
             port = server.add_secure_port(address, credentials)
         await server.start()
         self._server = server
-        for name in ("", SERVICE_NAME):
-            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        await self.config_loaded(domains)
         return int(port)
 
     async def stop(self) -> None:

@@ -399,7 +399,7 @@ async def test_health_and_tls(
             )
             assert (answer.overall_code, answer.statuses[0].limit_remaining) == (OK, 9)
             health = health_pb2_grpc.HealthStub(channel)
-            for service in ("", "envoy.service.ratelimit.v3.RateLimitService"):
+            for service in ("", "ratelimit", "envoy.service.ratelimit.v3.RateLimitService"):
                 reply = await health.Check(health_pb2.HealthCheckRequest(service=service))
                 assert reply.status == health_pb2.HealthCheckResponse.SERVING
         no_cert = grpc.ssl_channel_credentials(root_certificates=ca.cert_pem.bytes())
@@ -470,3 +470,32 @@ def test_tls_from_the_router_settings(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as caught:
         no_cert.credentials()
     assert str(caught.value) == "envoy gRPC TLS: GRPC_CLIENT_TLS_CACERT needs a certificate"
+
+
+async def test_healthy_with_at_least_one_config_loaded(
+    redis_servers: list[RedisProcess], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: "ratelimit" is NOT_SERVING while the
+    descriptors file holds no domain, SERVING once one is loaded; "" is SERVING."""
+    monkeypatch.setenv("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true")
+    envoy = await start_envoy(redis_servers, tmp_path, "# no domain yet\n", 2000)
+    health = health_pb2_grpc.HealthStub(envoy.channel)
+
+    async def status(service: str) -> int:
+        reply = await health.Check(health_pb2.HealthCheckRequest(service=service), timeout=10)
+        return int(reply.status)
+
+    try:
+        serving, not_serving = (
+            health_pb2.HealthCheckResponse.SERVING,
+            health_pb2.HealthCheckResponse.NOT_SERVING,
+        )
+        assert [await status(s) for s in ("", "ratelimit")] == [serving, not_serving]
+        envoy.config.write_text(CONFIG)
+
+        async def loaded() -> bool:
+            return bool(await status("ratelimit") == serving)
+
+        await eventually(loaded)
+    finally:
+        await stop_envoy(envoy)
