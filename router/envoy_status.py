@@ -22,7 +22,14 @@ OVER_LIMIT = rls_pb2.RateLimitResponse.OVER_LIMIT
 MAX_UINT32 = 2**32 - 1
 UNIT_ENUM = {name: rls_pb2.RateLimitResponse.RateLimit.Unit.Value(name.upper()) for name in UNIT_MS}
 _WINDOWS = {ms: name for name, ms in UNIT_MS.items()}
-STAT_NAMES = ("total_hits", "over_limit", "near_limit", "within_limit", "shadow_mode")
+STAT_NAMES = (
+    "total_hits",
+    "over_limit",
+    "over_limit_with_local_cache",
+    "near_limit",
+    "within_limit",
+    "shadow_mode",
+)
 
 
 @dataclass
@@ -127,6 +134,8 @@ def checked(
     elif over:
         before = configured - remaining if remaining > 0 else None
         stats = _hit_stats(configured, before, hits, True, settings.near_limit_ratio)
+        if body.cached is True:  # answered by the router's denial cache
+            stats["over_limit_with_local_cache"] = hits
     else:
         before = configured - remaining - hits
         stats = _hit_stats(configured, before, hits, False, settings.near_limit_ratio)

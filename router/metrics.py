@@ -51,6 +51,7 @@ UNMATCHED_ENDPOINT = "unmatched"
 ENVOY_STATS = {
     "total_hits": "every hit",
     "over_limit": "hits over the limit",
+    "over_limit_with_local_cache": "hits over the limit answered by the denial cache",
     "near_limit": "hits over the near-limit ratio but within the limit",
     "within_limit": "hits within the limit",
     "shadow_mode": "hits over the limit answered OK by shadow_mode",

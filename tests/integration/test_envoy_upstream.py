@@ -499,3 +499,130 @@ async def test_healthy_with_at_least_one_config_loaded(
         await eventually(loaded)
     finally:
         await stop_envoy(envoy)
+
+
+# test/integration/runtime/current/ratelimit/config/{basic,another}.yaml, verbatim.
+INTEGRATION = """
+domain: basic
+descriptors:
+  - key: key1
+    rate_limit:
+      unit: second
+      requests_per_unit: 50
+
+  - key: key1_local
+    rate_limit:
+      unit: second
+      requests_per_unit: 50
+
+  - key: one_per_minute
+    rate_limit:
+      unit: minute
+      requests_per_unit: 1
+---
+domain: another
+descriptors:
+  - key: key2
+    rate_limit:
+      unit: minute
+      requests_per_unit: 20
+
+  - key: key3
+    rate_limit:
+      unit: hour
+      requests_per_unit: 10
+
+  - key: key2_local
+    rate_limit:
+      unit: minute
+      requests_per_unit: 20
+
+  - key: key3_local
+    rate_limit:
+      unit: hour
+      requests_per_unit: 10
+
+  - key: key4
+    rate_limit:
+      unit: day
+      requests_per_unit: 20
+
+  - key: key4_local
+    rate_limit:
+      unit: day
+      requests_per_unit: 20
+"""
+
+
+@pytest.mark.parametrize("mode", ["default", "stop", "local_cache"])
+async def test_integration_basic_base_config(
+    mode: str, redis_servers: list[RedisProcess], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """test/integration/integration_test.go testBasicBaseConfig, with its settings:
+    plain, STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, LOCAL_CACHE_SIZE_IN_BYTES (and its
+    `_local` keys)."""
+    if mode == "stop":
+        monkeypatch.setenv("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true")
+    if mode == "local_cache":
+        monkeypatch.setenv("LOCAL_CACHE_SIZE_IN_BYTES", "1000000")
+    local = "_local" if mode == "local_cache" else ""
+    envoy = await start_envoy(redis_servers, tmp_path, INTEGRATION, 2000)
+    stats = envoy.cluster.router.metrics.count
+
+    def stat(domain: str, key: str, name: str) -> int:
+        return int(stats(f"ratelimit_service_rate_limit_{name}_total", domain=domain, key=key))
+
+    def shown(status: Any) -> tuple[int, int, int, int]:
+        limit = status.current_limit
+        return status.code, limit.requests_per_unit, limit.unit, status.limit_remaining
+
+    try:
+        await pin_clock(envoy, PINNED_MS + 11 * 60_000)
+        nothing = await envoy.call("foo", [(f"hello{local}", "world")])
+        assert (nothing.overall_code, [s.code for s in nothing.statuses]) == (OK, [OK])
+        assert not nothing.statuses[0].HasField("current_limit")
+        first = await envoy.call("basic", [(f"key1{local}", "foo")])
+        assert shown(first.statuses[0]) == (OK, 50, UNIT.SECOND, 49)
+        assert stat("basic", f"key1{local}", "total_hits") == 1
+        # Over a minute limit on one key: every hit counts in total_hits.
+        for i in range(25):
+            response = await envoy.call("another", [(f"key2{local}", "r1")])
+            code, left = (OVER, 0) if i >= 20 else (OK, 20 - (i + 1))
+            assert response.overall_code == code
+            assert shown(response.statuses[0]) == (code, 20, UNIT.MINUTE, left)
+            assert stat("another", f"key2{local}", "total_hits") == i + 1
+            assert stat("another", f"key2{local}", "over_limit") == max(0, i - 19)
+            cached = max(0, i - 20) if local else 0
+            assert stat("another", f"key2{local}", "over_limit_with_local_cache") == cached
+        # Two keys of a domain in one request; key3 (10 an hour) goes over at the 11th.
+        for i in range(15):
+            response = await envoy.call(
+                "another", [(f"key2{local}", "r2")], [(f"key3{local}", "r2")]
+            )
+            code, left1, left2 = OK, 20 - (i + 1), 10 - (i + 1)
+            if i >= 10:
+                code, left2 = OVER, 0
+                if mode == "stop":
+                    left1 = 10  # key2 no longer counted while key3 is over
+            assert response.overall_code == code
+            assert [shown(s) for s in response.statuses] == [
+                (OK, 20, UNIT.MINUTE, left1),
+                (code, 10, UNIT.HOUR, left2),
+            ]
+            assert stat("another", f"key2{local}", "total_hits") == i + 26
+            assert stat("another", f"key2{local}", "over_limit") == 5
+            assert stat("another", f"key3{local}", "total_hits") == i + 1
+            assert stat("another", f"key3{local}", "over_limit") == max(0, i - 9)
+            cached = max(0, i - 10) if local else 0
+            assert stat("another", f"key3{local}", "over_limit_with_local_cache") == cached
+        if mode == "local_cache":
+            # key2's 22nd..25th hits and key3's 12th..15th: answered by the router.
+            assert int(stats("shardlimit_denial_cache_hits_total")) == 4 + 4
+        # duration_until_reset ticks down: the same key 2 s later.
+        first_reset = (await envoy.call("another", [(f"key4{local}", "durTest")])).statuses[0]
+        await pin_clock(envoy, PINNED_MS + 11 * 60_000 + 2000)
+        later = (await envoy.call("another", [(f"key4{local}", "durTest")])).statuses[0]
+        assert later.duration_until_reset.seconds < first_reset.duration_until_reset.seconds
+        assert later.limit_remaining == 18
+    finally:
+        await stop_envoy(envoy)
