@@ -626,3 +626,61 @@ async def test_integration_basic_base_config(
         assert later.limit_remaining == 18
     finally:
         await stop_envoy(envoy)
+
+
+NEAR = """
+domain: near
+descriptors:
+  - {key: k15, rate_limit: {unit: hour, requests_per_unit: 15}}
+  - {key: k20, rate_limit: {unit: minute, requests_per_unit: 20}}
+  - {key: k8, rate_limit: {unit: minute, requests_per_unit: 8}}
+  - {key: k10, rate_limit: {unit: minute, requests_per_unit: 10}}
+"""
+# test/redis/fixed_cache_impl_test.go TestNearLimit: (key, counter before, hits_addend)
+# -> (code, limit_remaining, (over_limit, near_limit, within_limit) added by the hits).
+# Its per-second limits are per-minute here (the same arithmetic, a steadier window).
+NEAR_CASES = [
+    ("k15", 10, 1, OK, 4, (0, 0, 1)),
+    ("k15", 12, 1, OK, 2, (0, 1, 1)),
+    ("k15", 15, 1, OVER, 0, (1, 0, 0)),
+    ("k20", 2, 3, OK, 15, (0, 0, 3)),
+    ("k8", 5, 2, OK, 1, (0, 1, 2)),
+    ("k20", 16, 3, OK, 1, (0, 3, 3)),
+    ("k20", 19, 3, OVER, 0, (2, 1, 0)),
+    ("k20", 15, 7, OVER, 0, (2, 4, 0)),
+    ("k10", 27, 3, OVER, 0, (3, 0, 0)),
+]
+
+
+@pytest.mark.parametrize(("key", "before", "hits", "code", "left", "added"), NEAR_CASES)
+async def test_near_limit_arithmetic(
+    key: str,
+    before: int,
+    hits: int,
+    code: int,
+    left: int,
+    added: tuple[int, int, int],
+    redis_servers: list[RedisProcess],
+    tmp_path: Path,
+) -> None:
+    envoy = await start_envoy(redis_servers, tmp_path, NEAR, 2000)
+    try:
+        await pin_clock(envoy, PINNED_MS + 12 * 60_000)
+        entries = [(key, "v")]
+        if before:
+            await envoy.call("near", descriptor(entries, hits=before))
+        count = envoy.cluster.router.metrics.count
+        names = ("over_limit", "near_limit", "within_limit")
+
+        def stats() -> list[float]:
+            return [
+                count(f"ratelimit_service_rate_limit_{n}_total", domain="near", key=key)
+                for n in names
+            ]
+
+        start = stats()
+        status = (await envoy.call("near", descriptor(entries, hits=hits))).statuses[0]
+        assert (status.code, status.limit_remaining) == (code, left)
+        assert [b - a for a, b in zip(start, stats(), strict=True)] == list(added)
+    finally:
+        await stop_envoy(envoy)
