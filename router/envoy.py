@@ -35,6 +35,7 @@ from router.envoy_config import (
     rate_limit_rule,
     scope_name,
 )
+from router.envoy_metadata import add_metadata
 from router.envoy_server import GrpcServer
 from router.envoy_settings import EnvoySettings, SettingsError
 from router.envoy_status import MAX_UINT32, OK, OVER_LIMIT, Outcome
@@ -184,6 +185,13 @@ class RateLimitService:
         if code == OVER_LIMIT and self.settings.global_shadow_mode:
             response.overall_code = OK
             self.router.metrics.envoy_global_shadow().inc()
+        if self.settings.dynamic_metadata:
+            passed = [
+                None if m is None else m.limit.metadata
+                for m, status, quota_mode in zip(matches, statuses, quota_modes, strict=True)
+                if quota_mode is not None and status.code != OVER_LIMIT
+            ]
+            add_metadata(response, request, passed)
         return response
 
     async def _run(

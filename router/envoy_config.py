@@ -61,6 +61,7 @@ class DescriptorLimit:
     replaces: tuple[str, ...] = ()
     requests_per_unit: int | None = None  # rate_limit form: reported as current_limit
     unit: str | None = None
+    metadata: dict[str, Any] | None = None  # RESPONSE_DYNAMIC_METADATA, when it passes
 
 
 @dataclass(frozen=True)
@@ -205,9 +206,13 @@ class _Loader:
                 "share_threshold can only be used with wildcard values (containing '*'), "
                 f"but found key '{composite}'",
             )
-        doc.mapping(data, "metadata", path, problems)
         base = DescriptorLimit(
-            scope_name(domain, []), None, stats_key=stats_key, shadow_mode=shadow, quota_mode=quota
+            scope_name(domain, []),
+            None,
+            stats_key=stats_key,
+            shadow_mode=shadow,
+            quota_mode=quota,
+            metadata=doc.metadata(data.get("metadata"), f"{path}.metadata", problems),
         )
         limit = self.limit_of(data, domain, here, base, path)
         children = Level()

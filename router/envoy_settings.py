@@ -33,6 +33,7 @@ class EnvoySettings:
     # (shardlimit's cache_denials); the size itself is not used.
     local_cache_bytes: int = 0
     merge_domains: bool = False
+    dynamic_metadata: bool = False  # RESPONSE_DYNAMIC_METADATA
     # Health says NOT_SERVING while the descriptors file holds no domain.
     healthy_with_config: bool = False
     # TLS on the gRPC port beyond the router's own tls_cert / tls_key / tls_ca.
@@ -62,6 +63,7 @@ class EnvoySettings:
             near_limit_ratio=ratio,
             local_cache_bytes=_int(source, "LOCAL_CACHE_SIZE_IN_BYTES"),
             merge_domains=_bool(source, "MERGE_DOMAIN_CONFIG"),
+            dynamic_metadata=_bool(source, "RESPONSE_DYNAMIC_METADATA"),
             healthy_with_config=_bool(source, "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"),
             tls_cert=_path(source, "GRPC_SERVER_TLS_CERT"),
             tls_key=_path(source, "GRPC_SERVER_TLS_KEY"),

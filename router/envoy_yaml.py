@@ -119,3 +119,27 @@ def items(data: dict[str, Any], field: str, path: str, problems: Problems) -> li
         problems.add(f"{path}.{field}", "must be a list")
         return []
     return value
+
+
+def metadata(data: Any, path: str, problems: Problems) -> dict[str, Any] | None:
+    """A descriptor's `metadata` as a JSON-like mapping (keys as text); None if absent."""
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        problems.add(path, "error parsing metadata: must be a mapping")
+        return None
+    try:
+        return {str(k): _plain(v) for k, v in data.items()}
+    except TypeError as exc:
+        problems.add(path, f"error parsing metadata: {exc}")
+        return None
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, str | bool | int | float):
+        return value
+    raise TypeError(f"invalid type: {type(value).__name__}")

@@ -684,3 +684,35 @@ async def test_near_limit_arithmetic(
         assert [b - a for a, b in zip(start, stats(), strict=True)] == list(added)
     finally:
         await stop_envoy(envoy)
+
+
+async def test_dynamic_metadata_multiservice_token_quota(
+    redis_servers: list[RedisProcess], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RESPONSE_DYNAMIC_METADATA, integration-test/scripts/multiservice-tokenquota.sh:
+    check (service_1), (service_2) with hits_addend 0, route to the service named in
+    the passed descriptors' metadata, debit 1 from it: requests 1-2 go to service_1,
+    3-5 to service_2, the 6th is rejected."""
+    monkeypatch.setenv("RESPONSE_DYNAMIC_METADATA", "true")
+    envoy = await start_envoy(redis_servers, tmp_path, CONFIG, 2000)
+    try:
+        await pin_clock(envoy, PINNED_MS + 13 * 60_000)
+        services = [[("service", "service_1")], [("service", "service_2")]]
+        served = []
+        for _ in range(6):
+            check = await envoy.call("rl", *(descriptor(s, hits=0) for s in services))
+            if check.overall_code == OVER:
+                served.append("rejected")
+                continue
+            name = check.dynamic_metadata["metadata"]["service_with_quota"]["name"]
+            served.append(name)
+            await envoy.call("rl", descriptor([("service", name)], hits=1))
+        assert served == ["service_1"] * 2 + ["service_2"] * 3 + ["rejected"]
+        last = await envoy.call("rl", descriptor(services[1], hits=0), hits_addend=3)
+        assert last.dynamic_metadata["domain"] == "rl"
+        assert list(last.dynamic_metadata["descriptors"][0]["entries"]) == ["service=service_2"]
+        assert last.dynamic_metadata["descriptors"][0]["hitsAddend"] == 0
+        assert last.dynamic_metadata["hitsAddend"] == 3
+        assert "metadata" not in last.dynamic_metadata  # service_2 is over: nothing passed
+    finally:
+        await stop_envoy(envoy)

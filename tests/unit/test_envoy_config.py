@@ -65,6 +65,9 @@ def test_more_refusals_from_config_impl() -> None:
             "must be an integer from 0 to 4294967295"
         ),
         "domain: d\ndescriptors:\n  - key: k\n    shadow_mode: sure\n": "must be true or false",
+        "domain: d\ndescriptors:\n  - key: k\n    metadata: {since: 2020-01-01}\n": (
+            "error parsing metadata: invalid type: date"
+        ),
     }
     for text, message in cases.items():
         with pytest.raises(ValidationError) as caught:
