@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from cluster.model.errors import ValidationError
-from router.envoy_config import ParseOptions, match, parse_text
+from router.envoy_config import ParseOptions, limit_key, match, parse_text
 
 FILES = Path(__file__).parent / "envoy_upstream_config"
 
@@ -96,3 +96,61 @@ def test_upstream_accepted_files_load() -> None:
     assert parse_text(
         "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, requests_per_unit: 5}\n"
     )
+
+
+def test_upstream_wildcard_config() -> None:
+    """config_test.go TestWildcardConfig on wildcard.yaml: which values match, and the
+    stat key (the pattern, never the value)."""
+    domains = load("wildcard.yaml")
+
+    def stats_key(*entries: tuple[str, str]) -> str | None:
+        found = match(domains, "test-domain", list(entries))  # type: ignore[arg-type]
+        return None if found is None else found.limit.stats_key
+
+    assert stats_key(("noVal", "foo1")) == stats_key(("noVal", "foo2")) == "noVal"
+    assert stats_key(("wild", "foo1")) == stats_key(("wild", "foo2")) == "wild_foo*"
+    assert stats_key(("nestedWild", "val1"), ("wild", "goo2")) == "nestedWild_val1.wild_goo*"
+    assert stats_key(("wild", "bar")) is None
+    assert stats_key(("noWild", "foo1")) is None
+    assert stats_key(("midWild", "barab")) == stats_key(("midWild", "bar123b")) == "midWild_bar*b"
+    assert stats_key(("midWild", "barb")) == "midWild_bar*b"  # * matches nothing too
+    assert stats_key(("midWild", "bara")) is None
+    assert stats_key(("midWild", "xbarb")) is None
+    multi = "multiWild_foo*bar*baz"
+    assert (
+        stats_key(("multiWild", "foo123bar456baz"))
+        == stats_key(("multiWild", "foobarbaz"))
+        == multi
+    )
+    assert stats_key(("multiWild", "foo123baz")) is None
+    assert stats_key(("multiWild", "bar456baz")) is None
+
+
+def test_upstream_share_threshold_counters() -> None:
+    """config_test.go TestShareThreshold on share_threshold.yaml: the counter (limit key)
+    uses the wildcard pattern for each entry matched by a share_threshold wildcard, at
+    any depth, and the runtime value elsewhere."""
+    domains = load("share_threshold.yaml")
+
+    def counter(*entries: tuple[str, str]) -> str | None:
+        found = match(domains, "test-domain", list(entries))  # type: ignore[arg-type]
+        return None if found is None else found.key
+
+    def key(*entries: tuple[str, str]) -> str:
+        return limit_key("test-domain", list(entries))
+
+    assert counter(("files", "files/a.pdf")) == counter(("files", "files/b.csv"))
+    assert counter(("files", "files/a.pdf")) == key(("files", "files/*"))
+    assert counter(("nested", "parent"), ("files", "nested/x")) == key(
+        ("nested", "parent"), ("files", "nested/*")
+    )
+    assert counter(("files", "top/a"), ("files", "nested/b")) == key(
+        ("files", "top/*"), ("files", "nested/*")
+    )
+    assert counter(("path", "path/a"), ("file", "file/b"), ("type", "t")) == key(
+        ("path", "path/*"), ("file", "file/b"), ("type", "t")
+    )
+    assert counter(("file", "test1")) == key(("file", "test1"))  # the exact value first
+    assert counter(("file", "test2")) == key(("file", "test*"))
+    assert counter(("midpath", "/api/x/v1")) == key(("midpath", "/api*v1"))
+    assert counter(("multiroute", "svcAepBrpc")) == key(("multiroute", "svc*ep*rpc"))
