@@ -61,6 +61,13 @@ class GrpcServer:
             require_client_auth=ca is not None,
         )
 
+    def options(self) -> list[tuple[str, int]]:
+        """grpcio's channel arguments for GRPC_MAX_CONNECTION_AGE(_GRACE)."""
+        return [
+            ("grpc.max_connection_age_ms", self.settings.max_connection_age_ms),
+            ("grpc.max_connection_age_grace_ms", self.settings.max_connection_age_grace_ms),
+        ]
+
     def describe(self) -> str:
         if self.cert is None:
             return " (plaintext)"
@@ -76,7 +83,7 @@ class GrpcServer:
             await self.health.set(name, status)
 
     async def start(self, domains: int) -> int:
-        server = grpc.aio.server()
+        server = grpc.aio.server(options=self.options())
         rls_pb2_grpc.add_RateLimitServiceServicer_to_server(self.servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         address = f"{self.config.host}:{self.config.grpc_port}"

@@ -5,11 +5,15 @@ swaps the binary keeps its environment (docs/envoy.md has the table)."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 _TRUE = ("1", "t", "true", "y", "yes", "on")
+# Go's time.ParseDuration units, in milliseconds
+_GO_UNITS = {"ns": 1e-6, "us": 1e-3, "µs": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4, "h": 3.6e6}
+_GO_PART = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h)")
 _FALSE = ("0", "f", "false", "n", "no", "off", "")
 
 
@@ -36,6 +40,9 @@ class EnvoySettings:
     dynamic_metadata: bool = False  # RESPONSE_DYNAMIC_METADATA
     # Health says NOT_SERVING while the descriptors file holds no domain.
     healthy_with_config: bool = False
+    # gRPC connections are closed (GOAWAY) after this long, then forced after the grace.
+    max_connection_age_ms: int = 24 * 3_600_000
+    max_connection_age_grace_ms: int = 3_600_000
     # TLS on the gRPC port beyond the router's own tls_cert / tls_key / tls_ca.
     tls_cert: Path | None = None
     tls_key: Path | None = None
@@ -65,6 +72,10 @@ class EnvoySettings:
             merge_domains=_bool(source, "MERGE_DOMAIN_CONFIG"),
             dynamic_metadata=_bool(source, "RESPONSE_DYNAMIC_METADATA"),
             healthy_with_config=_bool(source, "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"),
+            max_connection_age_ms=_duration(source, "GRPC_MAX_CONNECTION_AGE", 24 * 3_600_000),
+            max_connection_age_grace_ms=_duration(
+                source, "GRPC_MAX_CONNECTION_AGE_GRACE", 3_600_000
+            ),
             tls_cert=_path(source, "GRPC_SERVER_TLS_CERT"),
             tls_key=_path(source, "GRPC_SERVER_TLS_KEY"),
             client_ca=_path(source, "GRPC_CLIENT_TLS_CACERT"),
@@ -98,6 +109,17 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     if value != value:  # NaN
         raise SettingsError(f"{name}: must be a number, not {text!r}")
     return value
+
+
+def _duration(env: Mapping[str, str], name: str, default_ms: int) -> int:
+    """A Go duration (`24h`, `1h30m`, `500ms`) in whole milliseconds."""
+    text = env.get(name, "").strip()
+    if not text:
+        return default_ms
+    parts = _GO_PART.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise SettingsError(f"{name}: must be a duration such as 24h, 90m or 500ms, not {text!r}")
+    return int(sum(float(n) * _GO_UNITS[u] for n, u in parts))
 
 
 def _header(env: Mapping[str, str], name: str, default: str) -> str:

@@ -23,7 +23,7 @@ from router.app import ENVOY
 from router.app import create_app as create_router_app
 from router.config import RouterConfig
 from router.envoy_server import GrpcServer
-from router.envoy_settings import EnvoySettings
+from router.envoy_settings import EnvoySettings, SettingsError
 from tests.conftest import ADMIN, CLUSTER, PINNED_MS, eventually
 from tests.integration.test_envoy import (
     MESSAGING,
@@ -716,3 +716,24 @@ async def test_dynamic_metadata_multiservice_token_quota(
         assert "metadata" not in last.dynamic_metadata  # service_2 is over: nothing passed
     finally:
         await stop_envoy(envoy)
+
+
+def test_connection_age_settings(tmp_path: Path) -> None:
+    """GRPC_MAX_CONNECTION_AGE(_GRACE): Go durations, upstream's defaults (24h, 1h),
+    handed to grpcio as its max_connection_age channel arguments."""
+    default = GrpcServer(RouterConfig(data_dir=tmp_path), EnvoySettings.from_env({}), None)
+    assert default.options() == [
+        ("grpc.max_connection_age_ms", 86_400_000),
+        ("grpc.max_connection_age_grace_ms", 3_600_000),
+    ]
+    env = {"GRPC_MAX_CONNECTION_AGE": "1h30m", "GRPC_MAX_CONNECTION_AGE_GRACE": "1.5s"}
+    settings = EnvoySettings.from_env(env)
+    assert (settings.max_connection_age_ms, settings.max_connection_age_grace_ms) == (
+        5_400_000,
+        1_500,
+    )
+    with pytest.raises(SettingsError) as caught:
+        EnvoySettings.from_env({"GRPC_MAX_CONNECTION_AGE": "1 day"})
+    assert str(caught.value) == (
+        "GRPC_MAX_CONNECTION_AGE: must be a duration such as 24h, 90m or 500ms, not '1 day'"
+    )
