@@ -402,13 +402,21 @@ async def test_health_and_tls(
             for service in ("", "ratelimit", "envoy.service.ratelimit.v3.RateLimitService"):
                 reply = await health.Check(health_pb2.HealthCheckRequest(service=service))
                 assert reply.status == health_pb2.HealthCheckResponse.SERVING
-        no_cert = grpc.ssl_channel_credentials(root_certificates=ca.cert_pem.bytes())
-        async with grpc.aio.secure_channel(f"localhost:{port}", no_cert) as channel:
-            with pytest.raises(grpc.aio.AioRpcError) as caught:
-                await rls_pb2_grpc.RateLimitServiceStub(channel).ShouldRateLimit(
-                    request, timeout=10
-                )
-            assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+        stranger = trustme.CA().issue_cert("envoy-client")  # another CA's certificate
+        for refused in (
+            grpc.ssl_channel_credentials(root_certificates=ca.cert_pem.bytes()),
+            grpc.ssl_channel_credentials(
+                root_certificates=ca.cert_pem.bytes(),
+                private_key=stranger.private_key_pem.bytes(),
+                certificate_chain=stranger.cert_chain_pems[0].bytes(),
+            ),
+        ):
+            async with grpc.aio.secure_channel(f"localhost:{port}", refused) as channel:
+                with pytest.raises(grpc.aio.AioRpcError) as caught:
+                    await rls_pb2_grpc.RateLimitServiceStub(channel).ShouldRateLimit(
+                        request, timeout=10
+                    )
+                assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             with pytest.raises(grpc.aio.AioRpcError):
                 await rls_pb2_grpc.RateLimitServiceStub(channel).ShouldRateLimit(
