@@ -54,6 +54,7 @@ __all__ = [
     "RefundStatus",
     "Refunded",
     "Result",
+    "Reused",
     "Undone",
     "decode_batch",
     "decode_reply",
@@ -108,6 +109,9 @@ class Op(msgspec.Struct, array_like=True, frozen=True):
     # kind "adjust": a quota's restock, [count_mode, count, amount_mode, amount] with
     # mode 0 = none, 1 = delta (remaining += value), 2 = set (remaining = value)
     adjust: list[int] | None = None
+    # kind "check" with a request_id: what the id promises to repeat
+    # (cluster/model/keys.py request_fingerprint); a record made for another answers Reused
+    fingerprint: str | None = None
 
 
 class Batch(msgspec.Struct, array_like=True, frozen=True):
@@ -190,7 +194,12 @@ class Failed(msgspec.Struct, array_like=True, frozen=True, tag="error"):
     detail: str
 
 
-Result = Checked | Refunded | Committed | Undone | Adjusted | Moved | Expired | Failed
+class Reused(msgspec.Struct, array_like=True, frozen=True, tag="reused"):
+    """Not applied: the check's request_id already names a different request (same key
+    and scope, other fingerprint). Nothing was consumed."""
+
+
+Result = Checked | Reused | Refunded | Committed | Undone | Adjusted | Moved | Expired | Failed
 
 
 class BatchReply(msgspec.Struct, array_like=True, frozen=True):

@@ -37,6 +37,7 @@ class Op(msgspec.Struct, frozen=True):  # a Struct: built once per op, ~10x chea
     undo: bytes | None = None  # kind "undo": the undo entries of the check to take back
     quota_ttl_ms: int = 0  # quota limits: lifetime from last change (0: the default)
     adjust: tuple[int, int, int, int] | None = None  # kind "adjust" (cluster/wire.py)
+    fingerprint: str = ""  # a check's request fingerprint ("": none, replays unchecked)
 
 
 _limit_cache: dict[str, LimitSpec] = {}
@@ -109,7 +110,17 @@ def parse_op(wire: WireOp) -> Op:
         undo=wire.undo,
         quota_ttl_ms=wire.quota_ttl_ms,
         adjust=_adjust(wire),
+        fingerprint=_fingerprint(wire),
     )
+
+
+def _fingerprint(wire: WireOp) -> str:
+    value = wire.fingerprint
+    if value is None:
+        return ""
+    if not 1 <= len(value) <= 64 or not value.isalnum() or not value.isascii():
+        raise BadOp("fingerprint must be 1-64 ASCII letters and digits")
+    return value
 
 
 def _adjust(wire: WireOp) -> tuple[int, int, int, int] | None:

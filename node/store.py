@@ -30,6 +30,7 @@ from cluster.wire import (
     LimitRow,
     Refunded,
     RefundStatus,
+    Reused,
 )
 from node.ops import Op
 from node.resp import RespPipe
@@ -136,7 +137,8 @@ class CounterStore:
                     hold["b"], hold["c"] = op.batch, op.coordinator
                 hold_ms, entry = op.hold_ms, orjson.dumps(hold).decode()
                 keys.append(HOLDS_KEY)
-        return keys, [len(keys), op.cost, int(op.dry_run), ttl, hold_ms, entry, limits]
+        fingerprint = op.fingerprint
+        return keys, [len(keys), op.cost, int(op.dry_run), ttl, hold_ms, entry, limits, fingerprint]
 
     def _batch_call(self, checks: list[Op], now_ms: int, deadline_ms: int) -> ScriptCall:
         """ONE EVALSHA for every check of a batch (node/lua/batch.lua)."""
@@ -299,6 +301,7 @@ class CounterStore:
 
 EXPIRED_REPLY = [-1]  # batch.lua: the deadline had passed, nothing applied
 SKEWED_REPLY = [-2]  # batch.lua: a calendar period did not contain Redis' clock
+REUSED_REPLY = [-3]  # batch.lua: the request_id names another request, nothing applied
 
 
 def is_expired(raw: Any) -> bool:
@@ -318,8 +321,10 @@ def undo_entries(op: Op, raw: Any) -> bytes | None:
     return _packed_undo(raw)
 
 
-def check_result(raw: list[Any]) -> Checked:
+def check_result(raw: list[Any]) -> Checked | Reused:
     """batch.lua's reply for one check -> its wire result (with its undo entries)."""
+    if raw == REUSED_REPLY:
+        return Reused()
     n = raw[2]
     rows = [LimitRow(*raw[3 + 8 * i : 11 + 8 * i]) for i in range(n)]
     return Checked(raw[0] == 1, raw[1] == 1, rows, _packed_undo(raw))

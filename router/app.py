@@ -26,6 +26,7 @@ from router.membership import add_node, remove_node, resume_migration
 from router.metrics import endpoint_of
 from router.openapi import openapi_document
 from router.quota_adjust import parse_adjust
+from router.request_ids import raise_if_refused
 from router.requests import (
     if_match,
     parse_authz,
@@ -58,6 +59,7 @@ async def post_check(request: web.Request) -> web.Response:
     problems = Problems()
     parsed = problems.result(parse_check(body, router.rules, problems))
     result = await router.check(parsed)
+    raise_if_refused(result)
     status = 200 if result.allowed else 429
     return json_response(result, status, ratelimit_headers(parsed, result))
 

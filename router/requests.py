@@ -11,7 +11,13 @@ import msgspec
 
 from cluster import wire
 from cluster.model.errors import FieldError, Problems
-from cluster.model.keys import INLINE_SCOPE, MAX_KEY_BYTES, REQUEST_ID, RULE_NAME
+from cluster.model.keys import (
+    INLINE_SCOPE,
+    MAX_KEY_BYTES,
+    REQUEST_ID,
+    RULE_NAME,
+    request_fingerprint,
+)
 from cluster.model.limits import (
     MAX_COUNT,
     expired_quotas,
@@ -35,6 +41,8 @@ class CheckRequest(msgspec.Struct, frozen=True):  # built per check: cheaper tha
     amounts: tuple[int, ...]
     request_id: str | None
     dry_run: bool
+    # With a request_id: what it promises to repeat (cluster/model/keys.py).
+    fingerprint: str | None = None
 
     def to_op(
         self,
@@ -60,6 +68,7 @@ class CheckRequest(msgspec.Struct, frozen=True):  # built per check: cheaper tha
             batch_id,
             coordinator,
             quota_ttl_ms=quota_ttl_ms,
+            fingerprint=self.fingerprint,
         )
 
 
@@ -201,9 +210,13 @@ def parse_check(
                 converted = to_minor_units(amount, spec.amount_scale, f"{path}amount", problems)
                 minor = converted or 0
             amounts.append(minor)
-    if len(problems.errors) != before or rule is None:
+    if len(problems.errors) != before or rule is None or amount is None:
         return None
-    return CheckRequest(key, rule, cost, tuple(amounts), request_id, dry_run)
+    fingerprint = None
+    if request_id is not None:
+        inline = list(rule.wire) if rule.name == INLINE_SCOPE else None
+        fingerprint = request_fingerprint(rule.name, inline, cost, amount)
+    return CheckRequest(key, rule, cost, tuple(amounts), request_id, dry_run, fingerprint)
 
 
 def parse_batch(body: Any, rules: RuleBook, problems: Problems) -> tuple[list[CheckRequest], bool]:

@@ -15,11 +15,12 @@ from router.allornothing import AllOrNothing
 from router.cluster_rules import ClusterRules
 from router.cluster_view import Attempt, ClusterView
 from router.config import RouterConfig
-from router.decisions import decision, degraded_decision
+from router.decisions import ReplayMismatch, decision, degraded_decision
 from router.denial_cache import DenialCache
 from router.dispatch import NodeUnavailable, Reason
 from router.metrics import RouterMetrics
 from router.quota_adjust import AdjustRequest, run_adjust
+from router.request_ids import reused_decision
 from router.requests import CheckRequest, RefundRequest
 from router.resharding import Resharder
 from router.rules import RuleBook
@@ -116,8 +117,13 @@ class Router:
         self, request: CheckRequest, node: str, outcome: wire.Result | NodeUnavailable
     ) -> answers.Decision:
         """The decision body for a check's final outcome, counted in the metrics."""
+        if isinstance(outcome, wire.Reused):
+            return reused_decision(request, node)
         if isinstance(outcome, wire.Checked):
-            body = decision(request, node, outcome)
+            try:
+                body = decision(request, node, outcome)
+            except ReplayMismatch as exc:
+                return reused_decision(request, node, str(exc))
             self.metrics.checked(request, outcome)
             if request.rule.cache_denials and not outcome.allowed:
                 self.denials.remember(request, outcome.limits, body)

@@ -31,6 +31,16 @@ class LimitState(msgspec.Struct, kw_only=True):
     timezone: str | UnsetType = UNSET
 
 
+class ItemProblem(msgspec.Struct, kw_only=True):
+    """A batch item refused on its own, as problem+json (RFC 9457) would say it: e.g. a
+    request_id reused for a different request (`request-id-reused`, 409)."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+
+
 class Decision(msgspec.Struct, kw_only=True):
     """The answer to a check: 200 when allowed, 429 when denied, the same body both ways."""
 
@@ -54,6 +64,10 @@ class Decision(msgspec.Struct, kw_only=True):
     cached: Annotated[
         bool | UnsetType,
         Meta(description="answered by the router's denial cache (`cache_denials`)"),
+    ] = UNSET
+    problem: Annotated[
+        ItemProblem | UnsetType,
+        Meta(description="in a batch: this check was refused on its own, nothing consumed"),
     ] = UNSET
 
 
@@ -99,6 +113,7 @@ class QuotaAdjusted(msgspec.Struct, kw_only=True):
 
 ANSWERS: tuple[type[msgspec.Struct], ...] = (
     LimitState,
+    ItemProblem,
     Decision,
     BatchResult,
     GivenBack,

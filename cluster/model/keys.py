@@ -1,7 +1,8 @@
 """How limit keys map to Redis key names on a node.
 
 Counter:  c<shape id>|<limit key>        shape id: 8 base64url chars naming (scope, shape)
-Record:   r|<scope>|<request id>|<limit key>
+Record:   r|<scope>|<request id>|<limit key>   a check's first decision and its request
+                                           fingerprint (request_fingerprint)
 Adjusted: r|<scope>|!<request id>|<limit key>   a quota adjustment's record ("!" is
                                            never in a request id: no clash with checks)
 Spread:   <limit key>#<i>                   sub-counter i of a `spread: N` rule's key,
@@ -31,7 +32,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+from decimal import Decimal
 from functools import lru_cache
+from typing import Any
 
 INLINE_SCOPE = "~inline"
 MAX_KEY_BYTES = 512
@@ -85,6 +88,19 @@ def counter_key(scope: str, shape: str, key: str) -> str:
 
 def record_key(scope: str, request_id: str, key: str) -> str:
     return f"r|{scope}|{request_id}|{key}"
+
+
+def request_fingerprint(
+    scope: str, inline_limits: list[list[Any]] | None, cost: int, amount: Decimal
+) -> str:
+    """What a request_id promises to repeat: the rule (or the inline limits, in their
+    normalised wire form), cost and amount. The limit key and the scope are part of the
+    record's name already. `dry_run` is not part of it: it says whether to consume, not
+    what is asked. 16 hex characters (64 bits) of blake2b."""
+    limits = "" if inline_limits is None else repr(inline_limits)
+    normal = format(amount.normalize(), "f") if amount else "0"
+    text = f"{scope}\x00{limits}\x00{cost}\x00{normal}"
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
 def adjust_record_key(scope: str, request_id: str, key: str) -> str:

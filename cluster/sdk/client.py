@@ -23,7 +23,17 @@ import aiohttp
 import msgspec
 import orjson
 
-from cluster.sdk.errors import AlreadyRefunded, BadRequest, NotFound, ShardlimitError, Unavailable
+from cluster.sdk.errors import (
+    AlreadyRefunded,
+    BadRequest,
+    NotFound,
+    RequestIdReused,
+    ShardlimitError,
+    Unavailable,
+    all_decisions,
+    is_reused,
+    outcomes_of,
+)
 from cluster.sdk.results import (
     Decision,
     GivenBack,
@@ -50,6 +60,7 @@ __all__ = [
     "NotFound",
     "QuotaAdjustment",
     "RefundResult",
+    "RequestIdReused",
     "RuleInfo",
     "ShardlimitError",
     "Unavailable",
@@ -184,6 +195,8 @@ def _result(call: _Call[_T], status: int, raw: bytes) -> _T:
         raise NotFound(status, problem)
     if status == 409 and str(problem.get("type", "")).endswith("/already-refunded"):
         raise AlreadyRefunded(status, problem)
+    if is_reused(status, problem):
+        raise RequestIdReused(status, problem)
     if 400 <= status < 500:
         raise BadRequest(status, problem)
     raise Unavailable(f"unexpected status {status}", status)
@@ -319,11 +332,14 @@ class AsyncClient:
             if len(bodies) > self.max_batch:
                 raise ValueError(f"all_or_nothing batches hold at most {self.max_batch} checks")
             return await self._send(_batch_call(bodies, True))
-        results: list[Decision] = []
+        outcomes: list[Decision | RequestIdReused] = []
         for chunk in _chunks(bodies, self.max_batch):
-            decisions: list[Decision] = await self._send(_batch_call(chunk, False))
-            results += decisions
-        return results
+            try:
+                decisions: list[Decision] = await self._send(_batch_call(chunk, False))
+                outcomes += decisions
+            except RequestIdReused as exc:
+                outcomes += outcomes_of(exc, len(chunk))
+        return all_decisions(outcomes)
 
     async def refund(
         self,
@@ -392,7 +408,10 @@ class AsyncClient:
             await self._single(batch[0])
             return
         try:
-            decisions = await self._send(_batch_call([p.body for p in batch], False))
+            answered: list[Decision] = await self._send(_batch_call([p.body for p in batch], False))
+            decisions: list[Decision | RequestIdReused] = list(answered)
+        except RequestIdReused as exc:
+            decisions = outcomes_of(exc, len(batch))
         except BadRequest as exc:
             # The router validated the whole batch and ran none of it: answer the offending
             # checks individually (their own exact error) and re-send the rest together.
@@ -410,9 +429,13 @@ class AsyncClient:
             for pending in batch:
                 _fail(pending.future, exc)
             return
-        for pending, decision in zip(batch, decisions, strict=True):
-            if not pending.future.done():
-                pending.future.set_result(decision)
+        for pending, outcome in zip(batch, decisions, strict=True):
+            if pending.future.done():
+                continue
+            if isinstance(outcome, RequestIdReused):
+                pending.future.set_exception(RequestIdReused(outcome.status, outcome.problem))
+            else:
+                pending.future.set_result(outcome)
 
     async def _single(self, pending: _Pending) -> None:
         try:
@@ -508,11 +531,14 @@ class Client:
             if len(bodies) > self.max_batch:
                 raise ValueError(f"all_or_nothing batches hold at most {self.max_batch} checks")
             return self._send(_batch_call(bodies, True))
-        results: list[Decision] = []
+        outcomes: list[Decision | RequestIdReused] = []
         for chunk in _chunks(bodies, self.max_batch):
-            decisions: list[Decision] = self._send(_batch_call(chunk, False))
-            results += decisions
-        return results
+            try:
+                decisions: list[Decision] = self._send(_batch_call(chunk, False))
+                outcomes += decisions
+            except RequestIdReused as exc:
+                outcomes += outcomes_of(exc, len(chunk))
+        return all_decisions(outcomes)
 
     def refund(
         self,

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cluster.sdk.results import Decision
 
 
 class ShardlimitError(Exception):
@@ -32,6 +35,39 @@ class NotFound(BadRequest):
 
 class AlreadyRefunded(BadRequest):
     """409: the decision was already refunded."""
+
+
+class RequestIdReused(BadRequest):
+    """409: the request_id was first used for a different request (another rule or
+    limits, cost or amount under the same key); nothing was consumed. A request_id
+    replays only the request it was first used for.
+
+    From `check_many`: the first reused check's `index`, and in `results` every
+    check's outcome in order, its Decision or a RequestIdReused."""
+
+    index: int | None = None
+    results: tuple[Decision | RequestIdReused, ...] = ()
+
+
+REUSED_TYPE_SUFFIX = "/request-id-reused"
+
+
+def is_reused(status: int, problem: dict[str, Any]) -> bool:
+    return status == 409 and str(problem.get("type", "")).endswith(REUSED_TYPE_SUFFIX)
+
+
+def all_decisions(outcomes: list[Decision | RequestIdReused]) -> list[Decision]:
+    """The decisions, or RequestIdReused (the first, carrying every outcome)."""
+    for index, outcome in enumerate(outcomes):
+        if isinstance(outcome, RequestIdReused):
+            outcome.index, outcome.results = index, tuple(outcomes)
+            raise outcome
+    return [outcome for outcome in outcomes if not isinstance(outcome, RequestIdReused)]
+
+
+def outcomes_of(error: RequestIdReused, size: int) -> list[Decision | RequestIdReused]:
+    """Every check's outcome a batch's RequestIdReused carries."""
+    return list(error.results) if len(error.results) == size else [error] * size
 
 
 class Unavailable(ShardlimitError):

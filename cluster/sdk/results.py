@@ -10,6 +10,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from cluster.model import answers
+from cluster.sdk.errors import RequestIdReused, all_decisions, is_reused
 
 _V = TypeVar("_V")
 
@@ -141,7 +142,17 @@ def parse_decision(data: dict[str, Any]) -> Decision:
 
 
 def parse_decisions(data: dict[str, Any]) -> list[Decision]:
-    return [_from_body(body) for body in msgspec.convert(data, answers.BatchResult).results]
+    """A batch's decisions; raises RequestIdReused when a check was refused for that."""
+    outcomes: list[Decision | RequestIdReused] = []
+    for body in msgspec.convert(data, answers.BatchResult).results:
+        if body.problem is UNSET:
+            outcomes.append(_from_body(body))
+        else:
+            problem = msgspec.to_builtins(body.problem)
+            if not is_reused(body.problem.status, problem):
+                raise ValueError(f"a batch item refused: {body.problem.detail}")
+            outcomes.append(RequestIdReused(body.problem.status, problem))
+    return all_decisions(outcomes)
 
 
 def parse_refund(data: dict[str, Any]) -> RefundResult:

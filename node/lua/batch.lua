@@ -5,8 +5,8 @@
 --       idempotency record key, then (when it holds) the node's holds set.
 -- ARGV: offset_us, deadline_ms (real Unix ms; 0 = none), then the checks packed
 --       with msgpack: a list of {nkeys, cost, dry_run (0/1), record_ttl_ms,
---       hold_ms, hold_entry or "", limits}, limits being a list of
---       {algorithm code, amount (minor units), p1..p6}.
+--       hold_ms, hold_entry or "", limits, fingerprint or ""}, limits being a list
+--       of {algorithm code, amount (minor units), p1..p6}.
 -- Returns one reply per check, in order:
 --   {allowed, replayed, n, then per limit: ok, limit, remaining, reset_after_ms,
 --    retry_after_ms, delay_ms, max_amount, amount_remaining} with -1 for "none",
@@ -14,7 +14,9 @@
 --   (what undo.lua needs to take it back if the node's answer comes too late);
 --   {-1} when this Redis' clock is already past the deadline (nothing applied);
 --   {-2} when a calendar period did not contain Redis' clock (the node's
---   estimate of it was off: it re-measures and sends the check again).
+--   estimate of it was off: it re-measures and sends the check again);
+--   {-3} when the check's record was made for another request (its fingerprint
+--   differs): the request_id is reused, nothing is applied or replayed.
 local offset = tonumber(ARGV[1])
 local deadline = tonumber(ARGV[2])
 local checks = cmsgpack.unpack(ARGV[3])
@@ -31,6 +33,9 @@ local function check(first, c)
     local stored = redis.call('GET', record_key)
     if stored then
       local record = cmsgpack.unpack(stored)
+      -- A record from before fingerprints (or a check sent without one) replays as is.
+      local fp = c[8] or ''
+      if fp ~= '' and (record.fp or '') ~= '' and record.fp ~= fp then return { -3 } end
       local out = record.result
       out[2] = 1
       return out
@@ -80,7 +85,7 @@ local function check(first, c)
   end
 
   if record_key and not dry_run then
-    local record = { result = out, undo = undo, refunded = 0, held = 0 }
+    local record = { result = out, undo = undo, refunded = 0, held = 0, fp = c[8] or '' }
     local hold_ms = c[5]
     if hold_ms > 0 and #undo > 0 then
       local entry = c[6]
