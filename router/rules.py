@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from cluster.model.errors import Problems, ValidationError
+from cluster.model.errors import FieldError, Problems, ValidationError
 from cluster.model.keys import INLINE_SCOPE, RULE_NAME
 from cluster.model.limits import LimitSpec, parse_limits
 from router.spread_split import check_spread, split_limits
@@ -124,14 +124,20 @@ def parse_rule(name: str, data: Any, path: str, problems: Problems) -> Rule | No
     )
 
 
+MISSING_RULES = (
+    "a rules document is a mapping with a top-level 'rules:' mapping (`rules: {}` for none)"
+)
+
+
 def parse_rules_document(doc: Any) -> dict[str, Rule]:
+    """A rules document (a file, `PUT /v1/rules`): `rules:` must be there, so a file
+    that lost it (or an empty one) is refused rather than read as "no rules". Raises
+    ValidationError."""
     problems = Problems()
     rules: dict[str, Rule] = {}
-    if doc is None:
-        return rules
-    if not isinstance(doc, dict) or not isinstance(doc.get("rules", {}), dict):
-        raise ValidationError([])  # pragma: no cover - replaced below
-    for name, body in (doc.get("rules") or {}).items():
+    if not isinstance(doc, dict) or not isinstance(doc.get("rules"), dict):
+        raise ValidationError([FieldError("rules", MISSING_RULES)])
+    for name, body in doc["rules"].items():
         rule = parse_rule(str(name), body, f"rules.{name}", problems)
         if rule is not None:
             rules[rule.name] = rule
@@ -164,8 +170,6 @@ class RuleBook(WatchedFile):
         stat = self.path.stat()
         try:
             doc = yaml.safe_load(self.path.read_text())
-            if doc is not None and not isinstance(doc, dict):
-                raise ValueError("rules file must be a mapping with a 'rules' key")
             rules = parse_rules_document(doc)
             file_version = doc.get("version") if isinstance(doc, dict) else None
             if file_version is not None and (

@@ -1,11 +1,16 @@
 """`shardlimit rules get|apply`: the cluster's rules as YAML, and a rules file applied
-with a diff (PUT /v1/rules, If-Match on the version the diff was made against)."""
+with a diff (PUT /v1/rules, If-Match on the version the diff was made against).
+
+Like `kubectl apply --prune`, applying a file that lacks rules the cluster holds deletes
+them only with `--prune`; without it, an interactive terminal is asked, anything else
+is refused with the list of rules it would delete, and nothing changes."""
 
 from __future__ import annotations
 
 import argparse
 import difflib
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +50,6 @@ def _from_file(path: Path) -> dict[str, Any]:
         raise AdminError(f"cannot read {path}: {exc}") from exc
     except yaml.YAMLError as exc:
         raise AdminError(f"{path} is not YAML: {exc}") from exc
-    if not isinstance(doc, dict) or not isinstance(doc.get("rules", {}), dict):
-        raise AdminError(f"{path}: a rules file is a mapping with a 'rules' mapping")
     try:
         rules = parse_rules_document(doc)
     except ValueError as exc:
@@ -82,6 +85,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
     )
     changed = any(changes.values())
     applied: int | None = None
+    if changes["removed"] and not args.dry_run and not args.prune:
+        _confirm_prune(args, changes["removed"], diff)
     if changed and not args.dry_run:
         answer = call(args, "PUT", "/v1/rules", {"rules": wanted}, {"If-Match": f'"{version}"'})
         applied = int(answer["version"])
@@ -99,6 +104,24 @@ def cmd_apply(args: argparse.Namespace) -> int:
     return 0
 
 
+def _confirm_prune(args: argparse.Namespace, removed: list[str], diff: str) -> None:
+    """Deleting rules needs --prune, or a "y" at an interactive terminal; raises AdminError."""
+    listed = ", ".join(removed)
+    refusal = (
+        f"{args.file} would delete {len(removed)} rule(s) the cluster holds: {listed}; "
+        "nothing applied (add --prune to delete them)"
+    )
+    if args.json or not sys.stdin.isatty():
+        raise AdminError(refusal)
+    print(diff, end="")
+    try:
+        answer = input(f"delete {len(removed)} rule(s) ({listed})? [y/N] ")
+    except EOFError:
+        answer = ""
+    if answer.strip().lower() not in ("y", "yes"):
+        raise AdminError("nothing applied")
+
+
 def add_arguments(sub: Any, router_args: Any) -> None:
     rules = sub.add_parser("rules", help="get the cluster's rules, or apply a rules file")
     actions = rules.add_subparsers(dest="rules_action", required=True)
@@ -107,6 +130,9 @@ def add_arguments(sub: Any, router_args: Any) -> None:
     apply = actions.add_parser("apply", help="show the diff to a rules file and apply it")
     apply.add_argument("-f", "--file", type=Path, required=True, help="a rules.yaml")
     apply.add_argument("--dry-run", action="store_true", help="show the diff only")
+    apply.add_argument(
+        "--prune", action="store_true", help="delete rules the cluster holds that the file lacks"
+    )
     router_args(apply)
 
 

@@ -1,0 +1,154 @@
+"""Refuse what would destroy: a rules document without `rules:` is a one-line error that
+changes nothing (CLI, API, a router's own rules file); `shardlimit rules apply` that would
+delete rules lists them and refuses unless `--prune`, or asks y/N on a terminal."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pty
+import sys
+from pathlib import Path
+
+from tests.conftest import ADMIN, Cluster, eventually
+
+RULE_NAMES = ["basic", "login", "pair", "payments", "stock"]
+
+
+async def _cli(
+    cluster: Cluster, *args: str, terminal: tuple[int, int] | None = None, answer: bytes = b""
+) -> tuple[int, str, str]:
+    """Run the CLI; with `terminal` (a pty's controller and terminal fds) as its stdin,
+    typing `answer`."""
+    env = dict(os.environ, SHARDLIMIT_ROUTER=cluster.router_url, SHARDLIMIT_ADMIN_TOKEN=ADMIN)
+    process = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "cluster.cli", *args),
+        stdin=terminal[1] if terminal is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    if terminal is not None:
+        os.write(terminal[0], answer)
+    out, err = await process.communicate()
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def _rules(cluster: Cluster) -> tuple[int, list[str]]:
+    status, body = await cluster.get("/v1/rules")
+    assert status == 200
+    return body["version"], [rule["name"] for rule in body["rules"]]
+
+
+def _without(cluster: Cluster, tmp_path: Path, *dropped: str) -> Path:
+    """A copy of the cluster's rules file lacking the rules `dropped`."""
+    import yaml
+
+    assert cluster.rules_file is not None
+    doc = yaml.safe_load(cluster.rules_file.read_text())
+    for name in dropped:
+        del doc["rules"][name]
+    path = tmp_path / "wanted.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+async def test_a_file_without_rules_key_is_a_one_line_error(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    before = await _rules(cluster)
+    assert before[1] == RULE_NAMES
+    for text in ("basic:\n  limits: 5/minute\n", "", "version: 3\n"):
+        path = tmp_path / "flat.yaml"
+        path.write_text(text)
+        code, out, err = await _cli(cluster, "rules", "apply", "-f", str(path))
+        assert code == 1, (out, err)
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+        assert "top-level 'rules:'" in err, err
+    async with cluster.http.put(
+        cluster.router_url + "/v1/rules",
+        json={"basic": {"limits": "5/minute"}},
+        headers={"Authorization": f"Bearer {ADMIN}"},
+    ) as resp:
+        assert resp.status == 400
+        problem = await resp.json(content_type=None)
+    assert "\n" not in problem["detail"] and problem["errors"][0]["field"] == "rules"
+    assert await _rules(cluster) == before
+
+
+async def test_a_rules_file_that_lost_its_rules_key_is_not_published(cluster: Cluster) -> None:
+    assert cluster.rules_file is not None
+    before = await _rules(cluster)
+    errors = cluster.router.rules.reload_errors
+    cluster.rules_file.write_text("basic:\n  limits: [{algorithm: fixed_window, limit: 1}]\n")
+
+    async def rejected() -> bool:
+        return cluster.router.rules.reload_errors == errors + 1
+
+    await eventually(rejected)
+    assert await _rules(cluster) == before
+    status, _ = await cluster.check({"key": "k", "rule": "payments", "amount": "1"})
+    assert status == 200
+
+
+async def test_apply_that_deletes_rules_needs_prune(cluster: Cluster, tmp_path: Path) -> None:
+    version, names = await _rules(cluster)
+    wanted = _without(cluster, tmp_path, "login", "stock")
+    code, out, err = await _cli(cluster, "rules", "apply", "-f", str(wanted))
+    assert code == 1, (out, err)
+    assert len(err.strip().splitlines()) == 1
+    assert "would delete 2 rule(s) the cluster holds: login, stock" in err
+    assert "--prune" in err
+    assert await _rules(cluster) == (version, names)
+
+    code, out, err = await _cli(cluster, "rules", "apply", "-f", str(wanted), "--json")
+    assert code == 1 and "login, stock" in err
+    assert await _rules(cluster) == (version, names)
+
+    code, out, err = await _cli(cluster, "rules", "apply", "-f", str(wanted), "--prune")
+    assert code == 0, err
+    assert await _rules(cluster) == (version + 1, ["basic", "pair", "payments"])
+
+
+async def test_apply_on_a_terminal_asks_before_deleting(cluster: Cluster, tmp_path: Path) -> None:
+    version, names = await _rules(cluster)
+    wanted = _without(cluster, tmp_path, "pair")
+    controller, terminal = pty.openpty()
+    try:
+        code, out, err = await _cli(
+            cluster,
+            "rules",
+            "apply",
+            "-f",
+            str(wanted),
+            terminal=(controller, terminal),
+            answer=b"n\n",
+        )
+        assert code == 1 and "nothing applied" in err, (out, err)
+        assert "delete 1 rule(s) (pair)? [y/N]" in out
+        assert await _rules(cluster) == (version, names)
+        code, out, err = await _cli(
+            cluster,
+            "rules",
+            "apply",
+            "-f",
+            str(wanted),
+            terminal=(controller, terminal),
+            answer=b"y\n",
+        )
+        assert code == 0, (out, err)
+    finally:
+        os.close(controller)
+        os.close(terminal)
+    assert await _rules(cluster) == (version + 1, ["basic", "login", "payments", "stock"])
+
+
+async def test_apply_that_only_adds_needs_no_prune(cluster: Cluster, tmp_path: Path) -> None:
+    version, names = await _rules(cluster)
+    assert cluster.rules_file is not None
+    wanted = tmp_path / "more.yaml"
+    wanted.write_text(cluster.rules_file.read_text() + "  extra:\n    limits: 3/minute\n")
+    code, _out, err = await _cli(cluster, "rules", "apply", "-f", str(wanted))
+    assert code == 0, err
+    assert await _rules(cluster) == (version + 1, sorted([*names, "extra"]))
