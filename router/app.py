@@ -150,15 +150,8 @@ def _etag(version: int) -> dict[str, str]:
 
 
 async def _publish(request: web.Request, change: Change, expected: int | None) -> int:
-    """Apply `change` to the cluster's rules (then rewrite this router's rules file)."""
-    router = router_of(request)
-    version = await router.cluster_rules.publish(change, expected)
-    try:
-        router.rules.write_file(router.rules.rules, version)
-    except OSError as exc:
-        log.warning(
-            "rules version %d stored in the cluster, not in the rules file: %s", version, exc
-        )
+    """Apply `change` to the cluster's rules (the router's rules file is never written)."""
+    version: int = await router_of(request).cluster_rules.publish(change, expected)
     return version
 
 

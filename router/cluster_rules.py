@@ -1,19 +1,25 @@
-"""Rules as cluster state: one versioned document, held by every node, served by every
-router.
+"""Rules as cluster state: one versioned document, held by the nodes, served by every
+router exactly as the cluster holds it (docs/rules.md).
 
 Every node keeps the newest rules document it was given (`sl|rules`, node/lua/rules.lua:
-a version only ever grows). A write goes through any router: it takes the "rules"
-lease on the lock node (the same fencing as topology changes), reads the newest
-version the nodes hold, refuses with RulesConflict when the writer's If-Match names
-another version, and stores version + 1 on every node. Routers learn of a new version
-from the node stats their epoch poll reads (one node every EPOCH_POLL_S, so within
-about a second) and fetch the document; a node found behind (it missed a write, or it
-is new) is given the newest one.
+a version only ever grows there). The cluster's rules are the newest version that a
+majority of the member nodes answering shows: a write is stored on every member and
+counts once a majority stored it, so any majority read meets it. Writes take the
+"rules" lease on a majority of the members (the same fenced lease as topology
+changes, held on each), so they keep working while any majority is up, whichever nodes
+are down.
 
-A router's rules file stays the declarative source: when the cluster holds no rules
-yet, the first router to start publishes its file as version 1; later edits of the file
-(or SIGHUP) are published as new versions. A router that cannot reach the cluster
-serves its file and publishes it once it can.
+A router serves the cluster's rules, never its file's: it learns of another version
+from the node stats its epoch poll reads (about a second), re-reads the majority and
+adopts what it holds, lower versions included (the cluster was wiped and began again:
+its past, in a router's memory or a rules file's `version:`, neither blocks nor forks
+publication). It copies the majority's document to a node found behind, never its own.
+
+A router's rules file seeds a cluster that holds no rules, and an edit of it (or SIGHUP)
+is published as the next version when it only adds or changes rules; one that would
+delete rules is not published (`shardlimit rules apply --prune` does that), and an edit
+not published is not served. Until a majority first answers, a router serves its file
+as version 0.
 """
 
 from __future__ import annotations
@@ -21,8 +27,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import secrets
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 from cluster import wire
@@ -38,7 +46,8 @@ Change = Callable[[dict[str, Rule]], dict[str, Rule]]
 
 LEASE_TTL_MS = 10_000
 LEASE_PATIENCE_S = 5.0  # how long a write waits for another router's write to finish
-LEASE_RETRY_S = 0.05  # retry cadence while another write holds the lease
+LEASE_RETRY_S = 0.05  # retry cadence (with jitter) while another write holds the lease
+NODE_TIMEOUT_S = 2.0
 
 
 class RulesConflict(Exception):
@@ -54,7 +63,15 @@ class UnknownRule(LookupError):
 
 
 class RulesUnavailable(Exception):
-    """The rules could not be read or stored (the lock node or every node is down)."""
+    """The rules could not be read or stored on a majority of the nodes."""
+
+
+class WouldDelete(Exception):
+    """A rules file would delete rules the cluster holds (needs `rules apply --prune`)."""
+
+    def __init__(self, names: list[str]) -> None:
+        super().__init__(", ".join(names))
+        self.names = names
 
 
 def parse_document(doc: Any) -> dict[str, Rule]:
@@ -62,114 +79,168 @@ def parse_document(doc: Any) -> dict[str, Rule]:
     return parse_rules_document({"rules": doc})
 
 
+def majority(members: int) -> int:
+    return members // 2 + 1
+
+
+@dataclass(frozen=True)
+class ClusterRead:
+    """What a majority read found: the newest version and document, and the version
+    each answering node holds."""
+
+    version: int
+    doc: dict[str, Any]
+    held: dict[str, int]
+
+
 class ClusterRules:
     def __init__(self, view: ClusterView, book: RuleBook) -> None:
         self.view = view
         self.book = book
         self.token = secrets.token_hex(16)
-        # A file's rules not yet published (no node answered), with its `version:`.
-        self.pending: tuple[dict[str, Rule], int | None] | None = None
-        self.synced = False  # the cluster's rules were read (or seeded) at least once
+        # A file's rules not yet published because no majority answered.
+        self.pending: dict[str, Rule] | None = None
+        self.synced = False  # a majority's rules were read (or seeded) at least once
+        self._writes = 0  # versions this router published: a slower read cannot undo one
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._busy: set[str] = set()  # nodes being fetched from or repaired
+        self._busy: set[str] = set()  # nodes whose stats started a read that is running
         view.on_stats(self._saw_stats)
 
     async def start(self) -> None:
-        """Serve the cluster's rules, or seed an empty cluster with this router's file;
-        with no node answering, serve the file and do this once one answers."""
-        newest = await self._newest()
-        if newest is None:
-            log.warning("no node answered for the rules: serving the rules file for now")
+        """Serve the cluster's rules, or seed a cluster holding none with this router's
+        file; with no majority answering, serve the file and do this once one answers."""
+        read = await self._read()
+        if read is None:
+            log.warning("no majority of nodes answered for the rules: serving the rules file")
             return
         self.synced = True
-        version, doc = newest
-        if version > 0:
-            self._adopt(version, doc)
+        if read.version > 0:
+            self._adopt(read.version, read.doc)
         elif self.book.path is not None:
-            await self.offer(self.book.rules, None)
+            await self.offer(self.book.file_rules)
 
-    async def offer(self, rules: dict[str, Rule], based_on: int | None) -> None:
-        """Publish a rules file's rules: unconditionally, or (`based_on`, the `version:`
-        a router wrote into the file) only while the cluster is still at that version,
-        so a file rewritten by one router cannot undo a later write through another."""
+    async def offer(self, rules: dict[str, Rule]) -> None:
+        """Publish a rules file's rules as the next version, unless they would delete
+        rules the cluster holds; retried once a majority answers if none does now."""
+
+        def replace(current: dict[str, Rule]) -> dict[str, Rule]:
+            deleted = sorted(set(current) - set(rules))
+            if deleted:
+                raise WouldDelete(deleted)
+            return rules
+
         try:
-            await self.publish(lambda _current: rules, based_on)
-        except RulesConflict as exc:
-            log.warning("rules file not published: it was written from version %s, and %s",
-                        based_on, exc)  # fmt: skip
+            await self.publish(replace, None)
+        except WouldDelete as exc:
+            log.error(
+                "rules file %s not published: it would delete %s; "
+                "`shardlimit rules apply -f FILE --prune` deletes rules",
+                self.book.path,
+                exc,
+            )
             self.pending = None
         except RulesUnavailable as exc:
             log.warning("rules file not published yet (will retry): %s", exc)
-            self.pending = (dict(rules), based_on)
+            self.pending = dict(rules)
         else:
             self.pending = None
 
     async def publish(self, change: Change, expected: int | None) -> int:
         """Apply `change` to the cluster's current rules, under the rules lease, and store
-        the result as the next version: that version (the current one when nothing
-        changed). `change` sees the newest rules any node holds, never a stale local
-        copy, so writes through different routers do not lose each other. Raises
+        the result as the next version on a majority: that version (the current one
+        when nothing changed). `change` sees the newest rules a majority holds, never a
+        local copy, so writes through different routers do not lose each other. Raises
         RulesConflict, RulesUnavailable, and whatever `change` raises."""
         await self._acquire()
         try:
-            newest = await self._newest()
-            if newest is None:
-                raise RulesUnavailable("no node answered")
-            current, current_doc = newest
+            read = await self._read()
+            if read is None:
+                raise RulesUnavailable("no majority of the nodes answered")
+            current = read.version
             if expected is not None and expected != current:
                 raise RulesConflict(current)
             try:
-                current_rules = parse_document(current_doc)
+                current_rules = parse_document(read.doc)
             except ValidationError as exc:
                 raise RulesUnavailable(f"the cluster's rules are not valid here: {exc}") from exc
             rules = change(current_rules)
             doc = rules_document(rules)
-            if current > 0 and current_doc == doc:
+            if current > 0 and read.doc == doc:
                 self._adopt(current, doc)
                 return current
             version = current + 1
-            stored = await asyncio.gather(
-                *(self._store(node_id, version, doc) for node_id in self.view.member_ids())
-            )
-            if not any(stored):
-                raise RulesUnavailable("no node stored the new rules")
+            members = self.view.member_ids()
+            stored = await asyncio.gather(*(self._store(n, version, doc) for n in members))
+            if sum(stored) < majority(len(members)):
+                raise RulesUnavailable(
+                    f"version {version} stored on {sum(stored)} of {len(members)} nodes, "
+                    f"not a majority"
+                )
+            self._writes += 1
             self.book.set_all(rules, version)
             log.info("rules version %d published (%d rules)", version, len(rules))
             return version
         finally:
-            with contextlib.suppress(NodeUnavailable):
-                await self.view.lease("rules", "release", self.token, LEASE_TTL_MS)
+            await self._release()
+
+    async def _lease(self, node_id: str, action: str) -> bool:
+        payload = {"name": "rules", "action": action, "token": self.token, "ttl_ms": LEASE_TTL_MS}
+        try:
+            answer = await self.view.channels[node_id].post(
+                wire.LEASE_PATH, payload, timeout_s=NODE_TIMEOUT_S
+            )
+        except NodeUnavailable:
+            return False
+        return bool(answer.get("held")) if isinstance(answer, dict) else False
 
     async def _acquire(self) -> None:
+        """The rules lease on a majority of the members (fenced per node, expiring)."""
         loop = asyncio.get_running_loop()
         give_up_at = loop.time() + LEASE_PATIENCE_S
         while True:
-            try:
-                if await self.view.lease("rules", "acquire", self.token, LEASE_TTL_MS):
-                    return
-            except NodeUnavailable as exc:
-                raise RulesUnavailable(f"the rules lease's node is unavailable: {exc}") from exc
+            members = self.view.member_ids()
+            held = await asyncio.gather(*(self._lease(n, "acquire") for n in members))
+            if sum(held) >= majority(len(members)):
+                return
+            await self._release()
             if loop.time() > give_up_at:
-                raise RulesUnavailable("another rules change held the lease for too long")
-            await asyncio.sleep(LEASE_RETRY_S)  # retry cadence while another write finishes
+                raise RulesUnavailable(
+                    f"the rules lease is held on {sum(held)} of {len(members)} nodes, "
+                    "not a majority (nodes down, or another rules change took too long)"
+                )
+            # Jitter: two writers that each got a minority do not meet again in step.
+            await asyncio.sleep(LEASE_RETRY_S * (1 + random.random()))  # retry cadence
 
-    async def _newest(self) -> tuple[int, dict[str, Any]] | None:
-        """The newest (version, document) the member nodes hold; None if none answered."""
+    async def _release(self) -> None:
+        await asyncio.gather(*(self._lease(n, "release") for n in self.view.member_ids()))
 
-        async def one(node_id: str) -> tuple[int, dict[str, Any]] | None:
+    async def _read(self) -> ClusterRead | None:
+        """The newest (version, document) a majority of the members shows; None when
+        fewer answered."""
+
+        async def one(node_id: str) -> tuple[str, int, dict[str, Any]] | None:
             try:
-                data = await self.view.channels[node_id].get(wire.RULES_PATH, timeout_s=2.0)
-                return int(data["version"]), dict(data["rules"])
+                data = await self.view.channels[node_id].get(
+                    wire.RULES_PATH, timeout_s=NODE_TIMEOUT_S
+                )
+                return node_id, int(data["version"]), dict(data["rules"])
             except (NodeUnavailable, KeyError, TypeError, ValueError):
                 return None
 
-        found = [r for r in await asyncio.gather(*map(one, self.view.member_ids())) if r]
-        return max(found, key=lambda r: r[0]) if found else None
+        members = self.view.member_ids()
+        found = [r for r in await asyncio.gather(*map(one, members)) if r is not None]
+        if len(found) < majority(len(members)):
+            return None
+        _node, version, doc = max(found, key=lambda r: r[1])
+        return ClusterRead(version, doc, {node: held for node, held, _doc in found})
 
     async def _store(self, node_id: str, version: int, doc: dict[str, Any]) -> bool:
         try:
             answer = await self.view.channels[node_id].post(
-                wire.RULES_PATH, {"version": version, "rules": doc}, method="PUT", timeout_s=2.0
+                wire.RULES_PATH,
+                {"version": version, "rules": doc},
+                method="PUT",
+                timeout_s=NODE_TIMEOUT_S,
             )
         except NodeUnavailable as exc:
             log.warning("rules version %d not stored on %s yet: %s", version, node_id, exc)
@@ -177,17 +248,26 @@ class ClusterRules:
         return int(answer.get("version", 0)) >= version
 
     def _adopt(self, version: int, doc: dict[str, Any]) -> None:
-        if version <= self.book.version:
+        """Serve the cluster's `version`: a newer one, or an older one when the cluster
+        no longer holds this router's (its nodes were wiped and it began again)."""
+        if version == self.book.version and doc == rules_document(self.book.rules):
             return
         try:
             rules = parse_document(doc)
         except ValidationError as exc:
             log.error("the cluster's rules version %d are not valid here: %s", version, exc)
             return
-        if self.book.path is not None and self.book.version == 0 and rules != self.book.rules:
+        if version < self.book.version:
             log.warning(
-                "the cluster's rules (version %d) differ from %s: serving the cluster's; "
-                "`shardlimit rules apply -f FILE` publishes a file",
+                "the cluster holds rules version %d, not %d: its nodes began again; "
+                "serving the cluster's",
+                version,
+                self.book.version,
+            )
+        elif self.book.version == 0 and self.book.path and rules != self.book.file_rules:
+            log.warning(
+                "the cluster's rules (version %d) differ from %s: serving the "
+                "cluster's; `shardlimit rules apply -f FILE` publishes a file",
                 version,
                 self.book.path,
             )
@@ -200,12 +280,10 @@ class ClusterRules:
             return
         if not self.synced:
             self._spawn(node_id, self.start())
-        elif version > self.book.version:
-            self._spawn(node_id, self._fetch_from(node_id))
-        elif version < self.book.version:
-            self._spawn(node_id, self._repair(node_id))
+        elif version != self.book.version:
+            self._spawn(node_id, self._follow())
         elif self.pending is not None:
-            self._spawn(node_id, self.offer(*self.pending))
+            self._spawn(node_id, self.offer(self.pending))
 
     def _spawn(self, node_id: str, work: Coroutine[Any, Any, None]) -> None:
         self._busy.add(node_id)
@@ -218,16 +296,23 @@ class ClusterRules:
 
         task.add_done_callback(done)
 
-    async def _fetch_from(self, node_id: str) -> None:
-        try:
-            data = await self.view.channels[node_id].get(wire.RULES_PATH, timeout_s=2.0)
-            self._adopt(int(data["version"]), dict(data["rules"]))
-        except (NodeUnavailable, KeyError, TypeError, ValueError) as exc:
-            log.warning("could not fetch the rules from %s: %s", node_id, exc)
-
-    async def _repair(self, node_id: str) -> None:
-        """A node behind (it missed a write, or it is new) gets the newest rules."""
-        await self._store(node_id, self.book.version, rules_document(self.book.rules))
+    async def _follow(self) -> None:
+        """A node showed another version: serve what a majority holds, and give the
+        majority's document to the nodes behind it."""
+        writes = self._writes
+        read = await self._read()
+        if read is None:
+            return
+        if read.version == 0 and self.book.path is not None:
+            await self.offer(self.book.file_rules)  # the cluster began again, empty: seed it
+            return
+        if read.version > self.book.version or (
+            read.version < self.book.version and writes == self._writes
+        ):
+            self._adopt(read.version, read.doc)
+        behind = [node for node, held in read.held.items() if held < read.version]
+        if behind and read.version > 0:
+            await asyncio.gather(*(self._store(n, read.version, read.doc) for n in behind))
 
     async def close(self) -> None:
         for task in list(self._tasks):

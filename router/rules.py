@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,11 +18,6 @@ from router.watched_file import WatchedFile
 log = logging.getLogger("shardlimit.rules")
 ON_FAILURE = ("allow", "deny")
 RULE_FIELDS = frozenset({"limits", "on_failure", "name", "spread", "cache_denials", "shadow"})
-FILE_HEADER = (
-    "# Written by a shardlimit router from the cluster's rules, version below. An edit of\n"
-    "# this file is published only while the cluster is still at that version; delete\n"
-    "# the `version:` line to publish it regardless (or use `shardlimit rules apply`).\n"
-)
 
 
 @dataclass(frozen=True)
@@ -146,43 +138,48 @@ def parse_rules_document(doc: Any) -> dict[str, Rule]:
 
 
 class RuleBook(WatchedFile):
-    """The live rule set and its cluster version (router/cluster_rules.py; 0 = this
-    router's file, not yet in the cluster). File edits and SIGHUP reload the file; API
-    writes rewrite it."""
+    """The rules this router serves and their cluster version (router/cluster_rules.py),
+    and the last good reading of its rules file. File edits and SIGHUP reload the file;
+    it is served only until the cluster first answers (version 0), otherwise published
+    through the cluster. A router never writes the file."""
 
     LOAD_ERRORS = (yaml.YAMLError, ValueError)
 
     def __init__(self, path: Path | None) -> None:
         super().__init__(path)
-        self.rules: dict[str, Rule] = {}
-        self.version = 0
-        # The `version:` a rules file names: the cluster version a router wrote it from.
-        # An edit of such a file is published only while the cluster is still there.
+        self.rules: dict[str, Rule] = {}  # served
+        self.version = 0  # the cluster's version of `rules`; 0: not from the cluster yet
+        self.file_rules: dict[str, Rule] = {}
+        # A `version:` the file names (routers once wrote it there): shown, never used.
         self.file_version: int | None = None
 
     def load(self) -> None:
         if self.path is None:
             return
         if not self.path.exists():
-            self.rules = {}
+            self.file_rules = {}
             self._mtime = None
             return
         stat = self.path.stat()
         try:
             doc = yaml.safe_load(self.path.read_text())
             rules = parse_rules_document(doc)
-            file_version = doc.get("version") if isinstance(doc, dict) else None
-            if file_version is not None and (
-                not isinstance(file_version, int) or isinstance(file_version, bool)
-            ):
-                raise ValueError("version: must be the whole number a router wrote there")
         except (yaml.YAMLError, ValueError) as exc:
             self.reload_errors += 1
             self._mtime = stat.st_mtime
             log.error("rules file %s rejected, keeping the previous rules: %s", self.path, exc)
             raise
-        self.rules = rules
-        self.file_version = file_version
+        file_version = doc.get("version")
+        if file_version is not None:
+            log.warning(
+                "rules file %s: `version: %s` ignored (versions belong to the cluster)",
+                self.path,
+                file_version,
+            )
+        self.file_version = file_version if isinstance(file_version, int) else None
+        self.file_rules = rules
+        if self.version == 0:
+            self.rules = rules
         self._mtime = stat.st_mtime
         self.reloads += 1
 
@@ -192,22 +189,3 @@ class RuleBook(WatchedFile):
     def set_all(self, rules: dict[str, Rule], version: int) -> None:
         self.rules = dict(rules)
         self.version = version
-
-    def write_file(self, rules: dict[str, Rule], version: int) -> None:
-        """Rewrite the rules file (if any) with `rules`, the cluster's `version`,
-        atomically. Raises OSError."""
-        if self.path is not None:
-            doc = {"version": version, "rules": rules_document(rules)}
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".rules.", dir=self.path.parent)
-            try:
-                with os.fdopen(fd, "w") as handle:
-                    handle.write(FILE_HEADER)
-                    yaml.safe_dump(doc, handle, sort_keys=False)
-                os.replace(tmp, self.path)
-            except BaseException:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
-                raise
-            self._mtime = self.path.stat().st_mtime
-            self.file_version = version

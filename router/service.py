@@ -75,7 +75,7 @@ class Router:
                 errors = self.rules.reload_errors
                 if self.rules.reload_if_changed() and self.rules.reload_errors == errors:
                     log.info("rules file reloaded: %d rules", len(self.rules.rules))
-                    await self.cluster_rules.offer(self.rules.rules, self.rules.file_version)
+                    await self.cluster_rules.offer(self.rules.file_rules)
             except OSError as exc:
                 log.error("rules file unreadable: %s", exc)
 
@@ -86,7 +86,7 @@ class Router:
         except (*RuleBook.LOAD_ERRORS, OSError) as exc:
             log.error("rules reload failed: %s", exc)
             return
-        offer = self.cluster_rules.offer(self.rules.rules, self.rules.file_version)
+        offer = self.cluster_rules.offer(self.rules.file_rules)
         task = asyncio.get_running_loop().create_task(offer)
         self._offers.add(task)
         task.add_done_callback(self._offers.discard)
