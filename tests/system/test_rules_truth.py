@@ -12,7 +12,10 @@ its own config, data dir and rules file).
 
 from __future__ import annotations
 
+import asyncio
 import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -276,3 +279,59 @@ async def test_rules_writes_keep_working_while_a_majority_of_nodes_is_up(
 
     await eventually(every_node_at_4, within=10)
     await eventually(lambda: stack.all_serve(4, ["back", "basic", "login"]))
+
+
+async def test_a_file_without_rules_or_an_apply_that_deletes_changes_nothing(
+    stack: Stack,
+) -> None:
+    """Scenario: a rules file that lost its top-level `rules:` key was read as "no rules"
+    and `rules apply` removed every rule without asking."""
+    flat = "\n".join(line[2:] for line in RULES_FILE.splitlines()[2:]) + "\n"
+    assert flat.startswith("basic:")
+    stack.rules_file("a").write_text(flat)
+    reloads = await _reload_errors(stack, "a")
+    stack.rules_file("b").write_text(flat)
+    await eventually(lambda: _errored(stack, "a", reloads), within=10)
+
+    env = dict(_env(), SHARDLIMIT_ROUTER=stack.router_urls["b"])
+    applied = await _cli(env, "rules", "apply", "-f", str(stack.rules_file("b")))
+    assert applied.returncode == 1 and "top-level 'rules:'" in applied.stderr
+    assert len(applied.stderr.splitlines()) == 1, applied.stderr
+
+    only_basic = stack.workdir / "only-basic.yaml"
+    only_basic.write_text(RULES_FILE.split("  login:")[0])
+    applied = await _cli(env, "rules", "apply", "-f", str(only_basic))
+    assert applied.returncode == 1
+    assert "would delete 1 rule(s) the cluster holds: login" in applied.stderr
+    for router in ("a", "b"):
+        version, rules = await stack.served(router)
+        assert (version, sorted(rules), _limit(rules, "basic")) == (1, ["basic", "login"], 100)
+    assert await stack.node_versions() == [1, 1, 1]
+
+    applied = await _cli(env, "rules", "apply", "-f", str(only_basic), "--prune")
+    assert applied.returncode == 0, applied.stderr
+    await eventually(lambda: stack.all_serve(2, ["basic"]))
+
+
+async def _reload_errors(stack: Stack, router: str) -> float:
+    async with stack.http.get(stack.router_urls[router] + "/metrics") as resp:
+        text = await resp.text()
+    name = 'shardlimit_rules_reloads_total{result="error"}'
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
+
+
+async def _errored(stack: Stack, router: str, before: float) -> bool:
+    return await _reload_errors(stack, router) > before
+
+
+async def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    process = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "cluster.cli", *args),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    out, err = await process.communicate()
+    assert process.returncode is not None
+    return subprocess.CompletedProcess(list(args), process.returncode, out.decode(), err.decode())
