@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from cluster.local.redis_proc import RedisProcess
-from cluster.sdk import AsyncClient, CheckSpec, RequestIdReused
+from cluster.sdk import AsyncClient, CheckSpec, Client, RequestIdReused
 from tests.conftest import RULES, Cluster, start_cluster, stop_cluster
 
 REUSED = "https://shardlimit.dev/problems/request-id-reused"
@@ -199,3 +199,28 @@ async def test_the_sdk_raises_request_id_reused(cluster: Cluster) -> None:
         assert not isinstance(outcomes[0], BaseException) and outcomes[0].allowed
         assert isinstance(outcomes[1], RequestIdReused)
     assert await _amount_left(cluster, "sdk:1", "payments") == ["60.00", "960.00"]
+
+
+def _sync_session(url: str) -> None:
+    with Client(url) as client:
+        assert client.check("sync:1", "payments", amount="10.00", request_id="s").allowed
+        with pytest.raises(RequestIdReused) as raised:
+            client.check("sync:1", "payments", amount="11.00", request_id="s")
+        assert raised.value.status == 409
+        assert client.check("sync:1", "payments", amount="10", request_id="s").replayed
+        with pytest.raises(RequestIdReused) as raised:
+            client.check_many(
+                [
+                    CheckSpec("sync:1", "payments", cost=2, amount="10", request_id="s"),
+                    CheckSpec("sync:2", "basic"),
+                ]
+            )
+        assert raised.value.index == 0
+        reused, second = raised.value.results
+        assert isinstance(reused, RequestIdReused)
+        assert not isinstance(second, RequestIdReused) and second.allowed
+
+
+async def test_the_blocking_sdk_raises_request_id_reused(cluster: Cluster) -> None:
+    await asyncio.to_thread(_sync_session, cluster.router_url)
+    assert await _amount_left(cluster, "sync:1", "payments") == ["90.00", "990.00"]
