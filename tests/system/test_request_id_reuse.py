@@ -24,7 +24,7 @@ async def test_one_request_id_cannot_let_through_another_payment(stack: Stack) -
         for other in ({"amount": "5.00"}, {"cost": 3}):
             status, body = await stack.request("POST", router + "/v1/check", {**first, **other})
             assert status == 409, body
-            assert body["type"].endswith("/request-id-reused") and body["allowed"] is False
+            assert body["type"].endswith("/request-id-reused") and body["status"] == 409
         status, body = await stack.request("POST", router + "/v1/check", first)
         assert (status, body["replayed"]) == (200, True)
 
