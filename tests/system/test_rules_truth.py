@@ -220,17 +220,26 @@ async def test_a_wiped_clusters_past_neither_blocks_nor_forks_publication(
         assert status == 201, body
     await eventually(lambda: stack.all_serve(4, ["basic", "login", "old-0", "old-1", "old-2"]))
 
+    # Both files now name `version: 9` and lower basic to 70; b reads its edit, which
+    # would delete the old-* rules: not published, not served.
+    edited = "version: 9\n" + RULES_FILE.replace("100", "70")
+    reloads = await _reloads(stack, "b")
+    stack.rules_file("b").write_text(edited)
+    await eventually(lambda: _reloaded(stack, "b", reloads), within=10)
+    assert _limit((await stack.served("b"))[1], "basic") == 100
+
     # The cluster is wiped (every node's Redis emptied) while router b keeps running on
     # version 4; router a restarts on its stale data dir, its file naming `version: 9`.
     stack.routers["a"].stop()
+    stack.rules_file("a").write_text(edited)
     for redis in stack.redis:
         client = sync_redis.Redis(port=redis.port)
         client.flushall()
         client.close()
-    stack.rules_file("a").write_text("version: 9\n" + RULES_FILE.replace("100", "70"))
     await stack.start_router("a")
 
-    # a seeds the empty cluster with its file as version 1; b follows, down from 4.
+    # The first router to see the empty cluster seeds it with its file as version 1
+    # (`version: 9` blocks nothing); the other follows, b down from its version 4.
     await eventually(lambda: stack.all_serve(1, ["basic", "login"]), within=10)
     for router in ("a", "b"):
         assert _limit((await stack.served(router))[1], "basic") == 70
