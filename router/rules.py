@@ -162,9 +162,13 @@ class RuleBook(WatchedFile):
             return
         stat = self.path.stat()
         try:
-            doc = yaml.safe_load(self.path.read_text())
+            try:
+                doc = yaml.safe_load(self.path.read_text())
+            except yaml.YAMLError as exc:  # one line, like every other refusal
+                not_yaml = "not YAML: " + " ".join(str(exc).split())
+                raise ValidationError([FieldError("rules_file", not_yaml)]) from exc
             rules = parse_rules_document(doc)
-        except (yaml.YAMLError, ValueError) as exc:
+        except ValueError as exc:
             self.reload_errors += 1
             self._mtime = stat.st_mtime
             log.error("rules file %s rejected, keeping the previous rules: %s", self.path, exc)

@@ -152,3 +152,32 @@ async def test_apply_that_only_adds_needs_no_prune(cluster: Cluster, tmp_path: P
     code, _out, err = await _cli(cluster, "rules", "apply", "-f", str(wanted))
     assert code == 0, err
     assert await _rules(cluster) == (version + 1, sorted([*names, "extra"]))
+
+
+async def test_a_router_started_on_a_broken_rules_file_says_so_in_one_line(
+    tmp_path: Path,
+) -> None:
+    from cluster.local.redis_proc import free_port
+
+    config = tmp_path / "router.yaml"
+    rules = tmp_path / "rules.yaml"
+    config.write_text(
+        f"router: {{host: 127.0.0.1, port: {free_port()}, data_dir: {tmp_path / 'data'},"
+        f" rules_file: {rules}}}\n"
+        f"cluster: {{nodes: [{{id: n1, url: 'http://127.0.0.1:{free_port()}'}}]}}\n"
+    )
+    for text, expected in (
+        ("rules: [broken\n", "rules_file: not YAML: while parsing a flow sequence"),
+        ("basic:\n  limits: 5/minute\n", "top-level 'rules:'"),
+    ):
+        rules.write_text(text)
+        process = await asyncio.create_subprocess_exec(
+            *(sys.executable, "-m", "cluster.cli", "serve", "router", "--config", str(config)),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await process.communicate()
+        lines = err.decode().splitlines()
+        assert process.returncode == 1, (out, err)
+        assert "Traceback" not in err.decode()
+        assert lines[-1].startswith("rules file rejected: ") and expected in lines[-1], lines
