@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,6 +92,34 @@ _ROUTER_INTS = (
 _RETIRED = frozenset({"node_timeout", "node_timeout_per_op_us"})
 
 
+# Every setting a section may hold: a typo is refused rather than silently ignored.
+_ROUTER_PATHS = ("data_dir", "rules_file", "envoy_config", "tls_cert", "tls_key", "tls_ca")
+_ROUTER_KEYS = (
+    frozenset({"host", "port", "grpc_port", "tls_mutual", *_ROUTER_PATHS, *_ROUTER_DURATIONS})
+    | frozenset(name for name, _, _ in _ROUTER_INTS)
+    | _RETIRED
+)
+_CLUSTER_KEYS = frozenset({"partitioner", "vnodes", "nodes"})
+_TOP_KEYS = frozenset({"router", "cluster"})
+
+
+def _refuse_unknown(
+    section: str, found: dict[Any, Any], known: frozenset[str], problems: Problems
+) -> None:
+    """One problem per unknown key, naming the nearest known one when there is one."""
+    for key in found:
+        if key in known:
+            continue
+        path = f"{section}.{key}" if section else str(key)
+        close = difflib.get_close_matches(str(key), sorted(known), n=1, cutoff=0.6)
+        hint = (
+            f"did you mean '{close[0]}'?"
+            if close
+            else f"known: {', '.join(sorted(known - _RETIRED))}"
+        )
+        problems.add(path, f"unknown setting; {hint}")
+
+
 def _resolve(base: Path, value: Any) -> Path:
     path = Path(str(value)).expanduser()
     return path if path.is_absolute() else (base / path)
@@ -145,6 +174,9 @@ def parse_config(doc: Any, base: Path) -> RouterConfig:
     if not isinstance(router, dict) or not isinstance(cluster, dict):
         problems.add("config", "'router' and 'cluster' must be mappings")
         problems.raise_if_any()
+    _refuse_unknown("", doc, _TOP_KEYS, problems)
+    _refuse_unknown("router", router, _ROUTER_KEYS, problems)
+    _refuse_unknown("cluster", cluster, _CLUSTER_KEYS, problems)
     cfg.host = str(router.get("host", cfg.host))
     port = router.get("port", cfg.port)
     if not isinstance(port, int) or not 0 <= port <= 65535:

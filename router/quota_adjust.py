@@ -108,7 +108,9 @@ def parse_adjust(body: Any, rules: RuleBook, problems: Problems) -> AdjustReques
     name = body.get("rule")
     rule = rules.get(name) if isinstance(name, str) else None
     index = -1
-    if rule is None:
+    if rule is None and isinstance(name, str) and name:
+        problems.add("rule", f"unknown rule '{name}'")
+    elif rule is None:
         problems.add("rule", "is required: the name of a rule with a quota limit")
     else:
         index = next((i for i, s in enumerate(rule.limits) if s.algorithm == "quota"), -1)

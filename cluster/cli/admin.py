@@ -17,7 +17,41 @@ from rich.table import Table
 
 
 class AdminError(Exception):
-    pass
+    """A refusal or an unreachable router: one line for the user. `errors` holds the
+    field errors of a 400 problem ((field, message) pairs), for commands that name
+    their flags instead."""
+
+    def __init__(self, message: str, errors: list[tuple[str, str]] | None = None) -> None:
+        super().__init__(message)
+        self.errors = errors or []
+
+
+def router_url(value: str) -> str:
+    """The router's base URL; `host:port` without a scheme means http://host:port."""
+    if "://" not in value:
+        value = f"http://{value}"
+    scheme = value.split("://", 1)[0].lower()
+    if scheme not in ("http", "https"):
+        raise AdminError(f"--router must be an http:// or https:// URL, not {value!r}")
+    return value.rstrip("/")
+
+
+def _refusal(
+    args: argparse.Namespace, method: str, path: str, exc: urllib.error.HTTPError
+) -> AdminError:
+    try:
+        problem = json.loads(exc.read())
+        detail = problem.get("detail", exc.reason)
+        errors = [(e["field"], e["message"]) for e in problem.get("errors") or []]
+    except (ValueError, AttributeError, KeyError, TypeError):
+        detail, errors = exc.reason, []
+    if exc.code == 401 and args.token:
+        reason = "the router's admin token differs from --token / SHARDLIMIT_ADMIN_TOKEN"
+        return AdminError(f"{method} {path}: token rejected (401): {reason}")
+    if exc.code == 401:
+        hint = "pass --token or set SHARDLIMIT_ADMIN_TOKEN"
+        return AdminError(f"{method} {path} needs the admin token: {hint}")
+    return AdminError(f"{method} {path}: {exc.code} {detail}", errors)
 
 
 def call(
@@ -28,8 +62,9 @@ def call(
     headers: dict[str, str] | None = None,
 ) -> Any:
     data = json.dumps(body).encode() if body is not None else None
+    base = router_url(args.router)
     request = urllib.request.Request(  # noqa: S310 - the user's router URL
-        args.router.rstrip("/") + path, data=data, method=method, headers=headers or {}
+        base + path, data=data, method=method, headers=headers or {}
     )
     request.add_header("Content-Type", "application/json")
     if args.token:
@@ -38,13 +73,9 @@ def call(
         with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
             return json.loads(response.read() or b"null")
     except urllib.error.HTTPError as exc:
-        try:
-            detail = json.loads(exc.read()).get("detail", exc.reason)
-        except (ValueError, AttributeError):
-            detail = exc.reason
-        raise AdminError(f"{method} {path}: {exc.code} {detail}") from exc
+        raise _refusal(args, method, path, exc) from exc
     except (urllib.error.URLError, OSError) as exc:
-        raise AdminError(f"cannot reach the router at {args.router}: {exc}") from exc
+        raise AdminError(f"cannot reach the router at {base}: {exc}") from exc
 
 
 def _print_moves(moves: list[dict[str, Any]], title: str) -> None:
@@ -119,11 +150,6 @@ def cmd_node_remove(args: argparse.Namespace) -> int:
 
 
 def cmd_reshard(args: argparse.Namespace) -> int:
-    if args.action == "status":
-        info = call(args, "GET", "/v1/cluster")
-        migration = info.get("migration")
-        print(json.dumps(migration, indent=None if args.json else 2))
-        return 0
     if args.action == "resume":
         return _finish(args, call(args, "POST", "/v1/cluster/migration/resume"))
     if not args.add and not args.remove:
@@ -148,26 +174,35 @@ def cmd_reshard(args: argparse.Namespace) -> int:
     return _finish(args, answer)
 
 
+NO_WAIT_HELP = "return once the migration starts instead of following it to the end"
+
+
 def add_arguments(sub: Any, router_args: Any) -> None:
     node = sub.add_parser("node", help="add or remove a counter node (a live reshard)")
     membership = node.add_subparsers(dest="node_action", required=True, metavar="{add,remove}")
     add = membership.add_parser("add", help="add a node by URL and move its keys to it")
-    add.add_argument("url")
-    add.add_argument("--id")
-    add.add_argument("--weight", type=int, default=1)
-    add.add_argument("--no-wait", dest="wait", action="store_false")
+    add.add_argument("url", help="the running node's URL (e.g. http://127.0.0.1:7004)")
+    add.add_argument("--id", help="its id (default: the one the node reports)")
+    add.add_argument(
+        "--weight", type=int, default=1, help="its share of keys, relative (default 1)"
+    )
+    add.add_argument("--no-wait", dest="wait", action="store_false", help=NO_WAIT_HELP)
     router_args(add)
     remove = membership.add_parser("remove", help="move a node's keys away and remove it")
-    remove.add_argument("node_id")
-    remove.add_argument("--no-wait", dest="wait", action="store_false")
+    remove.add_argument("node_id", help="the id of the node to remove (see `shardlimit status`)")
+    remove.add_argument("--no-wait", dest="wait", action="store_false", help=NO_WAIT_HELP)
     router_args(remove)
     reshard = sub.add_parser("reshard", help="plan|apply|status|resume a reshard")
-    reshard.add_argument("action", choices=("plan", "apply", "status", "resume"))
+    reshard.add_argument(
+        "action",
+        choices=("plan", "apply", "status", "resume"),
+        help="plan: show the moves; apply: run them; status; resume",
+    )
     reshard.add_argument("--add", metavar="URL", help="a node to add")
     reshard.add_argument("--remove", metavar="ID", help="a node to remove")
-    reshard.add_argument("--id")
-    reshard.add_argument("--weight", type=int, default=1)
-    reshard.add_argument("--no-wait", dest="wait", action="store_false")
+    reshard.add_argument("--id", help="with --add: the new node's id")
+    reshard.add_argument("--weight", type=int, default=1, help="with --add: its weight (default 1)")
+    reshard.add_argument("--no-wait", dest="wait", action="store_false", help=NO_WAIT_HELP)
     router_args(reshard)
 
 

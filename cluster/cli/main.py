@@ -6,9 +6,12 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
+import tempfile
 from collections.abc import Callable
 from functools import partial
+from importlib import metadata
 from pathlib import Path
 from typing import NoReturn
 
@@ -16,6 +19,7 @@ from cluster.cli import admin as admin_cli
 from cluster.cli import compare
 from cluster.cli import quota as quota_cli
 from cluster.cli import rules as rules_cli
+from cluster.cli import status as status_cli
 from cluster.web import logs
 from cluster.web.auth import ADMIN_TOKEN_ENV, CLUSTER_TOKEN_ENV, token_from
 
@@ -60,20 +64,24 @@ def _json_logs(parser: argparse.ArgumentParser) -> None:
 
 
 def _router_server_args(router: argparse.ArgumentParser) -> None:
-    router.add_argument("--config", type=Path, required=True)
-    router.add_argument("--host")
-    router.add_argument("--port", type=int)
-    router.add_argument("--cluster-token-file")
-    router.add_argument("--admin-token-file")
+    router.add_argument("--config", type=Path, required=True, help="the cluster.yaml to serve")
+    router.add_argument("--host", help="listen on this address (default: the config's host)")
+    router.add_argument("--port", type=int, help="listen on this port (default: the config's)")
+    router.add_argument(
+        "--cluster-token-file", help=f"the cluster token (else env {CLUSTER_TOKEN_ENV})"
+    )
+    router.add_argument("--admin-token-file", help=f"the admin token (else env {ADMIN_TOKEN_ENV})")
     _json_logs(router)
 
 
 def _node_server_args(node: argparse.ArgumentParser) -> None:
-    node.add_argument("--id", required=True)
-    node.add_argument("--host", default="127.0.0.1")
-    node.add_argument("--port", type=int, required=True)
+    node.add_argument("--id", required=True, help="the node's id in the cluster (e.g. n1)")
+    node.add_argument("--host", default="127.0.0.1", help="listen on this address")
+    node.add_argument("--port", type=int, required=True, help="listen on this port")
     node.add_argument("--redis", required=True, help="redis://host:port/db")
-    node.add_argument("--cluster-token-file")
+    node.add_argument(
+        "--cluster-token-file", help=f"the cluster token (else env {CLUSTER_TOKEN_ENV})"
+    )
     node.add_argument("--tls-cert", type=Path, help="the listener's certificate (PEM): HTTPS")
     node.add_argument("--tls-key", type=Path, help="the key of --tls-cert (PEM)")
     node.add_argument("--tls-ca", type=Path,
@@ -82,26 +90,47 @@ def _node_server_args(node: argparse.ArgumentParser) -> None:
                       help="require client certificates signed by --tls-ca; present "
                            "--tls-cert to peer nodes")  # fmt: skip
     # The test suite's controllable clock; documented in tests/conftest.py only.
-    node.add_argument("--test-clock", action="store_true", help="(tests) offset clock")
+    node.add_argument("--test-clock", action="store_true", help=argparse.SUPPRESS)
     _json_logs(node)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="shardlimit", description="sharded rate limiter")
+    parser.add_argument("--version", action="version", version=f"shardlimit {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     up = sub.add_parser("up", help="start a local cluster: router, nodes, Redis")
-    up.add_argument("--nodes", type=int, default=3)
-    up.add_argument("--partitioner", choices=("ring", "slots"), default="ring")
-    up.add_argument("--host", default="127.0.0.1")
+    up.add_argument("--nodes", type=int, default=3, help="counter nodes to start (default 3)")
+    up.add_argument(
+        "--partitioner",
+        choices=("ring", "slots"),
+        default="ring",
+        help="consistent-hash ring or CRC16 slots (default ring)",
+    )
+    up.add_argument("--host", default="127.0.0.1", help="address every process listens on")
     up.add_argument("--port", type=int, default=8080, help="the first router's port")
     up.add_argument("--routers", type=_positive, default=1,
                     help="routers to start, on consecutive ports from --port")  # fmt: skip
-    up.add_argument("--base-port", type=int, default=7001)
-    up.add_argument("--data-dir", type=Path, default=Path("data"))
+    up.add_argument(
+        "--base-port",
+        type=int,
+        default=7001,
+        help="the first node's port; the others follow (default 7001)",
+    )
+    up.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path("data"),
+        help="Redis files, topology, logs (default ./data)",
+    )
     up.add_argument("--config", type=Path, help="cluster.yaml for router settings and rules file")
-    up.add_argument("--appendfsync", choices=("always", "everysec"), default="everysec")
-    up.add_argument("--test-clock", action="store_true", help="(tests) nodes with an offset clock")
+    up.add_argument(
+        "--appendfsync",
+        choices=("always", "everysec"),
+        default="everysec",
+        help="Redis AOF fsync policy (default everysec)",
+    )
+    up.add_argument("--test-clock", action="store_true", help=argparse.SUPPRESS)
     up.add_argument("--grpc-port", type=int,
                     help="Envoy's rate-limit gRPC service on this port (first router)")  # fmt: skip
     up.add_argument("--envoy-config", type=Path,
@@ -141,36 +170,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def cmd_status(args: argparse.Namespace) -> int:
-    try:
-        info = admin_cli.call(args, "GET", "/v1/cluster")
-    except admin_cli.AdminError as exc:
-        print(f"shardlimit: {exc}", file=sys.stderr)
-        return 1
-    if args.json:
-        print(json.dumps(info, indent=2))
-        return 0
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"epoch {info['epoch']} - {info['partitioner']} partitioner")
-    for column in ("node", "url", "weight", "state", "keys", "share", "load"):
-        table.add_column(column)
-    for node in info["nodes"]:
-        table.add_row(
-            node["id"], node["url"], str(node["weight"]), node["state"], str(node["keys"]),
-            f"{node['share']:.1%}", f"{node['load_share']:.1%}",
-        )  # fmt: skip
-    Console().print(table)
-    if info.get("migration"):
-        print(f"migration: {json.dumps(info['migration'])}", flush=True)
-    return 0
-
-
 def _refuse(command: str, reason: str) -> int:
     """A start-up setting that cannot work: one line on stderr, exit status 2."""
     print(f"shardlimit {command}: {reason}", file=sys.stderr)
     return 2
+
+
+def _unwritable(directory: Path) -> str | None:
+    """Why the router could not keep its files in `directory` (None: it can)."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        return f"{directory} is not a writable directory: {exc.strerror or exc}"
+    return None
 
 
 def cmd_router(args: argparse.Namespace) -> int:
@@ -188,6 +202,9 @@ def cmd_router(args: argparse.Namespace) -> int:
         return _refuse("router", f"{args.config}: {exc}")
     except (OSError, yaml.YAMLError) as exc:
         return _refuse("router", f"cannot read {args.config}: {exc}")
+    data_dir_problem = _unwritable(config.data_dir)
+    if data_dir_problem is not None:
+        return _refuse("router", f"{args.config}: router.data_dir {data_dir_problem}")
     if args.host:
         config.host = args.host
     if args.port is not None:
@@ -317,6 +334,28 @@ def cmd_bench(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command; output cut short by the reader (`shardlimit compare --json | head`)
+    ends it quietly, as it would a C program on SIGPIPE."""
+    try:
+        code = _dispatch(argv)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: point it at /dev/null so that flush
+        # cannot fail too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    return code
+
+
+def _version() -> str:
+    try:
+        return metadata.version("shardlimit")
+    except metadata.PackageNotFoundError:  # a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def _dispatch(argv: list[str] | None) -> int:
     argv = legacy_spelling(list(sys.argv[1:] if argv is None else argv))
     if argv[:1] == ["bench"]:
         return cmd_bench(argv[1:])
@@ -331,13 +370,19 @@ def main(argv: list[str] | None = None) -> int:
         return admin_cli.run(handler, args)
     handlers: dict[str, Callable[[argparse.Namespace], int]] = {
         "up": cmd_up,
-        "status": cmd_status,
+        "status": partial(admin_cli.run, status_cli.cmd_status),
         "compare": compare.run,
-        "reshard": partial(admin_cli.run, admin_cli.cmd_reshard),
+        "reshard": partial(admin_cli.run, _reshard),
         "rules": partial(admin_cli.run, rules_cli.cmd_rules),
         "quota": partial(admin_cli.run, quota_cli.cmd_quota),
     }
     return handlers[args.command](args)
+
+
+def _reshard(args: argparse.Namespace) -> int:
+    if args.action == "status":
+        return status_cli.cmd_reshard_status(args)
+    return admin_cli.cmd_reshard(args)
 
 
 def legacy_spelling(argv: list[str]) -> list[str]:
@@ -363,9 +408,25 @@ def legacy_spelling(argv: list[str]) -> list[str]:
     return new
 
 
+COMPLETION_HELP = """usage: shardlimit completion [--json] {bash,zsh}
+
+Print a completion script for shardlimit's commands and options.
+
+  bash: eval "$(shardlimit completion bash)"   (e.g. in ~/.bashrc)
+  zsh:  eval "$(shardlimit completion zsh)"    (e.g. in ~/.zshrc)
+
+options:
+  -h, --help  show this help message and exit
+  --json      {"shell": ..., "script": ...} on one line, for an installer
+"""
+
+
 def cmd_completion(argv: list[str]) -> int:
     """`shardlimit completion bash|zsh [--json]`: a completion script for commands and
     options; with --json, {"shell": ..., "script": ...} for a script that installs it."""
+    if "-h" in argv or "--help" in argv:
+        print(COMPLETION_HELP, end="")
+        return 0
     as_json = "--json" in argv
     words = [a for a in argv if a != "--json"]
     shell = words[0] if words else "bash"
@@ -389,7 +450,8 @@ def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.Argument
 
 
 def _options(parser: argparse.ArgumentParser) -> list[str]:
-    return sorted(o for a in parser._actions for o in a.option_strings if o.startswith("--"))
+    shown = (a for a in parser._actions if a.help != argparse.SUPPRESS)
+    return sorted(o for a in shown for o in a.option_strings if o.startswith("--"))
 
 
 def completion_script(parser: argparse.ArgumentParser, shell: str) -> str:

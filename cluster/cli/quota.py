@@ -11,14 +11,26 @@ import json
 import uuid
 from typing import Any
 
-from cluster.cli.admin import call
+from cluster.cli.admin import AdminError, call
+
+# The API's field names as this command's flags, for its error messages.
+FLAGS = {
+    "key": "KEY",
+    "rule": "--rule",
+    "request_id": "--request-id",
+    "delta": "--delta",
+    "set": "--set",
+    "delta_amount": "--amount-delta",
+    "set_amount": "--amount-set",
+}
+CHANGES = "--delta N, --set N, --amount-delta A or --amount-set A"
 
 
 def add_arguments(sub: Any, router_args: Any) -> None:
     quota = sub.add_parser("quota", help="restock or set a quota counter")
     actions = quota.add_subparsers(dest="quota_action", required=True, metavar="{adjust}")
     adjust = actions.add_parser("adjust", help="restock a quota key (idempotent by request id)")
-    adjust.add_argument("key")
+    adjust.add_argument("key", help="the limit key (e.g. merchant:42)")
     adjust.add_argument("--rule", required=True, help="a rule with a quota limit")
     count = adjust.add_mutually_exclusive_group()
     count.add_argument("--delta", type=int, help="add to (or, negative, take from) remaining")
@@ -48,9 +60,22 @@ def body_of(args: argparse.Namespace) -> dict[str, Any]:
     return body
 
 
+def _in_flags(error: AdminError) -> AdminError:
+    """The router's field errors, each under the flag that set the field."""
+    if not error.errors:
+        return error
+    named = "; ".join(f"{FLAGS.get(field, field)}: {message}" for field, message in error.errors)
+    return AdminError(f"quota adjust: {named}")
+
+
 def cmd_quota(args: argparse.Namespace) -> int:
     body = body_of(args)
-    answer = call(args, "POST", "/v1/quota/adjust", body)
+    if not set(body) & {"delta", "set", "delta_amount", "set_amount"}:
+        raise AdminError(f"quota adjust needs one of {CHANGES}")
+    try:
+        answer = call(args, "POST", "/v1/quota/adjust", body)
+    except AdminError as exc:
+        raise _in_flags(exc) from exc
     if args.json:
         print(json.dumps(answer, indent=2))
         return 0

@@ -1,0 +1,76 @@
+"""`shardlimit status` and `shardlimit reshard status`: the cluster's nodes as a table and
+its migration as readable lines (`--json`: the router's document as it is)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from cluster.cli.admin import call
+
+NO_MIGRATION = "no migration in progress"
+# Migration fields shown on their own line; any other scalar field is listed as it is.
+_SHOWN = {"id", "phase", "running", "epoch", "sources", "keys_moved", "keys_per_s", "seconds"}
+_SHOWN |= {"last_error"}
+
+
+def _cell(value: Any, spec: str = "") -> str:
+    """A table cell: `-` for what the router could not tell (a down node's keys)."""
+    return "-" if value is None else format(value, spec)
+
+
+def migration_lines(migration: dict[str, Any] | None) -> list[str]:
+    """A migration as lines a person reads: phase, progress, each source, the error."""
+    if not migration:
+        return [NO_MIGRATION]
+    state = "running" if migration.get("running") else "not running"
+    head = f"migration {migration.get('id', '?')}: {migration.get('phase', '?')} ({state})"
+    if migration.get("epoch") is not None:
+        head += f", epoch {migration['epoch']}"
+    lines = [head]
+    moved = f"  keys moved: {migration.get('keys_moved', 0)}"
+    moved += f" ({migration.get('keys_per_s', 0)} keys/s"
+    moved += f", {migration['seconds']} s)" if migration.get("seconds") is not None else ")"
+    lines.append(moved)
+    for source, progress in sorted((migration.get("sources") or {}).items()):
+        done = "done" if progress.get("done") else "copying"
+        counts = f"{progress.get('moved', 0)} moved of {progress.get('scanned', 0)} scanned"
+        lines.append(f"  from {source}: {counts}, {done}")
+    for name, value in sorted(migration.items()):
+        if name not in _SHOWN and not isinstance(value, dict | list):
+            lines.append(f"  {name.replace('_', ' ')}: {_cell(value)}")
+    if migration.get("last_error"):
+        hint = "fix it, then `shardlimit reshard resume`"
+        lines.append(f"  last error: {migration['last_error']} ({hint})")
+    return lines
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    info = call(args, "GET", "/v1/cluster")
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"epoch {info['epoch']} - {info['partitioner']} partitioner")
+    for column in ("node", "url", "weight", "state", "keys", "share", "load"):
+        table.add_column(column)
+    for node in info["nodes"]:
+        share, load = _cell(node.get("share"), ".1%"), _cell(node.get("load_share"), ".1%")
+        weight, keys = _cell(node.get("weight")), _cell(node.get("keys"))
+        table.add_row(node["id"], node["url"], weight, node["state"], keys, share, load)
+    Console().print(table)
+    if info.get("migration"):
+        print("\n".join(migration_lines(info["migration"])), flush=True)
+    return 0
+
+
+def cmd_reshard_status(args: argparse.Namespace) -> int:
+    migration = call(args, "GET", "/v1/cluster").get("migration")
+    if args.json:
+        print(json.dumps(migration))
+    else:
+        print("\n".join(migration_lines(migration)))
+    return 0
