@@ -18,7 +18,6 @@ import pytest
 import yaml
 
 from cluster.cli.main import build_parser, completion_script
-from cluster.cli.status import migration_lines
 from cluster.local.cluster import LocalCluster, scratch_cluster
 
 pytestmark = pytest.mark.timeout(90)
@@ -124,7 +123,7 @@ def test_a_typo_in_cluster_yaml_is_refused_naming_the_nearest_setting(tmp_path: 
     assert not (tmp_path / "router").exists()  # refused before anything was written
 
 
-def test_an_unknown_section_is_refused_listing_the_known_ones(tmp_path: Path) -> None:
+def test_an_unknown_section_is_refused_naming_the_nearest(tmp_path: Path) -> None:
     config = tmp_path / "cluster.yaml"
     config.write_text(yaml.safe_dump({"router": {}, "cluster": {}, "clusterr": {}}))
     line = _one_line(_run("serve", "router", "--config", str(config)), 2)
@@ -231,6 +230,8 @@ def test_status_shows_a_down_node_with_dashes(tmp_path: Path) -> None:
 
 
 def test_a_migration_reads_as_lines() -> None:
+    from cluster.cli.status import migration_lines
+
     migration = {
         "id": "m-7", "phase": "paused", "epoch": 4, "running": False,
         "sources": {"n2": {"scanned": 40, "moved": 12, "done": False},
