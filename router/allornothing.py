@@ -15,12 +15,14 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
+from decimal import Decimal
 
 from msgspec.structs import replace
 
 from cluster import wire
 from cluster.model import answers
 from cluster.model.keys import hold_id
+from cluster.model.limits import format_amount
 from router.cluster_view import ClusterView
 from router.dispatch import NodeUnavailable
 from router.requests import CheckRequest, RefundRequest
@@ -42,6 +44,21 @@ def _held(request: CheckRequest, body: answers.Decision) -> bool:
     if not body.allowed or body.replayed or request.dry_run:
         return False
     return request.cost > 0 or any(amount > 0 for amount in request.amounts)
+
+
+def _restore(request: CheckRequest, body: answers.Decision, given: list[tuple[int, int]]) -> None:
+    """The decision's limits as they stand after its rollback gave back `given` (per
+    limit: count, amount in minor units): what it had consumed is remaining again."""
+    for spec, view, (count, amount) in zip(request.rule.limits, body.limits, given, strict=False):
+        if count and view.remaining is not None:
+            remaining = view.remaining + count
+            view.remaining = remaining if view.limit is None else min(remaining, view.limit)
+        if amount and isinstance(view.amount_remaining, str):
+            scale = spec.amount_scale
+            minor = int(Decimal(view.amount_remaining).scaleb(scale)) + amount
+            if isinstance(view.max_amount, str):
+                minor = min(minor, int(Decimal(view.max_amount).scaleb(scale)))
+            view.amount_remaining = format_amount(minor, scale)
 
 
 class AllOrNothing:
@@ -139,7 +156,9 @@ class AllOrNothing:
             if body.allowed and consumed and request.request_id is not None:
                 refund = RefundRequest(request.key, request.rule, request.request_id)
                 try:
-                    await self.refund(refund, void=True)
+                    refunded = await self.refund(refund, void=True)
+                    if refunded.status == wire.RefundStatus.REFUNDED:
+                        _restore(request, body, refunded.given)
                 except NodeUnavailable as exc:
                     log.error("rollback of %s failed: %s", request.key, exc)
                     body.rollback_failed = True
