@@ -242,3 +242,27 @@ def test_layout_is_encoded_once_per_epoch() -> None:
     second = view.body(Topology(epoch=4, partitioner=grown))
     assert second is not first
     assert [len(n["points"]) for n in orjson.loads(second)["nodes"]] == [4, 8, 4]
+
+
+OVERFLOW_JS = """(() => {
+  const width = document.documentElement.clientWidth;
+  const outside = [...document.querySelectorAll('.node-card[data-node-id], .panel, svg#layout')]
+    .map(e => [e.dataset.nodeId || e.id || e.className, e.getBoundingClientRect()])
+    .filter(([, r]) => r.left < 0 || r.right > width)
+    .map(([name, r]) => `${name}: ${Math.round(r.left)}..${Math.round(r.right)}`);
+  return {width, scrollWidth: document.documentElement.scrollWidth, outside};
+})()"""
+
+
+@pytest.mark.parametrize("width", [600, 380])
+async def test_page_reflows_on_a_narrow_screen(
+    cluster: Cluster, browser: Browser, width: int
+) -> None:
+    """At 600 px (and a phone's 380) every node card, panel and the layout lie within the
+    viewport's width: nothing cut off, no sideways scrolling."""
+    page = await browser.new_page(width=width, height=900)
+    await page.goto(cluster.router_url + "/ui")
+    await page.wait_for("document.querySelectorAll('.node-card[data-node-id]').length === 3")
+    fit = await page.evaluate(OVERFLOW_JS)
+    assert fit == {"width": width, "scrollWidth": width, "outside": []}
+    assert page.errors == []
