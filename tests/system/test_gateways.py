@@ -33,12 +33,14 @@ class Upstream:
 
     def __init__(self) -> None:
         self.hits = 0
+        self.ratelimit_seen: list[str | None] = []  # the RateLimit request header of each hit
         self.runner: web.AppRunner | None = None
         self.port = free_port()
 
     async def start(self) -> None:
         async def hello(request: web.Request) -> web.Response:
             self.hits += 1
+            self.ratelimit_seen.append(request.headers.get("RateLimit"))
             return web.Response(text="hello from upstream")
 
         app = web.Application()
@@ -124,11 +126,13 @@ async def test_the_limit_holds_exactly_through_the_gateway(
 
             await eventually(listening, within=20)
             upstream.hits = 0
-            statuses, retry_after, bodies = [], [], []
+            upstream.ratelimit_seen.clear()
+            statuses, retry_after, bodies, ratelimit = [], [], [], []
             for _ in range(LIMIT + 3):
                 async with http.get(url, headers={"X-Api-Key": f"{gateway}-key"}) as resp:
                     statuses.append(resp.status)
                     retry_after.append(resp.headers.get("Retry-After"))
+                    ratelimit.append(resp.headers.get("RateLimit"))
                     bodies.append(await resp.text())
             # Another key has its own budget.
             async with http.get(url, headers={"X-Api-Key": f"{gateway}-other"}) as resp:
@@ -147,6 +151,15 @@ async def test_the_limit_holds_exactly_through_the_gateway(
     assert all(r is not None and 1 <= int(r) <= 3600 for r in retry_after[LIMIT:])
     assert other == 200
     assert upstream.hits == LIMIT + 1  # the denied requests never reached it
+    # RateLimit on an allowed response: nginx and HAProxy put it there; Caddy's
+    # copy_headers puts it on the request to the upstream instead.
+    remaining = [f'"basic.0";r={LIMIT - 1 - i};' for i in range(LIMIT)]
+    on_client = [(h or "").partition("t=")[0] for h in ratelimit[:LIMIT]]
+    on_upstream = [(h or "").partition("t=")[0] for h in upstream.ratelimit_seen[:LIMIT]]
+    if gateway == "caddy":
+        assert (on_client, on_upstream) == ([""] * LIMIT, remaining)
+    else:
+        assert (on_client, on_upstream) == (remaining, [""] * LIMIT)
     status, usage = await cluster.get(f"/v1/usage?key={gateway}-key&rule=basic")
     assert status == 200 and usage["limits"][0]["remaining"] == 0
 
