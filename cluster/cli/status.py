@@ -46,6 +46,18 @@ def migration_lines(migration: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def finished(migration: dict[str, Any]) -> str | None:
+    """One line for a migration that is over (None while it is not)."""
+    if migration.get("phase") != "done" or migration.get("running"):
+        return None
+    moved = f"{migration.get('keys_moved', 0)} keys moved"
+    if migration.get("seconds") is not None:
+        moved += f" in {migration['seconds']} s ({migration.get('keys_per_s', 0)} keys/s)"
+    return (
+        f"last migration {migration.get('id', '?')}: done, epoch {migration.get('epoch')}, {moved}"
+    )
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     info = call(args, "GET", "/v1/cluster")
     if args.json:
@@ -62,8 +74,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         weight, keys = _cell(node.get("weight")), _cell(node.get("keys"))
         table.add_row(node["id"], node["url"], weight, node["state"], keys, share, load)
     Console().print(table)
-    if info.get("migration"):
-        print("\n".join(migration_lines(info["migration"])), flush=True)
+    migration = info.get("migration")
+    if migration:
+        print(finished(migration) or "\n".join(migration_lines(migration)), flush=True)
     return 0
 
 

@@ -230,7 +230,7 @@ def test_status_shows_a_down_node_with_dashes(tmp_path: Path) -> None:
 
 
 def test_a_migration_reads_as_lines() -> None:
-    from cluster.cli.status import migration_lines
+    from cluster.cli.status import finished, migration_lines
 
     migration = {
         "id": "m-7", "phase": "paused", "epoch": 4, "running": False,
@@ -248,3 +248,8 @@ def test_a_migration_reads_as_lines() -> None:
         "  last error: n3 unreachable (fix it, then `shardlimit reshard resume`)",
     ]
     assert migration_lines(None) == ["no migration in progress"]
+    assert finished(migration) is None
+    over = {**migration, "phase": "done", "epoch": 5, "seconds": 2.0, "last_error": None}
+    assert (
+        finished(over) == "last migration m-7: done, epoch 5, 42 keys moved in 2.0 s (21.0 keys/s)"
+    )
