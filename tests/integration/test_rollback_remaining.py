@@ -15,9 +15,7 @@ async def test_a_rolled_back_check_reports_what_is_left_after_the_rollback(
         {"key": "aon:stock", "rule": "stock", "cost": 7, "amount": "2.25"},
         {"key": "aon:deny", "rule": "login", "cost": 4},  # 4 > 3: denied
     ]
-    status, body = await cluster.post(
-        "/v1/check/batch", {"checks": checks, "all_or_nothing": True}
-    )
+    status, body = await cluster.post("/v1/check/batch", {"checks": checks, "all_or_nothing": True})
     assert status == 200, body
     left, pay, stock, denied = body["results"]
     assert body["allowed"] is False
