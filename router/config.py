@@ -100,6 +100,7 @@ _ROUTER_KEYS = (
     | _RETIRED
 )
 _CLUSTER_KEYS = frozenset({"partitioner", "vnodes", "nodes"})
+_NODE_KEYS = frozenset({"id", "url", "weight"})
 _TOP_KEYS = frozenset({"router", "cluster"})
 
 
@@ -214,6 +215,8 @@ def parse_config(doc: Any, base: Path) -> RouterConfig:
         problems.add("cluster.nodes", "must be a list")
         nodes = []
     for index, raw in enumerate(nodes):
+        if isinstance(raw, dict):
+            _refuse_unknown(f"cluster.nodes[{index}]", raw, _NODE_KEYS, problems)
         try:
             cfg.nodes.append(NodeSpec.from_dict(raw))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -128,6 +129,33 @@ def test_an_unknown_section_is_refused_naming_the_nearest(tmp_path: Path) -> Non
     config.write_text(yaml.safe_dump({"router": {}, "cluster": {}, "clusterr": {}}))
     line = _one_line(_run("serve", "router", "--config", str(config)), 2)
     assert line.endswith(": clusterr: unknown setting; did you mean 'cluster'?")
+
+
+@pytest.mark.parametrize(
+    ("doc", "says"),
+    [
+        (
+            {"router": {"quota_tll": "1d"}},
+            "router.quota_tll: unknown setting; did you mean 'quota_ttl'?",
+        ),
+        (
+            {"cluster": {"partitoner": "ring"}},
+            "cluster.partitoner: unknown setting; did you mean 'partitioner'?",
+        ),
+        (
+            {"cluster": {"nodes": [{"id": "n1", "url": "http://h:1", "wieght": 2}]}},
+            "cluster.nodes[0].wieght: unknown setting; did you mean 'weight'?",
+        ),
+        ({"router": {"zzz": 1}}, "router.zzz: unknown setting; known: aon_hold, coalesce_max,"),
+    ],
+)
+def test_every_section_refuses_unknown_settings(doc: dict[str, Any], says: str) -> None:
+    from cluster.model.errors import ValidationError
+    from router.config import parse_config
+
+    with pytest.raises(ValidationError) as refused:
+        parse_config(doc, Path("."))
+    assert str(refused.value).startswith(says)
 
 
 def test_an_unwritable_data_dir_is_one_line(tmp_path: Path) -> None:
