@@ -13,11 +13,23 @@ see the README).
 
 The answer is a `BatchReply`: one result per op, in order, each one of the tagged
 types of `Result`.
+
+The hot path does not use HTTP: every node also listens on a *channel* port (announced
+as `channel` in its `/healthz` answer) for one long-lived, multiplexed connection per
+router. Each frame is a 4-byte big-endian length and a msgpack body (`ChannelIn` from
+the router, `ChannelOut` from the node). The router's first frame is a `Hello` with
+the cluster token; the node answers `Welcome` (or `Refused`, then closes). Then every
+`Request` carries an id of the router's choosing, a deadline (as `Batch` above) and
+its ops; its `Reply` carries the same id, and replies may come in any order. A reply's
+`status` is what the HTTP batch endpoint would have answered (200 with `reply`, else
+`detail`: 503 when the node's Redis is unavailable). The channel speaks TLS (and
+mutual TLS) exactly when the node's HTTP listener does.
 """
 
 from __future__ import annotations
 
 import enum
+import struct
 from typing import Annotated, Any, Final
 
 import msgspec
@@ -27,11 +39,13 @@ __all__ = [
     "CONTENT_TYPE",
     "DECISION_PATH",
     "EXPORT_PATH",
+    "FRAME_HEADER",
     "HEALTH_PATH",
     "HOLDS_ADOPT_PATH",
     "HOLDS_SETTLE_PATH",
     "IMPORT_PATH",
     "LEASE_PATH",
+    "MAX_FRAME_BYTES",
     "METRICS_PATH",
     "MIGRATE_PATH",
     "MIGRATION_CLEANUP_PATH",
@@ -44,21 +58,32 @@ __all__ = [
     "Adjusted",
     "Batch",
     "BatchReply",
+    "ChannelIn",
+    "ChannelOut",
     "Checked",
     "Committed",
     "Expired",
     "Failed",
+    "FrameBuffer",
+    "Hello",
     "LimitRow",
     "Moved",
     "Op",
     "RefundStatus",
     "Refunded",
+    "Refused",
+    "Reply",
+    "Request",
     "Result",
     "Reused",
     "Undone",
+    "Welcome",
     "decode_batch",
+    "decode_channel_in",
+    "decode_channel_out",
     "decode_reply",
     "encode",
+    "frame",
 ]
 
 BATCH_PATH: Final = "/node/v1/batch"
@@ -226,3 +251,96 @@ def decode_batch(data: bytes) -> Batch:
 def decode_reply(data: bytes) -> BatchReply:
     """Raises msgspec.ValidationError / msgspec.DecodeError."""
     return _reply_decoder.decode(data)
+
+
+# ----------------------------------------------------------------- the hot-path channel
+
+FRAME_HEADER: Final = struct.Struct(">I")  # the length of the msgpack body that follows
+MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
+
+
+class Hello(msgspec.Struct, array_like=True, frozen=True, tag="hello"):
+    """The router's first frame: the cluster token (None when the cluster has none)."""
+
+    token: str | None
+
+
+class Request(msgspec.Struct, array_like=True, frozen=True, tag="batch"):
+    """A batch on the channel: `Batch` with the router's id for it."""
+
+    id: int
+    deadline_ms: Annotated[int, msgspec.Meta(gt=0)]
+    ops: list[Op]
+
+
+class Welcome(msgspec.Struct, array_like=True, frozen=True, tag="welcome"):
+    node: str
+    epoch: int
+    live: int  # the node's liveness port
+
+
+class Refused(msgspec.Struct, array_like=True, frozen=True, tag="refused"):
+    """Not welcome (a wrong token, a first frame that is no `Hello`): the node closes."""
+
+    detail: str
+
+
+class Reply(msgspec.Struct, array_like=True, frozen=True, tag="reply"):
+    id: int
+    status: int  # 200: `reply` holds the answer; else `detail` says why not
+    reply: BatchReply | None = None
+    detail: str = ""
+
+
+ChannelIn = Hello | Request
+ChannelOut = Welcome | Refused | Reply
+
+_in_decoder: msgspec.msgpack.Decoder[ChannelIn] = msgspec.msgpack.Decoder(ChannelIn)
+_out_decoder: msgspec.msgpack.Decoder[ChannelOut] = msgspec.msgpack.Decoder(ChannelOut)
+
+
+def frame(message: ChannelIn | ChannelOut) -> bytes:
+    """One frame: the length header, then the msgpack body."""
+    buffer = bytearray(FRAME_HEADER.size)
+    _encoder.encode_into(message, buffer, FRAME_HEADER.size)
+    FRAME_HEADER.pack_into(buffer, 0, len(buffer) - FRAME_HEADER.size)
+    return bytes(buffer)
+
+
+def decode_channel_in(body: bytes | memoryview) -> ChannelIn:
+    """Raises msgspec.ValidationError / msgspec.DecodeError."""
+    return _in_decoder.decode(body)
+
+
+def decode_channel_out(body: bytes | memoryview) -> ChannelOut:
+    """Raises msgspec.ValidationError / msgspec.DecodeError."""
+    return _out_decoder.decode(body)
+
+
+class FrameBuffer:
+    """Bytes from a stream in, complete frame bodies out."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self) -> None:
+        self._data = bytearray()
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """The bodies of the frames completed by `data`, in order. Raises ValueError
+        for a frame longer than MAX_FRAME_BYTES (the stream cannot be trusted after)."""
+        buffer = self._data
+        buffer += data
+        bodies: list[bytes] = []
+        at, size = 0, len(buffer)
+        while size - at >= 4:
+            (length,) = FRAME_HEADER.unpack_from(buffer, at)
+            if length > MAX_FRAME_BYTES:
+                raise ValueError(f"frame of {length} bytes (at most {MAX_FRAME_BYTES})")
+            end = at + 4 + length
+            if end > size:
+                break
+            bodies.append(bytes(buffer[at + 4 : end]))
+            at = end
+        if at:
+            del buffer[:at]
+        return bodies

@@ -5,8 +5,6 @@ from __future__ import annotations
 import functools
 import logging
 import ssl
-import time
-from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -20,24 +18,18 @@ from cluster.model.keys import LEASES, REQUEST_ID, RULES_KEY, lease_key, limit_k
 from cluster.model.topology import Topology
 from cluster.web.auth import bearer_matches
 from cluster.web.problem import problem, problem_middleware, read_json
+from node.batches import MAX_OPS, run_batch
 from node.boundary import redis_boundary
+from node.channel import ChannelServer
 from node.migration import PeerError, decode_entries, encode_entries
-from node.ops import BadOp, Op, parse_op
-from node.ownership import Ownership, Role
+from node.ownership import Role
 from node.state import NodeState
-from node.store import (
-    adjust_result,
-    check_result,
-    commit_result,
-    is_expired,
-    refund_result,
-)
 
 log = logging.getLogger("shardlimit.node")
 MAX_BODY = 16 * 1024 * 1024
-MAX_OPS = 10_000
 
 STATE: web.AppKey[NodeState] = web.AppKey("state")
+CHANNEL: web.AppKey[ChannelServer] = web.AppKey("channel")
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 
 
@@ -73,10 +65,6 @@ def _json(data: Any, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 def _reply(state: NodeState, results: list[wire.Result]) -> web.Response:
     reply = wire.BatchReply(state.epoch, state.node_id, state.liveness.port, results)
     return web.Response(body=wire.encode(reply), content_type=wire.CONTENT_TYPE)
@@ -84,93 +72,18 @@ def _reply(state: NodeState, results: list[wire.Result]) -> web.Response:
 
 @internal(with_body=False)
 async def batch(request: web.Request, state: NodeState, body: Any) -> web.Response:
-    """Run many operations in one Redis pipeline. Ops for keys we do not own: `Moved`.
-
-    Nothing is applied after the batch's deadline (cluster/wire.py): a batch that
-    arrives late is answered `Expired` untouched; the batch script refuses once
-    Redis' clock is past it; and checks whose results are ready only after it are
-    taken back before the answer says `Expired`.
-    """
+    """A batch over HTTP (node/batches.py); routers send theirs on the channel."""
     try:
         message = wire.decode_batch(await request.read())
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         return problem(400, "bad-batch", f"not a batch: {exc}")
     if len(message.ops) > MAX_OPS:
         return problem(413, "too-many-ops", f"at most {MAX_OPS} ops per batch")
-    state.metrics.batch_ops.observe(len(message.ops))
-    deadline_ms = message.deadline_ms
-    if _now_ms() > deadline_ms:
-        state.expired_batches += 1
-        return _reply(state, [wire.Expired()] * len(message.ops))
-    results: list[wire.Result] = [wire.Expired()] * len(message.ops)
-    runnable: list[Op] = []
-    slots: list[int] = []
-    ownership = state.ownership
-    epoch = state.epoch
-    imports: dict[str, list[str]] = defaultdict(list)
-    for index, raw in enumerate(message.ops):
-        try:
-            op = parse_op(raw)
-        except BadOp as exc:
-            results[index] = wire.Failed(str(exc))
-            continue
-        role, source = ownership.role(op.key) if ownership else (Role.MOVED, None)
-        if role is Role.MOVED:
-            results[index] = wire.Moved(epoch)
-            continue
-        if role is Role.IMPORT and source is not None:
-            imports[source].extend(state.store.redis_keys(op))
-        runnable.append(op)
-        slots.append(index)
-    if runnable:
-        state.inflight[epoch] += 1
-        try:
-            if imports and ownership is not None:
-                await _pull(state, ownership, imports)
-            outputs = await state.store.run(runnable, deadline_ms)
-            for index, op, out in zip(slots, runnable, outputs, strict=True):
-                results[index] = _result(op, out)
-            if _now_ms() > deadline_ms:
-                # The router may have given up on this answer: take back what it consumed.
-                taken_back = await state.store.undo(list(zip(runnable, outputs, strict=True)))
-                state.expired_batches += 1
-                state.undone_checks += taken_back
-                log.warning("batch finished past its deadline: %d checks taken back", taken_back)
-                for index, op in zip(slots, runnable, strict=True):
-                    if op.kind == "check":
-                        results[index] = wire.Expired()
-        except PeerError as exc:
-            return problem(503, "import-failed", f"could not import moving keys: {exc}")
-        finally:
-            state.inflight[epoch] -= 1
-            async with state.drained:
-                state.drained.notify_all()
+    try:
+        results = await run_batch(state, message.deadline_ms, message.ops)
+    except PeerError as exc:
+        return problem(503, "import-failed", f"could not import moving keys: {exc}")
     return _reply(state, results)
-
-
-def _result(op: Op, out: Any) -> wire.Result:
-    if isinstance(out, Exception):
-        return wire.Failed(str(out))
-    if op.kind == "check":
-        return wire.Expired() if is_expired(out) else check_result(out)
-    if op.kind == "commit":
-        return commit_result(out)
-    if op.kind == "undo":
-        return wire.Undone(int(out))
-    if op.kind == "adjust":
-        return adjust_result(out)
-    return refund_result(out)
-
-
-async def _pull(state: NodeState, ownership: Ownership, imports: dict[str, list[str]]) -> None:
-    """First touch of moving keys: import them from their previous owner before serving."""
-    assert ownership.migration_id is not None
-    for source, keys in imports.items():
-        spec = ownership.node_spec(source)
-        if spec is None:
-            raise PeerError(f"previous owner {source} unknown")
-        pulled = await state.migrator.pull(ownership, spec.url, sorted(set(keys)))
-        state.metrics.keys_pulled.inc(pulled)
 
 
 async def install_topology(state: NodeState, topology: Topology) -> str | None:
@@ -354,7 +267,8 @@ async def lease(request: web.Request, state: NodeState, body: Any) -> web.Respon
 
 async def healthz(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    return _json({"status": "ok", "node": state.node_id, "live": state.liveness.port})
+    live, channel = state.liveness.port, state.channel_port
+    return _json({"status": "ok", "node": state.node_id, "live": live, "channel": channel})
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -414,10 +328,13 @@ async def adopt_holds(request: web.Request, state: NodeState, body: Any) -> web.
 
 
 async def _on_startup(app: web.Application) -> None:
-    await app[STATE].start()
+    state = app[STATE]
+    await state.start()
+    state.channel_port = await app[CHANNEL].start()
 
 
 async def _on_cleanup(app: web.Application) -> None:
+    await app[CHANNEL].close()
     await app[STATE].close()
 
 
@@ -445,6 +362,7 @@ def create_app(
         middlewares=[problem_middleware, redis_boundary(state.redis, state.counters)],
     )
     app[STATE] = state
+    app[CHANNEL] = ChannelServer(state, host, server_ssl)
     app.router.add_post(wire.BATCH_PATH, batch)
     app.router.add_post(wire.DECISION_PATH, decide)
     app.router.add_put(wire.TOPOLOGY_PATH, put_topology)

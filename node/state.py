@@ -44,6 +44,7 @@ class NodeState:
         self.node_id = node_id
         # The liveness port speaks what the main listener speaks (node/liveness.py).
         self.liveness = LivenessResponder(host, server_ssl)
+        self.channel_port = 0  # the hot-path channel's port (node/channel.py), once open
         # Calls to peer nodes (migration); None: the system's CAs, no client certificate.
         self.client_ssl = client_ssl
         self.cluster_token = cluster_token

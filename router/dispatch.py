@@ -36,7 +36,8 @@ import orjson
 
 from cluster import wire
 from cluster.model.nodes import NodeSpec
-from cluster.wire import BATCH_PATH, HEALTH_PATH, READY_PATH
+from cluster.wire import HEALTH_PATH, READY_PATH
+from router.link import Done, NodeLink
 from router.transport import HttpPool
 
 log = logging.getLogger("shardlimit.dispatch")
@@ -138,6 +139,14 @@ class NodeChannel:
         # For https:// nodes: the router's client context (cluster/web/tls.py).
         self.ssl_context = ssl_context
         self.pool = HttpPool(spec.url, headers, ssl_context=ssl_context)
+        # The hot path: batches as frames on one connection (router/link.py).
+        self.link = NodeLink(
+            spec.url,
+            token,
+            self._discover,
+            ssl_context=ssl_context,
+            connect_timeout_s=deadline_s + margin_s,
+        )
         self.deadline_s = deadline_s
         self.margin_s = margin_s
         self.max_inflight = max_inflight
@@ -229,87 +238,117 @@ class NodeChannel:
             self._batch_ids += 1
             batch_id = self._batch_ids
             self._sent_at[batch_id] = loop.time()
-            self._spawn(self._send(batch_id, batch))
+            self._send(batch_id, batch)
         if self._sent_at and (self._watchdog is None or self._watchdog.done()):
             self._watchdog = loop.create_task(self._watch())
 
-    async def _send(self, batch_id: int, batch: list[Pending]) -> None:
-        try:
-            results, epoch = await self._exchange([op for op, _ in batch])
-        except NodeUnavailable as exc:
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(NodeUnavailable(str(exc), exc.reason))
-        else:
-            if self.on_epoch is not None:
-                self.on_epoch(self.spec.id, epoch)
-            for (_, future), result in zip(batch, results, strict=True):
-                if not future.done():
-                    future.set_result(result)
-        finally:
-            del self._sent_at[batch_id]
-            self._schedule()
+    def _send(self, batch_id: int, batch: list[Pending]) -> None:
+        """One batch onto the channel; its answer settles the checks' futures."""
+        ops = [op for op, _ in batch]
+        started = asyncio.get_running_loop().time()
 
-    async def _exchange(self, ops: list[wire.Op]) -> tuple[list[wire.Result], int]:
-        """One batch request: (results in order, the node's epoch)."""
+        def done(outcome: wire.Reply | BaseException) -> None:
+            try:
+                results, epoch = self._outcome(ops, started, outcome)
+            except NodeUnavailable as exc:
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(NodeUnavailable(str(exc), exc.reason))
+            else:
+                if self.on_epoch is not None:
+                    self.on_epoch(self.spec.id, epoch)
+                for (_, future), result in zip(batch, results, strict=True):
+                    if not future.done():
+                        future.set_result(result)
+            finally:
+                del self._sent_at[batch_id]
+                self._schedule()
+
+        self._start_exchange(ops, done)
+
+    def _start_exchange(self, ops: list[wire.Op], done: Done) -> None:
         self.requests += 1
         self.ops += len(ops)
         self.on_batch(len(ops))
         deadline_ms = int(time.time() * 1000 + self.deadline_s * 1000)
-        payload = wire.encode(wire.Batch(deadline_ms, ops))
+        self.link.send(
+            deadline_ms,
+            ops,
+            self.deadline_s + self.margin_s,
+            done,
+            on_late=functools.partial(self._late_reply, ops),
+        )
+
+    async def _exchange(self, ops: list[wire.Op]) -> tuple[list[wire.Result], int]:
+        """One batch on the channel: (results in order, the node's epoch)."""
+        answer: asyncio.Future[wire.Reply | BaseException] = (
+            asyncio.get_running_loop().create_future()
+        )
         started = asyncio.get_running_loop().time()
-        try:
-            status, raw = await self.pool.request(
-                "POST",
-                BATCH_PATH,
-                payload,
-                self.deadline_s + self.margin_s,
-                on_late=functools.partial(self._late_answer, ops),
-            )
-        except TimeoutError as exc:
+        self._start_exchange(ops, answer.set_result)
+        return self._outcome(ops, started, await answer)
+
+    def _outcome(
+        self, ops: list[wire.Op], started: float, outcome: wire.Reply | BaseException
+    ) -> tuple[list[wire.Result], int]:
+        """A batch's results and the node's epoch, or NodeUnavailable saying why not."""
+        if isinstance(outcome, TimeoutError):
             self.timeouts += 1
             self._note_failure(f"node {self.spec.id}: no answer by the deadline")
             raise NodeUnavailable(
                 f"node {self.spec.id}: timed out (no answer by deadline + margin)", Reason.TIMEOUT
-            ) from exc
-        except OSError as exc:
-            reason = f"node {self.spec.id}: {type(exc).__name__} {exc}"
+            ) from outcome
+        if isinstance(outcome, OSError):
+            reason = f"node {self.spec.id}: {type(outcome).__name__} {outcome}"
             self._note_failure(reason)
             self._check_liveness(reason)
-            raise NodeUnavailable(reason) from exc
+            raise NodeUnavailable(reason) from outcome
+        if isinstance(outcome, BaseException):
+            raise outcome
         self._heard()
         self.on_round_trip(self._last_heard - started)
         self._rtt_peak = max(self._last_heard - started, self._rtt_peak * RTT_DECAY)
-        if status == 503:
-            reason = f"node {self.spec.id} answered 503: {_detail(raw)}"
+        if outcome.status == 503:
+            reason = f"node {self.spec.id} answered 503: {outcome.detail}"
             self._note_failure(reason)
             self._mark_down(reason)
             raise NodeUnavailable(reason)
-        try:
-            if status != 200:
-                raise ValueError(f"answered {status}: {_detail(raw)}")
-            reply = wire.decode_reply(raw)
-            if len(reply.results) != len(ops):
-                raise ValueError("answered with a different number of results")
-            self.learn_liveness_port(reply.live)
-        except (msgspec.ValidationError, msgspec.DecodeError, ValueError) as exc:
-            reason = f"node {self.spec.id}: {exc}"
+        reply = outcome.reply
+        if outcome.status != 200 or reply is None or len(reply.results) != len(ops):
+            if outcome.status != 200:
+                reason = f"node {self.spec.id}: answered {outcome.status}: {outcome.detail}"
+            else:
+                reason = f"node {self.spec.id}: answered with a different number of results"
             self._note_failure(reason)
-            raise NodeUnavailable(reason, Reason.ERROR) from exc
+            raise NodeUnavailable(reason, Reason.ERROR)
+        self.learn_liveness_port(reply.live)
         self.breaker.success()
         return reply.results, reply.epoch
 
+    def _late_reply(self, ops: list[wire.Op], reply: wire.Reply) -> None:
+        if reply.status == 200 and reply.reply is not None:
+            self._take_back_consumed(ops, reply.reply)
+        else:
+            log.error("node %s: late answer %d: %s", self.spec.id, reply.status, reply.detail)
+
     def _late_answer(self, ops: list[wire.Op], status: int, raw: bytes) -> None:
-        """An answer to a batch we gave up on (so its checks were answered degraded)
-        came after all: a node stopped between finishing it and answering. Whatever
-        those checks consumed is taken back, so that a degraded answer consumed nothing.
-        """
+        """A late answer as the HTTP batch endpoint gives it (see _take_back_consumed)."""
         try:
             reply = wire.decode_reply(raw) if status == 200 else None
         except (msgspec.ValidationError, msgspec.DecodeError):
             reply = None
-        if reply is None or len(reply.results) != len(ops):
+        if reply is None:
             log.error("node %s: unreadable late answer (HTTP %d)", self.spec.id, status)
+            return
+        self._take_back_consumed(ops, reply)
+
+    def _take_back_consumed(self, ops: list[wire.Op], reply: wire.BatchReply) -> None:
+        """An answer to a batch we gave up on (so its checks were answered degraded)
+        came after all: a node stopped between finishing it and answering. Whatever
+        those checks consumed is taken back, so that a degraded answer consumed nothing.
+        """
+        if len(reply.results) != len(ops):
+            log.error("node %s: late answer with a different number of results", self.spec.id)
             return
         for op, result in zip(ops, reply.results, strict=True):
             if isinstance(result, wire.Checked) and result.undo is not None:
@@ -338,6 +377,19 @@ class NodeChannel:
                           error)  # fmt: skip
                 return
             await asyncio.sleep(RECOVERY_PROBE_S)  # retry cadence while the node is down
+
+    async def _discover(self, timeout_s: float) -> int:
+        """The node's channel port, from its /healthz (which names its liveness port too)."""
+        status, raw = await self.pool.request("GET", HEALTH_PATH, None, timeout_s)
+        try:
+            health = orjson.loads(raw) if status == 200 else None
+        except orjson.JSONDecodeError:
+            health = None
+        port = health.get("channel") if isinstance(health, dict) else None
+        if not isinstance(port, int) or not 0 < port < 65536:
+            raise ConnectionRefusedError(f"node {self.spec.id} names no channel port ({status})")
+        self.learn_liveness_port(health.get("live") if isinstance(health, dict) else None)
+        return port
 
     def learn_liveness_port(self, port: Any) -> None:
         """Nodes answer liveness probes on a port of their own (node/liveness.py),
@@ -480,5 +532,6 @@ class NodeChannel:
                 future.set_exception(NodeUnavailable("router shutting down"))
         self._pending.clear()
         self.pool.close()
+        self.link.close()
         if self._live_pool is not None:
             self._live_pool.close()
