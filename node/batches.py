@@ -9,9 +9,11 @@ says `Expired`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from cluster import wire
@@ -19,9 +21,16 @@ from node.migration import PeerError
 from node.ops import BadOp, Op, parse_op
 from node.ownership import Ownership, Role
 from node.state import NodeState
-from node.store import adjust_result, check_result, commit_result, is_expired, refund_result
+from node.store import (
+    Plan,
+    adjust_result,
+    check_result,
+    commit_result,
+    is_expired,
+    refund_result,
+)
 
-__all__ = ["MAX_OPS", "run_batch"]
+__all__ = ["MAX_OPS", "run_batch", "start_batch"]
 
 log = logging.getLogger("shardlimit.node")
 MAX_OPS = 10_000
@@ -31,19 +40,29 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-async def run_batch(state: NodeState, deadline_ms: int, ops: list[wire.Op]) -> list[wire.Result]:
-    """One result per op, in order. Ops for keys this node does not own: `Moved`.
-    Raises PeerError (moving keys could not be imported), RedisError or OSError."""
+class _Prepared:
+    """A batch checked against this node's topology: what is left to run in Redis."""
+
+    __slots__ = ("deadline_ms", "epoch", "imports", "results", "runnable", "slots")
+
+    def __init__(self, deadline_ms: int, size: int, epoch: int) -> None:
+        self.deadline_ms = deadline_ms
+        self.epoch = epoch
+        self.results: list[wire.Result] = [wire.Expired()] * size
+        self.runnable: list[Op] = []
+        self.slots: list[int] = []
+        self.imports: dict[str, list[str]] | None = None
+
+
+def _prepare(state: NodeState, deadline_ms: int, ops: list[wire.Op]) -> _Prepared | None:
+    """Parse and place the ops; None when the batch came past its deadline."""
     state.metrics.batch_ops.observe(len(ops))
     if _now_ms() > deadline_ms:
         state.expired_batches += 1
-        return [wire.Expired()] * len(ops)
-    results: list[wire.Result] = [wire.Expired()] * len(ops)
-    runnable: list[Op] = []
-    slots: list[int] = []
+        return None
     ownership = state.ownership
-    epoch = state.epoch
-    imports: dict[str, list[str]] | None = None
+    batch = _Prepared(deadline_ms, len(ops), state.epoch)
+    results, runnable, slots = batch.results, batch.runnable, batch.slots
     for index, raw in enumerate(ops):
         try:
             op = parse_op(raw)
@@ -52,39 +71,145 @@ async def run_batch(state: NodeState, deadline_ms: int, ops: list[wire.Op]) -> l
             continue
         role, source = ownership.role(op.key) if ownership else (Role.MOVED, None)
         if role is Role.MOVED:
-            results[index] = wire.Moved(epoch)
+            results[index] = wire.Moved(batch.epoch)
             continue
         if role is Role.IMPORT and source is not None:
-            if imports is None:
-                imports = defaultdict(list)
-            imports[source].extend(state.store.redis_keys(op))
+            if batch.imports is None:
+                batch.imports = defaultdict(list)
+            batch.imports[source].extend(state.store.redis_keys(op))
         runnable.append(op)
         slots.append(index)
-    if not runnable:
-        return results
-    state.inflight[epoch] += 1
-    try:
-        if imports and ownership is not None:
-            await _pull(state, ownership, imports)
-        outputs = await state.store.run(runnable, deadline_ms)
-        for index, op, out in zip(slots, runnable, outputs, strict=True):
-            results[index] = _result(op, out)
-        if _now_ms() > deadline_ms:
-            # The router may have given up on this answer: take back what it consumed.
-            taken_back = await state.store.undo(list(zip(runnable, outputs, strict=True)))
-            state.expired_batches += 1
-            state.undone_checks += taken_back
-            log.warning("batch finished past its deadline: %d checks taken back", taken_back)
-            for index, op in zip(slots, runnable, strict=True):
-                if op.kind == "check":
-                    results[index] = wire.Expired()
-    finally:
-        state.inflight[epoch] -= 1
-        if state.epoch != epoch:
-            # A newer topology waits for batches of older epochs to reach Redis.
-            async with state.drained:
-                state.drained.notify_all()
-    return results
+    return batch
+
+
+def _fill(batch: _Prepared, outputs: list[Any]) -> bool:
+    """Results from Redis' raw outputs; False when they came too late to count."""
+    for index, op, out in zip(batch.slots, batch.runnable, outputs, strict=True):
+        batch.results[index] = _result(op, out)
+    return _now_ms() <= batch.deadline_ms
+
+
+async def _too_late(state: NodeState, batch: _Prepared, outputs: list[Any]) -> None:
+    """The router may have given up on this answer: take back what it consumed."""
+    taken_back = await state.store.undo(list(zip(batch.runnable, outputs, strict=True)))
+    state.expired_batches += 1
+    state.undone_checks += taken_back
+    log.warning("batch finished past its deadline: %d checks taken back", taken_back)
+    for index, op in zip(batch.slots, batch.runnable, strict=True):
+        if op.kind == "check":
+            batch.results[index] = wire.Expired()
+
+
+async def _release(state: NodeState, epoch: int) -> None:
+    state.inflight[epoch] -= 1
+    if state.epoch != epoch:
+        # A newer topology waits for batches of older epochs to reach Redis.
+        async with state.drained:
+            state.drained.notify_all()
+
+
+async def run_batch(state: NodeState, deadline_ms: int, ops: list[wire.Op]) -> list[wire.Result]:
+    """One result per op, in order. Ops for keys this node does not own: `Moved`.
+    Raises PeerError (moving keys could not be imported), RedisError or OSError."""
+    batch = _prepare(state, deadline_ms, ops)
+    if batch is None:
+        return [wire.Expired()] * len(ops)
+    if batch.runnable:
+        state.inflight[batch.epoch] += 1
+        try:
+            await _run(state, batch)
+        finally:
+            await _release(state, batch.epoch)
+    return batch.results
+
+
+async def _run(state: NodeState, batch: _Prepared) -> None:
+    ownership = state.ownership
+    if batch.imports and ownership is not None:
+        await _pull(state, ownership, batch.imports)
+    outputs = await state.store.run(batch.runnable, batch.deadline_ms)
+    if not _fill(batch, outputs):
+        await _too_late(state, batch, outputs)
+
+
+Answer = Callable[[list[wire.Result] | BaseException], None]
+
+
+def start_batch(state: NodeState, deadline_ms: int, ops: list[wire.Op], answer: Answer) -> None:
+    """run_batch() for the channel: `answer` gets the results (or the exception). The
+    common case, a batch of keys this node owns and a Redis connection already open,
+    runs as callbacks, without a task; anything else goes through run_batch()."""
+    batch = _prepare(state, deadline_ms, ops)
+    if batch is None:
+        answer([wire.Expired()] * len(ops))
+        return
+    if not batch.runnable:
+        answer(batch.results)
+        return
+    store = state.store
+    plan = store.plan(batch.runnable, deadline_ms) if batch.imports is None else None
+    replies = store.send_now(plan) if plan is not None else None
+    state.inflight[batch.epoch] += 1
+    if plan is None or replies is None:
+        _spawn(state, batch, _run(state, batch), answer)
+        return
+
+    def done(future: asyncio.Future[list[Any]]) -> None:
+        assert plan is not None
+        error = future.exception()
+        if error is not None:
+            _spawn(state, batch, _raise(error), answer)
+            return
+        raw = future.result()
+        outputs = store.results_now(plan, raw)
+        if outputs is None:
+            _spawn(state, batch, _complete(state, batch, plan, raw), answer)
+        elif not _fill(batch, outputs):
+            _spawn(state, batch, _too_late(state, batch, outputs), answer)
+        elif state.epoch != batch.epoch:
+            _spawn(state, batch, _nothing(), answer)
+        else:
+            state.inflight[batch.epoch] -= 1
+            answer(batch.results)
+
+    replies.add_done_callback(done)
+
+
+async def _raise(error: BaseException) -> None:
+    raise error
+
+
+async def _nothing() -> None:
+    pass
+
+
+async def _complete(state: NodeState, batch: _Prepared, plan: Plan, raw: list[Any]) -> None:
+    outputs = await state.store.complete(plan, raw)
+    if not _fill(batch, outputs):
+        await _too_late(state, batch, outputs)
+
+
+_background: set[asyncio.Task[None]] = set()
+
+
+def _spawn(
+    state: NodeState, batch: _Prepared, work: Coroutine[Any, Any, None], answer: Answer
+) -> None:
+    """The rest of a batch as a task (the uncommon cases); it releases the batch's epoch."""
+
+    async def finish() -> None:
+        outcome: list[wire.Result] | BaseException = batch.results
+        try:
+            await work
+        except Exception as exc:
+            outcome = exc
+        finally:
+            await _release(state, batch.epoch)
+        answer(outcome)
+
+    task = asyncio.get_running_loop().create_task(finish())
+    _background.add(task)
+    task.add_done_callback(_background.discard)
 
 
 def _result(op: Op, out: Any) -> wire.Result:

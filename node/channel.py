@@ -21,7 +21,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from cluster import wire
-from node.batches import MAX_OPS, run_batch
+from node.batches import MAX_OPS, start_batch
 from node.migration import PeerError
 from node.state import NodeState
 
@@ -48,7 +48,7 @@ class _Peer(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.frames = wire.FrameBuffer()
         self.welcomed = False
-        self.running: set[asyncio.Task[None]] = set()
+        self.running = 0  # batches started and not answered
         self.paused = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -99,38 +99,42 @@ class _Peer(asyncio.Protocol):
         if len(request.ops) > MAX_OPS:
             self._write(wire.Reply(request.id, 413, detail=f"at most {MAX_OPS} ops per batch"))
             return
-        task = asyncio.get_running_loop().create_task(self._run(request))
-        self.running.add(task)
-        task.add_done_callback(self._finished)
-        if len(self.running) >= MAX_RUNNING and not self.paused and self.transport is not None:
+        self.running += 1
+        if self.running >= MAX_RUNNING and not self.paused and self.transport is not None:
             self.paused = True
             self.transport.pause_reading()
+        request_id = request.id
 
-    def _finished(self, task: asyncio.Task[None]) -> None:
-        self.running.discard(task)
-        if self.paused and len(self.running) < MAX_RUNNING // 2 and self.transport is not None:
+        def answer(outcome: list[wire.Result] | BaseException) -> None:
+            self._answer(request_id, outcome)
+
+        try:
+            start_batch(self.state, request.deadline_ms, request.ops, answer)
+        except Exception as exc:  # raised before any callback was registered
+            answer(exc)
+
+    def _answer(self, request_id: int, outcome: list[wire.Result] | BaseException) -> None:
+        self.running -= 1
+        if self.paused and self.running < MAX_RUNNING // 2 and self.transport is not None:
             self.paused = False
             if not self.transport.is_closing():
                 self.transport.resume_reading()
-
-    async def _run(self, request: wire.Request) -> None:
         state = self.state
-        try:
-            results = await run_batch(state, request.deadline_ms, request.ops)
-        except PeerError as exc:
-            self._write(wire.Reply(request.id, 503, detail=f"could not import moving keys: {exc}"))
-        except (RedisError, OSError) as exc:
-            if isinstance(exc, RedisConnectionError | OSError):
+        if not isinstance(outcome, BaseException):
+            reply = wire.BatchReply(state.epoch, state.node_id, state.liveness.port, outcome)
+            self._write(wire.Reply(request_id, 200, reply))
+        elif isinstance(outcome, PeerError):
+            detail = f"could not import moving keys: {outcome}"
+            self._write(wire.Reply(request_id, 503, detail=detail))
+        elif isinstance(outcome, RedisError | OSError):
+            if isinstance(outcome, RedisConnectionError | OSError):
                 # Idle pooled connections are dead too (as node/boundary.py does).
-                for client in (state.redis, state.counters):
-                    await client.connection_pool.disconnect(inuse_connections=False)
-            self._write(wire.Reply(request.id, 503, detail=f"node redis unavailable: {exc}"))
-        except Exception as exc:  # a bug: answer it, keep serving the connection
-            log.exception("batch failed")
-            self._write(wire.Reply(request.id, 500, detail=f"{type(exc).__name__}: {exc}"))
-        else:
-            reply = wire.BatchReply(state.epoch, state.node_id, state.liveness.port, results)
-            self._write(wire.Reply(request.id, 200, reply))
+                self.server.drop_idle_redis_connections()
+            self._write(wire.Reply(request_id, 503, detail=f"node redis unavailable: {outcome}"))
+        else:  # a bug: answer it, keep serving the connection
+            log.error("batch failed", exc_info=outcome)
+            detail = f"{type(outcome).__name__}: {outcome}"
+            self._write(wire.Reply(request_id, 500, detail=detail))
 
 
 class ChannelServer:
@@ -143,6 +147,16 @@ class ChannelServer:
         self.port = port
         self.peers: set[_Peer] = set()
         self._server: asyncio.AbstractServer | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def drop_idle_redis_connections(self) -> None:
+        task = asyncio.get_running_loop().create_task(self._drop_idle())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _drop_idle(self) -> None:
+        for client in (self.state.redis, self.state.counters):
+            await client.connection_pool.disconnect(inuse_connections=False)
 
     async def start(self) -> int:
         """Listen; the port (an ephemeral one unless given)."""

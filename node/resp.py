@@ -189,6 +189,14 @@ class RespPipe:
         protocol = await self._open()
         return await protocol.send(self._pack(commands), len(commands))
 
+    def send_now(self, commands: Sequence[Command]) -> asyncio.Future[list[Any]] | None:
+        """execute() without awaiting: the replies' future when the connection is open
+        now, else None (then execute() opens it)."""
+        protocol = self._protocol
+        if protocol is None or protocol.lost is not None:
+            return None
+        return protocol.send(self._pack(commands), len(commands))
+
     async def close(self) -> None:
         protocol, self._protocol = self._protocol, None
         if protocol is not None and protocol.transport is not None:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import orjson
@@ -222,25 +223,51 @@ class CounterStore:
         one call per refund or commit. A script error becomes an exception object in
         its op's slot. A check reaching Redis after `deadline_ms` (real Unix ms, 0 =
         none) is not applied: its raw result is EXPIRED_REPLY."""
+        plan = self.plan(ops, deadline_ms)
+        return await self.complete(plan, await self._evalsha_all(plan.calls))
+
+    def plan(self, ops: list[Op], deadline_ms: int) -> Plan:
+        """The script calls of run()."""
         now_ms = self._estimated_now_ms()
-        checks = [i for i, op in enumerate(ops) if op.kind == "check"]
-        others = [i for i, op in enumerate(ops) if op.kind != "check"]
+        checks: list[int] = []
+        others: list[int] = []
+        for i, op in enumerate(ops):
+            (checks if op.kind == "check" else others).append(i)
         calls = [self._call(ops[i], now_ms) for i in others]
         if checks:
             calls.insert(0, self._batch_call([ops[i] for i in checks], now_ms, deadline_ms))
-        replies = await self._evalsha_all(calls)
-        results: list[Any] = [None] * len(ops)
-        if checks:
-            batch = replies.pop(0)
-            for position, i in enumerate(checks):
-                results[i] = batch if isinstance(batch, Exception) else batch[position]
-        for i, reply in zip(others, replies, strict=True):
-            results[i] = reply
+        return Plan(ops, deadline_ms, checks, others, calls)
+
+    def send_now(self, plan: Plan) -> asyncio.Future[list[Any]] | None:
+        """The plan's pipeline written at once, without a task: its replies' future.
+        None when that cannot be done now (no open lean connection: use run())."""
+        if self.pipe is None:
+            return None
+        started = time.perf_counter()
+        future = self.pipe.send_now(_commands(plan.calls))
+        if future is not None:
+            future.add_done_callback(lambda _: self.on_redis_call(time.perf_counter() - started))
+        return future
+
+    @staticmethod
+    def results_now(plan: Plan, replies: list[Any]) -> list[Any] | None:
+        """run()'s results from the plan's replies, or None when some call must be sent
+        again first (Redis lost its scripts, or a clock estimate was off): complete()."""
+        if any(isinstance(r, NoScriptError) for r in replies):
+            return None
+        results = _assemble(plan, replies)
+        return None if any(r == SKEWED_REPLY for r in results) else results
+
+    async def complete(self, plan: Plan, replies: list[Any]) -> list[Any]:
+        """run()'s results from the plan's replies, sending again what did not run."""
+        replies = await self._resend_missing(plan.calls, replies)
+        results = _assemble(plan, replies)
+        ops = plan.ops
         skewed = [i for i, r in enumerate(results) if r == SKEWED_REPLY]
         if skewed:
             # Our estimate of Redis time was more than a period off: re-measure, retry those.
             await self.measure_skew()
-            retry = await self.run([ops[i] for i in skewed], deadline_ms)
+            retry = await self.run([ops[i] for i in skewed], plan.deadline_ms)
             for i, r in zip(skewed, retry, strict=True):
                 results[i] = r
         return results
@@ -267,24 +294,28 @@ class CounterStore:
         started = time.perf_counter()
         results = await self._evalsha_pipeline(calls)
         self.on_redis_call(time.perf_counter() - started)
-        missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
-        if missing:
-            # Redis lost its script cache (restart, SCRIPT FLUSH); those calls did not run.
-            for script in {calls[i][0].sha: calls[i][0] for i in missing}.values():
-                await self.client.script_load(script.script)
-            retried = await self._evalsha_pipeline([calls[i] for i in missing])
-            for i, r in zip(missing, retried, strict=True):
-                results[i] = r
-        return results
+        return await self._resend_missing(calls, results)
+
+    async def _resend_missing(self, calls: list[ScriptCall], replies: list[Any]) -> list[Any]:
+        """Calls answered NOSCRIPT did not run: load their scripts, send them again."""
+        missing = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+        if not missing:
+            return replies
+        # Redis lost its script cache (restart, SCRIPT FLUSH).
+        for script in {calls[i][0].sha: calls[i][0] for i in missing}.values():
+            await self.client.script_load(script.script)
+        retried = await self._evalsha_pipeline([calls[i] for i in missing])
+        replies = list(replies)
+        for i, r in zip(missing, retried, strict=True):
+            replies[i] = r
+        return replies
 
     async def _evalsha_pipeline(self, calls: list[ScriptCall]) -> list[Any]:
         # EVALSHA directly rather than through Script.__call__: a pipeline holding
         # registered scripts first asks Redis SCRIPT EXISTS, an extra round trip
         # per batch. A NOSCRIPT answer is handled by _evalsha_all().
         if self.pipe is not None:
-            return await self.pipe.execute(
-                [("EVALSHA", script.sha, len(keys), *keys, *args) for script, keys, args in calls]
-            )
+            return await self.pipe.execute(_commands(calls))
         if len(calls) == 1:
             # The common case (a batch of checks only): one command, no pipeline object.
             script, keys, args = calls[0]
@@ -297,6 +328,34 @@ class CounterStore:
             pipe.evalsha(script.sha, len(keys), *keys, *args)
         results: list[Any] = await pipe.execute(raise_on_error=False)
         return results
+
+
+class Plan(NamedTuple):
+    """A batch's script calls: checks (indexes in ops) go in calls[0], others after."""
+
+    ops: list[Op]
+    deadline_ms: int
+    checks: list[int]
+    others: list[int]
+    calls: list[ScriptCall]
+
+
+def _commands(calls: list[ScriptCall]) -> list[tuple[Any, ...]]:
+    # EVALSHA directly: a NOSCRIPT answer is handled by complete().
+    return [("EVALSHA", script.sha, len(keys), *keys, *args) for script, keys, args in calls]
+
+
+def _assemble(plan: Plan, replies: list[Any]) -> list[Any]:
+    results: list[Any] = [None] * len(plan.ops)
+    at = 0
+    if plan.checks:
+        batch = replies[0]
+        at = 1
+        for position, i in enumerate(plan.checks):
+            results[i] = batch if isinstance(batch, Exception) else batch[position]
+    for i, reply in zip(plan.others, replies[at:], strict=True):
+        results[i] = reply
+    return results
 
 
 EXPIRED_REPLY = [-1]  # batch.lua: the deadline had passed, nothing applied
