@@ -226,10 +226,32 @@ def _open_loop_pair(router: str, trivial: str, s: Settings, rate: float) -> dict
         "floor_p50_ms": floor["p50_ms"],
         "floor_p99_ms": floor["p99_ms"],
         "floor_p999_ms": floor["p999_ms"],
+        "p99_over_floor_ms": _over(router_result["p99_ms"], floor["p99_ms"]),
+        "p999_over_floor_ms": _over(router_result["p999_ms"], floor["p999_ms"]),
+        "cpu_usec_per_check": cpu_per_check(router_result.get("cpu"), rate, SERVICE_ROLES),
+        "floor_cpu_usec_per_request": cpu_per_check(floor.get("cpu"), rate, ("trivial aiohttp",)),
         "degraded": router_result["degraded"],
         "router": router_result,
         "floor_trivial_aiohttp": floor,
     }
+
+
+# The processes a check costs: the router, the nodes and their Redis (not the generator).
+SERVICE_ROLES = ("router", "nodes", "redis")
+
+
+def _over(value: float | None, floor: float | None) -> float | None:
+    return None if value is None or floor is None else round(value - floor, 3)
+
+
+def cpu_per_check(cpu: Any, rate: float, roles: tuple[str, ...]) -> dict[str, float] | None:
+    """CPU microseconds per check at an open-loop rate, by role and in total, from the
+    run's /proc window (bench.cpu): cores used ÷ checks per second."""
+    if not isinstance(cpu, dict) or rate <= 0:
+        return None
+    cores = cpu.get("cores", {})
+    per_role = {role: round(cores.get(role, 0.0) * 1e6 / rate, 1) for role in roles}
+    return {**per_role, "total": round(sum(per_role.values()), 1)}
 
 
 def open_loop_latency(router: str, trivial: str, s: Settings) -> dict[str, Any]:

@@ -149,7 +149,7 @@ class CpuWindow:
             "seconds": round(seconds, 2),
             "cpus": cpus,
             "cores": {
-                role: round(used / span, 2)
+                role: round(used / span, 3)
                 for role, used in sorted(per_role.items(), key=lambda kv: -kv[1])
                 if used > 0
             },
