@@ -43,11 +43,12 @@ def _now_ms() -> int:
 class _Prepared:
     """A batch checked against this node's topology: what is left to run in Redis."""
 
-    __slots__ = ("deadline_ms", "epoch", "imports", "results", "runnable", "slots")
+    __slots__ = ("deadline_ms", "epoch", "imports", "ownership", "results", "runnable", "slots")
 
-    def __init__(self, deadline_ms: int, size: int, epoch: int) -> None:
+    def __init__(self, deadline_ms: int, size: int, ownership: Ownership | None) -> None:
         self.deadline_ms = deadline_ms
-        self.epoch = epoch
+        self.ownership = ownership  # what the ops were placed by (imports come from it)
+        self.epoch = ownership.epoch if ownership is not None else 0
         self.results: list[wire.Result] = [wire.Expired()] * size
         self.runnable: list[Op] = []
         self.slots: list[int] = []
@@ -61,7 +62,7 @@ def _prepare(state: NodeState, deadline_ms: int, ops: list[wire.Op]) -> _Prepare
         state.expired_batches += 1
         return None
     ownership = state.ownership
-    batch = _Prepared(deadline_ms, len(ops), state.epoch)
+    batch = _Prepared(deadline_ms, len(ops), ownership)
     results, runnable, slots = batch.results, batch.runnable, batch.slots
     for index, raw in enumerate(ops):
         try:
@@ -124,7 +125,7 @@ async def run_batch(state: NodeState, deadline_ms: int, ops: list[wire.Op]) -> l
 
 
 async def _run(state: NodeState, batch: _Prepared) -> None:
-    ownership = state.ownership
+    ownership = batch.ownership
     if batch.imports and ownership is not None:
         await _pull(state, ownership, batch.imports)
     outputs = await state.store.run(batch.runnable, batch.deadline_ms)
