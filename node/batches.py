@@ -149,19 +149,13 @@ def start_batch(state: NodeState, deadline_ms: int, ops: list[wire.Op], answer: 
         return
     store = state.store
     plan = store.plan(batch.runnable, deadline_ms) if batch.imports is None else None
-    replies = store.send_now(plan) if plan is not None else None
     state.inflight[batch.epoch] += 1
-    if plan is None or replies is None:
-        _spawn(state, batch, _run(state, batch), answer)
-        return
 
-    def done(future: asyncio.Future[list[Any]]) -> None:
+    def replied(raw: list[Any] | Exception) -> None:
         assert plan is not None
-        error = future.exception()
-        if error is not None:
-            _spawn(state, batch, _raise(error), answer)
+        if isinstance(raw, Exception):
+            _spawn(state, batch, _raise(raw), answer)
             return
-        raw = future.result()
         outputs = store.results_now(plan, raw)
         if outputs is None:
             _spawn(state, batch, _complete(state, batch, plan, raw), answer)
@@ -173,7 +167,8 @@ def start_batch(state: NodeState, deadline_ms: int, ops: list[wire.Op], answer: 
             state.inflight[batch.epoch] -= 1
             answer(batch.results)
 
-    replies.add_done_callback(done)
+    if plan is None or not store.send_now(plan, replied):
+        _spawn(state, batch, _run(state, batch), answer)
 
 
 async def _raise(error: BaseException) -> None:

@@ -18,6 +18,7 @@ There is no read timeout, on purpose: see `NodeState.counters` in node/state.py.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, cast
@@ -33,18 +34,38 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 Arg = str | bytes | int | float
 Command = Sequence[Arg]
 
+log = logging.getLogger("shardlimit.node")
+
 # redis-py's own mapping of an error reply to its exception class (NOSCRIPT -> ...).
 _parse_error = cast(Callable[[str], Exception], BaseParser.parse_error)
 _pack_command = cast(Callable[[tuple[Arg, ...]], bytes], hiredis.pack_command)
 
 
-class _Pending:
-    __slots__ = ("future", "left", "replies")
+Replied = Callable[[list[Any] | Exception], None]
 
-    def __init__(self, future: asyncio.Future[list[Any]], count: int) -> None:
-        self.future = future
+
+class _Pending:
+    __slots__ = ("future", "left", "replied", "replies")
+
+    def __init__(
+        self, future: asyncio.Future[list[Any]] | None, count: int, replied: Replied | None = None
+    ) -> None:
+        self.future = future  # awaited by execute() ...
+        self.replied = replied  # ... or called by send_now()'s caller, from data_received
         self.left = count
         self.replies: list[Any] = []
+
+    def settle(self, outcome: list[Any] | Exception) -> None:
+        if self.replied is not None:
+            try:
+                self.replied(outcome)
+            except Exception:  # a bug in the caller must not stall the other replies
+                log.exception("handling a Redis reply failed")
+        elif self.future is not None and not self.future.done():
+            if isinstance(outcome, Exception):
+                self.future.set_exception(outcome)
+            else:
+                self.future.set_result(outcome)
 
 
 def _translate(reply: Any) -> Any:
@@ -69,9 +90,7 @@ class _RespProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = RedisConnectionError(f"connection to Redis lost: {exc or 'closed'}")
         while self.pending:
-            waiter = self.pending.popleft().future
-            if not waiter.done():
-                waiter.set_exception(self.lost)
+            self.pending.popleft().settle(self.lost)
 
     def data_received(self, data: bytes) -> None:
         self.reader.feed(data)
@@ -92,8 +111,7 @@ class _RespProtocol(asyncio.Protocol):
             head.left -= 1
             if head.left == 0:
                 self.pending.popleft()
-                if not head.future.done():
-                    head.future.set_result(head.replies)
+                head.settle(head.replies)
 
     def send(self, payload: bytes, count: int) -> asyncio.Future[list[Any]]:
         assert self.transport is not None
@@ -101,6 +119,11 @@ class _RespProtocol(asyncio.Protocol):
         self.pending.append(_Pending(future, count))
         self.transport.write(payload)
         return future
+
+    def send_calling(self, payload: bytes, count: int, replied: Replied) -> None:
+        assert self.transport is not None
+        self.pending.append(_Pending(None, count, replied))
+        self.transport.write(payload)
 
 
 class RespPipe:
@@ -189,13 +212,15 @@ class RespPipe:
         protocol = await self._open()
         return await protocol.send(self._pack(commands), len(commands))
 
-    def send_now(self, commands: Sequence[Command]) -> asyncio.Future[list[Any]] | None:
-        """execute() without awaiting: the replies' future when the connection is open
-        now, else None (then execute() opens it)."""
+    def send_now(self, commands: Sequence[Command], replied: Replied) -> bool:
+        """execute() without awaiting, when the connection is open now (else False: then
+        execute() opens it). `replied` gets the replies, or the ConnectionError that lost
+        them, called from the protocol itself: no future, no extra loop turn."""
         protocol = self._protocol
         if protocol is None or protocol.lost is not None:
-            return None
-        return protocol.send(self._pack(commands), len(commands))
+            return False
+        protocol.send_calling(self._pack(commands), len(commands), replied)
+        return True
 
     async def close(self) -> None:
         protocol, self._protocol = self._protocol, None

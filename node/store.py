@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -238,16 +237,19 @@ class CounterStore:
             calls.insert(0, self._batch_call([ops[i] for i in checks], now_ms, deadline_ms))
         return Plan(ops, deadline_ms, checks, others, calls)
 
-    def send_now(self, plan: Plan) -> asyncio.Future[list[Any]] | None:
-        """The plan's pipeline written at once, without a task: its replies' future.
-        None when that cannot be done now (no open lean connection: use run())."""
+    def send_now(self, plan: Plan, replied: Callable[[list[Any] | Exception], None]) -> bool:
+        """The plan's pipeline written at once, without a task; `replied` gets the raw
+        replies (or the connection error). False when that cannot be done now (no open
+        lean connection: use run())."""
         if self.pipe is None:
-            return None
+            return False
         started = time.perf_counter()
-        future = self.pipe.send_now(_commands(plan.calls))
-        if future is not None:
-            future.add_done_callback(lambda _: self.on_redis_call(time.perf_counter() - started))
-        return future
+
+        def timed(outcome: list[Any] | Exception) -> None:
+            self.on_redis_call(time.perf_counter() - started)
+            replied(outcome)
+
+        return self.pipe.send_now(_commands(plan.calls), timed)
 
     @staticmethod
     def results_now(plan: Plan, replies: list[Any]) -> list[Any] | None:
