@@ -1,8 +1,9 @@
 """Python client SDK for the shardlimit router: `Client` (blocking) and `AsyncClient` (aiohttp).
 
 Both clients describe every API call as a `_Call` and hand the answer to one function,
-`_result`, which turns (status, body bytes) into a typed result or an exception. Transport
-failures are turned into `Unavailable` at each client's single send method.
+`_result` (cluster/sdk/calls.py), which turns (status, body bytes) into a typed result or
+an exception. Transport failures are turned into `Unavailable` at each client's single
+send method.
 """
 
 from __future__ import annotations
@@ -10,19 +11,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http.client
-import re
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
 from types import TracebackType
-from typing import Any, Generic, Self, TypeVar
-from urllib.parse import quote, urlencode, urlsplit
+from typing import Any, Self
+from urllib.parse import urlsplit
 
 import aiohttp
-import msgspec
-import orjson
 
+from cluster.sdk.calls import (
+    _T,
+    DEFAULT_URL,
+    Amount,
+    CheckSpec,
+    _batch_call,
+    _bodies,
+    _Call,
+    _check_call,
+    _chunks,
+    _headers,
+    _offending,
+    _quota_adjust_call,
+    _refund_call,
+    _result,
+    _rule_call,
+    _transport_error,
+    _usage_call,
+)
 from cluster.sdk.errors import (
     AlreadyRefunded,
     BadRequest,
@@ -31,7 +47,6 @@ from cluster.sdk.errors import (
     ShardlimitError,
     Unavailable,
     all_decisions,
-    is_reused,
     outcomes_of,
 )
 from cluster.sdk.results import (
@@ -41,11 +56,6 @@ from cluster.sdk.results import (
     QuotaAdjustment,
     RefundResult,
     RuleInfo,
-    parse_decision,
-    parse_decisions,
-    parse_quota_adjustment,
-    parse_refund,
-    parse_rule_info,
 )
 
 __all__ = [
@@ -65,179 +75,6 @@ __all__ = [
     "ShardlimitError",
     "Unavailable",
 ]
-
-DEFAULT_URL = "http://127.0.0.1:8080"
-_USER_AGENT = "shardlimit-python/0.1"
-_T = TypeVar("_T")
-Amount = Decimal | str | int
-
-
-@dataclass(frozen=True, slots=True)
-class CheckSpec:
-    """One check of `check_many` (a dict with the same keys is accepted too)."""
-
-    key: str
-    rule: str | None = None
-    limits: Sequence[Mapping[str, Any]] | None = None
-    cost: int = 1
-    amount: Amount | None = None
-    request_id: str | None = None
-    dry_run: bool = False
-
-    def to_body(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"key": self.key, "cost": self.cost}
-        if self.rule is not None:
-            body["rule"] = self.rule
-        if self.limits is not None:
-            body["limits"] = [dict(limit) for limit in self.limits]
-        if self.amount is not None:
-            body["amount"] = _amount(self.amount)
-        if self.request_id is not None:
-            body["request_id"] = self.request_id
-        if self.dry_run:
-            body["dry_run"] = True
-        return body
-
-
-def _amount(value: Amount) -> str:
-    if isinstance(value, bool) or not isinstance(value, Decimal | str | int):
-        raise TypeError(f"amount must be Decimal, str or int, not {type(value).__name__}")
-    return str(value)
-
-
-@dataclass(frozen=True, slots=True)
-class _Call(Generic[_T]):
-    """One API request and how to read its successful answer."""
-
-    method: str
-    path: str
-    body: bytes | None
-    parse: Callable[[dict[str, Any]], _T]
-
-
-def _json(value: Any) -> bytes:
-    def default(obj: Any) -> Any:
-        if isinstance(obj, Decimal):
-            return str(obj)
-        raise TypeError(f"cannot send {type(obj).__name__} as JSON")
-
-    return orjson.dumps(value, default=default)
-
-
-def _check_call(body: dict[str, Any]) -> _Call[Decision]:
-    return _Call("POST", "/v1/check", _json(body), parse_decision)
-
-
-def _batch_call(checks: Sequence[dict[str, Any]], all_or_nothing: bool) -> _Call[list[Decision]]:
-    body = {"checks": list(checks), "all_or_nothing": all_or_nothing}
-    expected = len(checks)
-
-    def parse(data: dict[str, Any]) -> list[Decision]:
-        decisions = parse_decisions(data)
-        if len(decisions) != expected:
-            raise ValueError(f"{len(decisions)} results for {expected} checks")
-        return decisions
-
-    return _Call("POST", "/v1/check/batch", _json(body), parse)
-
-
-def _refund_call(
-    key: str, rule: str | None, limits: Sequence[Mapping[str, Any]] | None, request_id: str
-) -> _Call[RefundResult]:
-    body: dict[str, Any] = {"key": key, "request_id": request_id}
-    if rule is not None:
-        body["rule"] = rule
-    if limits is not None:
-        body["limits"] = [dict(limit) for limit in limits]
-    return _Call("POST", "/v1/refund", _json(body), parse_refund)
-
-
-def _quota_adjust_call(
-    key: str,
-    rule: str,
-    request_id: str,
-    changes: Mapping[str, int | Amount | None],
-) -> _Call[QuotaAdjustment]:
-    body: dict[str, Any] = {"key": key, "rule": rule, "request_id": request_id}
-    for name, value in changes.items():
-        if value is not None:
-            body[name] = _amount(value) if name.endswith("_amount") else value
-    return _Call("POST", "/v1/quota/adjust", _json(body), parse_quota_adjustment)
-
-
-def _usage_call(key: str, rule: str) -> _Call[Decision]:
-    return _Call("GET", "/v1/usage?" + urlencode({"key": key, "rule": rule}), None, parse_decision)
-
-
-def _rule_call(name: str) -> _Call[RuleInfo]:
-    return _Call("GET", "/v1/rules/" + quote(name, safe=""), None, parse_rule_info)
-
-
-def _result(call: _Call[_T], status: int, raw: bytes) -> _T:
-    """The single transport boundary: an HTTP answer -> a typed result or an exception."""
-    try:
-        data = orjson.loads(raw) if raw else None
-    except orjson.JSONDecodeError:
-        data = None
-    if status >= 500:
-        detail = data.get("detail") if isinstance(data, dict) else None
-        raise Unavailable(f"router answered {status}: {detail or 'no detail'}", status)
-    # 429 from /v1/check is a denial, not an error.
-    if status == 200 or (status == 429 and isinstance(data, dict) and "allowed" in data):
-        if not isinstance(data, dict):
-            raise Unavailable(f"router answered {status} without a JSON object", status)
-        try:
-            return call.parse(data)
-        except (KeyError, TypeError, ValueError, InvalidOperation, msgspec.ValidationError) as exc:
-            raise Unavailable(f"unexpected answer from the router: {exc!r}", status) from exc
-    problem: dict[str, Any] = data if isinstance(data, dict) else {"status": status}
-    if status == 404:
-        raise NotFound(status, problem)
-    if status == 409 and str(problem.get("type", "")).endswith("/already-refunded"):
-        raise AlreadyRefunded(status, problem)
-    if is_reused(status, problem):
-        raise RequestIdReused(status, problem)
-    if 400 <= status < 500:
-        raise BadRequest(status, problem)
-    raise Unavailable(f"unexpected status {status}", status)
-
-
-def _transport_error(exc: BaseException) -> Unavailable:
-    return Unavailable(f"cannot reach the router: {type(exc).__name__}: {exc}".rstrip(": "))
-
-
-_BATCH_FIELD = re.compile(r"^checks\[(\d+)\]")
-
-
-def _offending(error: BadRequest, size: int) -> set[int] | None:
-    """Indexes named by a batch validation error, or None if it is not only about checks[i]."""
-    indexes: set[int] = set()
-    for name, _message in error.errors:
-        match = _BATCH_FIELD.match(name)
-        if match is None or int(match.group(1)) >= size:
-            return None
-        indexes.add(int(match.group(1)))
-    return indexes or None
-
-
-def _headers(admin_token: str | None) -> dict[str, str]:
-    headers = {
-        "Content-Type": "application/json",
-        "Accept": "application/json, application/problem+json",
-        "User-Agent": _USER_AGENT,
-    }
-    if admin_token is not None:
-        headers["Authorization"] = f"Bearer {admin_token}"
-    return headers
-
-
-def _bodies(checks: Sequence[CheckSpec | Mapping[str, Any]]) -> list[dict[str, Any]]:
-    return [(c if isinstance(c, CheckSpec) else CheckSpec(**c)).to_body() for c in checks]
-
-
-def _chunks(bodies: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]:
-    return [bodies[i : i + size] for i in range(0, len(bodies), size)]
-
 
 # --------------------------------------------------------------------------- async client
 

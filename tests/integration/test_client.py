@@ -8,6 +8,7 @@ from decimal import Decimal
 import pytest
 
 from cluster.local.redis_proc import free_port
+from cluster.sdk.calls import _result, _usage_call
 from cluster.sdk.client import (
     AlreadyRefunded,
     AsyncClient,
@@ -17,8 +18,6 @@ from cluster.sdk.client import (
     Decision,
     NotFound,
     Unavailable,
-    _result,
-    _usage_call,
 )
 from tests.conftest import Cluster
 
