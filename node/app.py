@@ -14,7 +14,14 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from cluster import wire
-from cluster.model.keys import LEASES, REQUEST_ID, RULES_KEY, lease_key, limit_key_of
+from cluster.model.keys import (
+    LEASES,
+    REQUEST_ID,
+    RULES_KEY,
+    TOPOLOGY_KEY,
+    lease_key,
+    limit_key_of,
+)
 from cluster.model.topology import Topology
 from cluster.web.auth import bearer_matches
 from cluster.web.problem import problem, problem_middleware, read_json
@@ -24,6 +31,7 @@ from node.channel import ChannelServer
 from node.migration import PeerError, decode_entries, encode_entries
 from node.ownership import Role
 from node.state import NodeState
+from node.topology_store import install_topology, moves_of_epoch
 
 log = logging.getLogger("shardlimit.node")
 MAX_BODY = 16 * 1024 * 1024
@@ -86,14 +94,6 @@ async def batch(request: web.Request, state: NodeState, body: Any) -> web.Respon
     return _reply(state, results)
 
 
-async def install_topology(state: NodeState, topology: Topology) -> str | None:
-    """Adopt a topology unless it is older; returns why not, else None."""
-    if state.topology is not None and topology.epoch < state.topology.epoch:
-        return f"have epoch {state.topology.epoch}"
-    if state.topology is None or topology.epoch > state.topology.epoch:
-        state.topology = topology
-    await state.wait_drained(topology.epoch)
-    return None
 
 
 def _parse_topology(data: Any) -> Topology | str:
@@ -110,7 +110,7 @@ async def put_topology(request: web.Request, state: NodeState, body: Any) -> web
         return problem(400, "bad-topology", topology)
     refused = await install_topology(state, topology)
     if refused is not None:
-        return problem(409, "stale-epoch", refused)
+        return problem(409, refused.kind, refused.detail)
     return _json({"epoch": state.epoch})
 
 
@@ -139,7 +139,7 @@ async def export_keys(request: web.Request, state: NodeState, body: Any) -> web.
         lk is None or ownership.role(lk)[0] is not Role.MOVED for lk in limit_keys
     ):
         return problem(409, "not-moving", "only keys this node no longer serves can be exported")
-    entries = await state.migrator.export(keys)
+    entries = await state.migrator.export(keys, reverted=ownership.reverts)
     return _json({"entries": encode_entries(entries)})
 
 
@@ -154,7 +154,8 @@ async def import_keys(request: web.Request, state: NodeState, body: Any) -> web.
         entries = decode_entries(body.get("entries"))
     except (ValueError, TypeError) as exc:
         return problem(400, "bad-import", str(exc))
-    restored = await state.migrator.import_entries(migration, entries)
+    reverting = state.ownership.reverts is not None
+    restored = await state.migrator.import_entries(migration, entries, replace=reverting)
     return _json({"restored": restored, "received": len(entries)})
 
 
@@ -175,7 +176,8 @@ async def migrate_step(request: web.Request, state: NodeState, body: Any) -> web
         return problem(409, "wrong-migration", "this node is not in that migration")
     try:
         budget = state.migrator.budget(migration, rate, busy_pct)
-        step = await state.migrator.copy_batch(ownership, cursor, count, budget)
+        guard = functools.partial(moves_of_epoch, state, ownership.epoch)
+        step = await state.migrator.copy_batch(ownership, cursor, count, budget, guard)
         if step["cursor"] == 0:
             # Every moving key is at its new owner now: so go the holds on them.
             step["holds"] = await state.holds.hand_over(ownership.moving_away)
@@ -188,8 +190,10 @@ async def migrate_step(request: web.Request, state: NodeState, body: Any) -> web
 @internal(with_body=False)
 async def stats(request: web.Request, state: NodeState, body: Any) -> web.Response:
     rules_version = int(await state.redis.hget(RULES_KEY, "version") or 0)
-    # Keys the node holds for limits; the cluster's rules document is not one.
-    keys = await state.redis.dbsize() - (1 if rules_version else 0)
+    # Keys the node holds for limits; the cluster's rules and its kept topology are not.
+    kept = int(await state.redis.exists(TOPOLOGY_KEY))
+    keys = await state.redis.dbsize() - (1 if rules_version else 0) - kept
+    topology = state.topology
     memory = (await state.redis.info("memory"))["used_memory"]
     kwargs = state.redis.connection_pool.connection_kwargs
     address = {"host": kwargs.get("host"), "port": kwargs.get("port"), "db": kwargs.get("db", 0)}
@@ -197,7 +201,9 @@ async def stats(request: web.Request, state: NodeState, body: Any) -> web.Respon
         {"node": state.node_id, "epoch": state.epoch, "keys": keys, "memory": memory,
          "redis": address, "live": state.liveness.port, "expired_batches": state.expired_batches,
          "undone_checks": state.undone_checks,
-         "rules_version": rules_version}
+         "rules_version": rules_version,
+         "cluster_id": topology.cluster_id if topology else None,
+         "partitioner": topology.partitioner.kind if topology else None}
     )  # fmt: skip
 
 

@@ -6,7 +6,8 @@ See docs/resharding.md for the protocol and why each step is safe to repeat.
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import aiohttp
@@ -21,7 +22,13 @@ from node.ownership import Ownership
 from node.scripts import read_lua
 
 MARKER_TTL_MS = 2 * 86_400_000
-ExportEntry = tuple[str, bytes | None, int]  # (redis key, dump or None, absolute expiry ms or -1)
+# (redis key, dump or None, absolute expiry ms or -1, authoritative): authoritative is
+# False only when a migration is aborted and the sender never held the key (the
+# receiver's own copy is then the current one).
+ExportEntry = tuple[str, bytes | None, int, bool]
+# Guards one move of a copy step: raises PeerError once the topology changed, and holds
+# back the next topology's acknowledgement while the move runs.
+MoveGuard = Callable[[], AbstractAsyncContextManager[None]]
 
 
 class PeerError(Exception):
@@ -30,8 +37,8 @@ class PeerError(Exception):
 
 def encode_entries(entries: Sequence[ExportEntry]) -> list[list[Any]]:
     return [
-        [key, base64.b64encode(dump).decode() if dump is not None else None, expiry]
-        for key, dump, expiry in entries
+        [key, base64.b64encode(dump).decode() if dump is not None else None, expiry, authoritative]
+        for key, dump, expiry, authoritative in entries
     ]
 
 
@@ -40,14 +47,18 @@ def decode_entries(raw: Any) -> list[ExportEntry]:
         raise ValueError("entries must be a list")
     out: list[ExportEntry] = []
     for item in raw:
-        if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str)):
-            raise ValueError("each entry is [key, dump or null, expiry]")
-        key, dump, expiry = item
+        if not (isinstance(item, list) and len(item) in (3, 4) and isinstance(item[0], str)):
+            raise ValueError("each entry is [key, dump or null, expiry, authoritative?]")
+        key, dump, expiry = item[:3]
+        authoritative = item[3] if len(item) == 4 else True
         if not isinstance(expiry, int) or isinstance(expiry, bool):
             raise ValueError("expiry must be an integer")
+        if not isinstance(authoritative, bool):
+            raise ValueError("authoritative must be a boolean")
         if limit_key_of(key) is None:
             raise ValueError(f"not a shardlimit key: {key[:80]!r}")
-        out.append((key, base64.b64decode(dump) if isinstance(dump, str) else None, expiry))
+        decoded = base64.b64decode(dump) if isinstance(dump, str) else None
+        out.append((key, decoded, expiry, authoritative))
     return out
 
 
@@ -57,6 +68,7 @@ class Migrator:
     ) -> None:
         self.client = client
         self.import_script = client.register_script(read_lua("import.lua"))
+        self.revert_script = client.register_script(read_lua("import_revert.lua"))
         self._session_factory = session_factory
         self._redis_addresses: dict[str, tuple[str, int, int]] = {}
         self._finder: tuple[tuple[str, int], Finder] | None = None
@@ -67,44 +79,66 @@ class Migrator:
         if cluster_token:
             self.headers["Authorization"] = f"Bearer {cluster_token}"
 
-    async def export(self, keys: Sequence[str]) -> list[ExportEntry]:
-        """DUMP + absolute expiry of each key (None when absent). Does not delete."""
+    async def export(self, keys: Sequence[str], reverted: str | None = None) -> list[ExportEntry]:
+        """DUMP + absolute expiry of each key (None when absent). Does not delete.
+
+        `reverted`: the migration an abort undoes. A key is then authoritative only if
+        this node holds it or imported it in that migration (its marker): otherwise it
+        never came here, and the receiver's own copy is the current one."""
         pipe = self.client.pipeline(transaction=False)
         pipe.time()
         for key in keys:
             pipe.dump(key)
             pipe.pttl(key)
+            if reverted is not None:
+                pipe.exists(marker_key(reverted, key))
         results = await pipe.execute()
         seconds, micros = results[0]
         now_ms = seconds * 1000 + micros // 1000
         out: list[ExportEntry] = []
+        width = 2 if reverted is None else 3
         for i, key in enumerate(keys):
-            dump, pttl = results[1 + 2 * i], results[2 + 2 * i]
+            dump, pttl = results[1 + width * i], results[2 + width * i]
+            imported = reverted is not None and bool(results[3 + width * i])
             if dump is None or pttl == -2:
-                out.append((key, None, -1))
+                out.append((key, None, -1, reverted is None or imported))
             else:
-                out.append((key, dump, -1 if pttl < 0 else now_ms + pttl))
+                out.append((key, dump, -1 if pttl < 0 else now_ms + pttl, True))
         return out
 
-    async def import_entries(self, migration_id: str, entries: Sequence[ExportEntry]) -> int:
+    async def import_entries(
+        self, migration_id: str, entries: Sequence[ExportEntry], *, replace: bool = False
+    ) -> int:
+        """Install keys once per migration (their markers). `replace`: an abort hands
+        keys back, over the frozen copy the aborted migration left here."""
         if not entries:
             return 0
         keys: list[str] = []
         args: list[Any] = [MARKER_TTL_MS]
-        for key, dump, expiry in entries:
+        for key, dump, expiry, authoritative in entries:
             keys += [key, marker_key(migration_id, key)]
             args += [dump if dump is not None else b"", expiry]
-        restored: int = await self.import_script(keys=keys, args=args)
+            if replace:
+                args.append(1 if authoritative else 0)
+        script = self.revert_script if replace else self.import_script
+        restored: int = await script(keys=keys, args=args)
         return restored
 
-    async def missing_markers(self, migration_id: str, keys: Sequence[str]) -> list[str]:
+    async def missing_markers(
+        self, migration_id: str, keys: Sequence[str], *, reverting: bool = False
+    ) -> list[str]:
         """The keys still to import: no marker, and absent here. A moving key present
         here without a marker came by the background copy's MIGRATE (this node writes
         a moving key only after importing it, and a finished migration leaves no copy
-        on a node that lost the key), so it is already the current one: no pull."""
+        on a node that lost the key), so it is already the current one: no pull.
+        Not when an abort hands keys back (`reverting`): a key present here may be the
+        frozen copy the aborted migration left, so only the marker counts."""
         pipe = self.client.pipeline(transaction=False)
         for key in keys:
-            pipe.exists(marker_key(migration_id, key), key)
+            if reverting:
+                pipe.exists(marker_key(migration_id, key))
+            else:
+                pipe.exists(marker_key(migration_id, key), key)
         found = await pipe.execute()
         return [key for key, present in zip(keys, found, strict=True) if not present]
 
@@ -129,12 +163,14 @@ class Migrator:
         """Import `keys` from their previous owner unless already imported."""
         migration_id = ownership.migration_id
         assert migration_id is not None
-        missing = await self.missing_markers(migration_id, keys)
+        reverting = ownership.reverts is not None
+        missing = await self.missing_markers(migration_id, keys, reverting=reverting)
         if not missing:
             return 0
         payload = {"keys": missing, "topology": ownership.topology.to_dict()}
         body = await self.post(source_url + wire.EXPORT_PATH, payload, timeout_s=5.0)
-        return await self.import_entries(migration_id, decode_entries(body["entries"]))
+        entries = decode_entries(body["entries"])
+        return await self.import_entries(migration_id, entries, replace=reverting)
 
     def budget(self, migration_id: str, rate: int, busy_pct: int) -> Budget:
         """The pacing of this source's copy: kept across the steps of a migration, so
@@ -146,10 +182,17 @@ class Migrator:
         return budget
 
     async def copy_batch(
-        self, ownership: Ownership, cursor: int, count: int, budget: Budget | None = None
+        self,
+        ownership: Ownership,
+        cursor: int,
+        count: int,
+        budget: Budget | None = None,
+        guard: MoveGuard | None = None,
     ) -> dict[str, Any]:
         """One copy step (node/copy.py): examine up to `count` keys from `cursor`, send
-        those that moved away to their new owners, then drop them here."""
+        those that moved away to their new owners, then drop them here. Each move runs
+        under `guard`. When an abort hands keys back, they go through the import
+        endpoint (never MIGRATE, which cannot replace the target's stale copy)."""
         migration_id = ownership.migration_id
         if migration_id is None:
             return {"cursor": 0, "scanned": 0, "moved": 0, "restored": 0}
@@ -158,12 +201,20 @@ class Migrator:
             self._finder = (cached, Finder(self.client, ownership))
         finder = self._finder[1]
 
-        async def move(target: str, keys: list[str]) -> int:
+        async def move_now(target: str, keys: list[str]) -> int:
             spec = ownership.node_spec(target)
             if spec is None:
                 raise PeerError(f"target {target} is not in the topology")
+            if ownership.reverts is not None:
+                return await self._send_dumps(spec.url, migration_id, keys)
             left = await self._migrate_direct(spec.url, keys)
             return await self._send_dumps(spec.url, migration_id, left) if left else 0
+
+        async def move(target: str, keys: list[str]) -> int:
+            if guard is None:
+                return await move_now(target, keys)
+            async with guard():
+                return await move_now(target, keys)
 
         return await copy_step(finder, move, cursor, count, budget or Budget())
 
@@ -248,6 +299,7 @@ class Migrator:
         answer = await self.post(
             target_url + wire.IMPORT_PATH,
             {"migration": migration_id, "entries": encode_entries(entries)},
+            timeout_s=30.0,
         )
         # Only now, with the target's acknowledgement, drop our frozen copy.
         await self.client.delete(*keys)

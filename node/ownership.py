@@ -22,6 +22,9 @@ class Ownership:
     topology: Topology
     previous: Partitioner | None  # the partitioner being migrated away from
     migration_id: str | None
+    # The migration this one undoes (an abort): the keys it copied are handed back, and
+    # a new owner's own copy of a moving key may be stale (see node/migration.py).
+    reverts: str | None = None
 
     @classmethod
     def build(cls, node_id: str, topology: Topology) -> Ownership:
@@ -32,6 +35,7 @@ class Ownership:
             topology,
             partitioner_from_dict(previous) if isinstance(previous, dict) else None,
             str(migration["id"]) if "id" in migration else None,
+            str(migration["reverts"]) if migration.get("reverts") else None,
         )
 
     @property

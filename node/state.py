@@ -22,6 +22,7 @@ from node.migration import Migrator, PeerError
 from node.ownership import Ownership
 from node.scripts import read_lua
 from node.store import CounterStore
+from node.topology_store import load_persisted
 
 __all__ = ["NodeState"]
 
@@ -71,6 +72,9 @@ class NodeState:
         # All-or-nothing holds: swept, settled where their key lives (node/holds.py).
         self.holds = HoldKeeper(self, functools.partial(_resolve, self))
         self.ownership: Ownership | None = None
+        # node/topology_store.py: one install at a time; the kept topology read once.
+        self.topology_lock = asyncio.Lock()
+        self.topology_loaded = False
         self._session: aiohttp.ClientSession | None = None
         # The copy's SCAN and MIGRATE calls may take longer than a read timeout.
         self.migrator = Migrator(self.counters, self.session, cluster_token)
@@ -115,6 +119,7 @@ class NodeState:
             await self.store.measure_skew()
         except (RedisError, OSError):
             log.warning("redis not reachable at start-up; clock skew assumed 0")
+        await load_persisted(self)
         self.sweeper = asyncio.get_running_loop().create_task(self.holds.run_forever())
         self.liveness.start()
 

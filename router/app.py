@@ -22,7 +22,7 @@ from router.decisions import ratelimit_headers
 from router.dispatch import NodeUnavailable
 from router.errors import problem_answers
 from router.handler_tools import ROUTER, admin_only, json_response, router_of
-from router.membership import add_node, remove_node, resume_migration
+from router.membership import abort_migration, add_node, remove_node, resume_migration
 from router.metrics import endpoint_of
 from router.openapi import openapi_document
 from router.quota_adjust import parse_adjust
@@ -356,6 +356,7 @@ def create_app(
     app.router.add_post("/v1/cluster/nodes", add_node)
     app.router.add_delete("/v1/cluster/nodes/{id}", remove_node)
     app.router.add_post("/v1/cluster/migration/resume", resume_migration)
+    app.router.add_post("/v1/cluster/migration/abort", abort_migration)
     app.router.add_get("/v1/locate", get_locate)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

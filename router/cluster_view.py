@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -41,7 +43,12 @@ class ClusterView:
         # Raises cluster.web.tls.TlsError.
         self.ssl_context = config.tls.client_context()
         self.path = Path(config.data_dir) / "topology.json"
+        # fresh: the topology was made from the config at this start, not found on disk.
+        self.fresh = False
         self.topology = self._initial_topology()
+        # Nodes that answer for another cluster (node id -> its cluster id): never pushed to.
+        self.foreign: dict[str, str] = {}
+        self.push_failures: dict[str, str] = {}  # node id -> why its last push failed
         self.channels: dict[str, NodeChannel] = {}
         self._pushes: dict[str, asyncio.Task[bool]] = {}
         self._refresh: asyncio.Task[None] | None = None
@@ -54,20 +61,41 @@ class ClusterView:
     def _initial_topology(self) -> Topology:
         stored = topo.load(self.path)
         if stored is not None:
+            if stored.cluster_id is None:  # kept by a version without cluster ids
+                stored = dataclasses.replace(stored, cluster_id=new_cluster_id())
+                topo.save_atomic(self.path, stored)
             return stored
         if not self.config.nodes:
             raise ValueError("no topology in the data dir and no nodes in the config")
         part = new_partitioner(
             self.config.partitioner, self.config.nodes, vnodes=self.config.vnodes
         )
-        topology = Topology(epoch=1, partitioner=part)
+        topology = Topology(epoch=1, partitioner=part, cluster_id=new_cluster_id())
         topo.save_atomic(self.path, topology)
+        self.fresh = True
         return topology
+
+    def _join_existing(self, theirs: Topology) -> bool:
+        """A router started on an empty data dir, whose configured nodes already form a
+        cluster (another router of it started first): take that cluster's topology."""
+        if not self.fresh or theirs.cluster_id is None:
+            return False
+        configured = {(n.id, n.url) for n in self.topology.nodes}
+        if configured != {(n.id, n.url) for n in theirs.nodes} and theirs.migration is None:
+            return False
+        topo.save_atomic(self.path, theirs)
+        self.topology = theirs
+        self.fresh = False
+        self.foreign.clear()
+        self._build_channels()
+        log.info("joined cluster %s at epoch %d", theirs.cluster_id, theirs.epoch)
+        return True
 
     async def start(self) -> None:
         self._build_channels()
         # Another router may have moved the cluster on while we were down.
         await self.refresh_from_nodes()
+        self.fresh = False
         await asyncio.gather(*(self.push_topology(n) for n in self.member_ids()))
         self._poller = asyncio.get_running_loop().create_task(self._poll_epochs())
 
@@ -109,8 +137,18 @@ class ClusterView:
                 self.on_channel(self.channels[spec.id])
 
     def adopt(self, topology: Topology) -> bool:
-        """Take a newer topology: persist it, open channels to new nodes."""
+        """Take a newer topology of this cluster: persist it, open channels to new nodes."""
+        if topology.cluster_id != self.topology.cluster_id and self._join_existing(topology):
+            return True
         if topology.epoch <= self.topology.epoch:
+            return False
+        if topology.cluster_id != self.topology.cluster_id:
+            log.error(
+                "ignored topology epoch %d of cluster %s (this is cluster %s)",
+                topology.epoch,
+                topology.cluster_id,
+                self.topology.cluster_id,
+            )
             return False
         topo.save_atomic(self.path, topology)
         self.topology = topology
@@ -143,6 +181,7 @@ class ClusterView:
         channel = self.channels[node_id]
         stats = await channel.get(wire.STATS_PATH, timeout_s=1.0)
         channel.learn_liveness_port(stats.get("live"))
+        self._note_cluster(node_id, stats.get("cluster_id"))
         for listener in self._stats_listeners:
             listener(node_id, stats)
         return int(stats.get("epoch", 0))
@@ -155,9 +194,28 @@ class ClusterView:
                 return 0, node_id
 
         found = await asyncio.gather(*(epoch_of(n) for n in list(self.channels)))
+        if self.fresh:
+            for _epoch, node_id in sorted(found, reverse=True):
+                if node_id in self.foreign:
+                    await self.refresh_from(node_id)  # joins it if it is this cluster
+                    break
         epoch, node_id = max(found, default=(0, ""))
         if epoch > self.topology.epoch:
             await self.refresh_from(node_id)
+
+    def _note_cluster(self, node_id: str, cluster_id: Any) -> None:
+        if isinstance(cluster_id, str) and cluster_id != self.topology.cluster_id:
+            if self.foreign.get(node_id) != cluster_id:
+                log.error(
+                    "node %s answers for cluster %s, not this cluster %s: "
+                    "no topology is pushed to it",
+                    node_id,
+                    cluster_id,
+                    self.topology.cluster_id,
+                )
+            self.foreign[node_id] = cluster_id
+        else:
+            self.foreign.pop(node_id, None)
 
     async def _poll_epochs(self) -> None:
         """A second router learns of a change within a second even if idle."""
@@ -188,6 +246,11 @@ class ClusterView:
 
     async def push_topology(self, node_id: str) -> bool:
         channel = self.channels[node_id]
+        if node_id in self.foreign:
+            self.push_failures[node_id] = (
+                f"node {node_id} answers for another cluster ({self.foreign[node_id]})"
+            )
+            return False
         try:
             await channel.post(
                 wire.TOPOLOGY_PATH, self.topology.to_dict(), method="PUT", timeout_s=10.0
@@ -196,7 +259,9 @@ class ClusterView:
             log.warning(
                 "could not push topology epoch %s to %s: %s", self.topology.epoch, node_id, exc
             )
+            self.push_failures[node_id] = str(exc)
             return False
+        self.push_failures.pop(node_id, None)
         return True
 
     def owner(self, key: str) -> str:
@@ -280,3 +345,7 @@ class ClusterView:
                     await task
         for channel in self.channels.values():
             await channel.close()
+
+
+def new_cluster_id() -> str:
+    return uuid.uuid4().hex[:16]

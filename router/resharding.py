@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import secrets
 import time
@@ -14,12 +15,12 @@ from typing import Any
 from cluster import wire
 from cluster.model.nodes import NodeSpec
 from cluster.model.partition import Partitioner, partitioner_from_dict
-from cluster.model.topology import Topology
 from router.cluster_view import ClusterView
 from router.dispatch import NodeUnavailable
 
 log = logging.getLogger("shardlimit.reshard")
 STEP_ATTEMPTS = 5
+PUSH_ATTEMPTS = 10  # rounds of topology pushes, 0.5 s apart, before a migration pauses
 
 
 class ReshardError(Exception):
@@ -28,6 +29,14 @@ class ReshardError(Exception):
     def __init__(self, detail: str, slug: str = "reshard-refused") -> None:
         super().__init__(detail)
         self.slug = slug
+
+
+class MigrationBlocked(Exception):
+    """The topology changed, but the migration cannot go on: `blocked` says where."""
+
+    def __init__(self, message: str, blocked: dict[str, str] | None) -> None:
+        super().__init__(message)
+        self.blocked = blocked
 
 
 class Resharder:
@@ -42,6 +51,9 @@ class Resharder:
         self.progress: dict[str, Any] = {}
         self.token = secrets.token_hex(16)
         self.last_error: str | None = None
+        # Why the migration cannot go on right now: {"node", "reason"} (None: it can).
+        self.blocked: dict[str, str] | None = None
+        self.announced = asyncio.Event()  # the migrating topology reached every node
         self.moved_keys_total = 0  # over every migration this router ran, for /metrics
 
     @property
@@ -61,11 +73,17 @@ class Resharder:
         if migration is not None:
             out["id"] = migration.get("id")
             out.setdefault("phase", "copying")
+            if migration.get("reverts"):
+                out["reverts"] = migration["reverts"]
         out["running"] = self.running
         out["last_error"] = self.last_error
+        out["blocked"] = self.blocked
         return out
 
     async def start(self, nodes: Sequence[NodeSpec]) -> dict[str, Any]:
+        """Begin a migration to `nodes`; returns once every node took the migrating
+        topology. Raises ReshardError (refused: nothing changed) or MigrationBlocked
+        (the topology changed but could not reach every node: see `abort`)."""
         if self.running or self.view.topology.migration is not None:
             raise ReshardError("a migration is already in progress; see GET /v1/cluster")
         new, moves = self.plan(nodes)
@@ -78,10 +96,44 @@ class Resharder:
             "from": current.partitioner.to_dict(),
             "started": time.time(),
         }
-        migrating = Topology(current.epoch + 1, new, migration)
+        migrating = dataclasses.replace(
+            current, epoch=current.epoch + 1, partitioner=new, migration=migration
+        )
         self.view.adopt(migrating)
-        self._launch()
+        await self._launch_announced()
         return {"epoch": migrating.epoch, "migration": migration["id"], "moves": moves}
+
+    async def abort(self) -> dict[str, Any]:
+        """Undo the migration in progress: a migration back to the previous layout, which
+        hands back the keys already copied (node/migration.py). Returns once every node
+        took it; raises ReshardError (nothing to abort) or MigrationBlocked."""
+        current = self.view.topology
+        migration = current.migration
+        if migration is None:
+            raise ReshardError("no migration to abort")
+        if migration.get("reverts"):
+            raise ReshardError(
+                f"migration {migration['id']} already undoes {migration['reverts']}; "
+                "finish it with `shardlimit reshard resume`"
+            )
+        await self._cancel()
+        await self._acquire_patiently()
+        back = {
+            "id": uuid.uuid4().hex[:12],
+            "from": current.partitioner.to_dict(),
+            "reverts": migration["id"],
+            "started": time.time(),
+        }
+        reverting = dataclasses.replace(
+            current,
+            epoch=current.epoch + 1,
+            partitioner=partitioner_from_dict(migration["from"]),
+            migration=back,
+        )
+        self.view.adopt(reverting)
+        log.warning("migration %s aborted: %s hands its keys back", migration["id"], back["id"])
+        await self._launch_announced()
+        return {"epoch": reverting.epoch, "migration": back["id"], "reverts": migration["id"]}
 
     def resume(self) -> dict[str, Any]:
         migration = self.view.topology.migration
@@ -91,9 +143,30 @@ class Resharder:
             self._launch()
         return {"epoch": self.view.topology.epoch, "migration": migration["id"]}
 
+    async def _cancel(self) -> None:
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
     def _launch(self) -> None:
         self.last_error = None
+        self.blocked = None
+        self.announced.clear()
         self.task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _launch_announced(self) -> None:
+        """Launch the migration task; return once its topology reached every node."""
+        self._launch()
+        task = self.task
+        assert task is not None
+        announced = asyncio.ensure_future(self.announced.wait())
+        try:
+            await asyncio.wait({announced, task}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            announced.cancel()
+        if not self.announced.is_set():
+            raise MigrationBlocked(self.last_error or "the migration stopped", self.blocked)
 
     async def _lease(self, action: str) -> None:
         try:
@@ -138,13 +211,18 @@ class Resharder:
 
     async def _push_all(self) -> None:
         ids = self.view.member_ids()
-        for _attempt in range(20):
+        epoch = self.view.topology.epoch
+        for _attempt in range(PUSH_ATTEMPTS):
             results = await asyncio.gather(*(self.view.push_topology(n) for n in ids))
             if all(results):
+                self.blocked = None
                 return
+            failed = [n for n, ok in zip(ids, results, strict=True) if not ok]
+            why = self.view.push_failures.get(failed[0], "no answer")
+            self.blocked = {"node": failed[0], "reason": f"epoch {epoch} not taken: {why}"}
             await asyncio.sleep(0.5)  # retry cadence while a node is unreachable
-        failed = [n for n, ok in zip(ids, results, strict=True) if not ok]
-        raise ReshardError(f"could not push epoch {self.view.topology.epoch} to {failed}")
+        assert self.blocked is not None
+        raise ReshardError(f"node {self.blocked['node']}: {self.blocked['reason']}")
 
     async def _migrate(self) -> None:
         topology = self.view.topology
@@ -160,6 +238,7 @@ class Resharder:
             "keys_per_s": 0.0,
         }
         await self._push_all()
+        self.announced.set()
         self.progress["phase"] = "copying"
         started = time.monotonic()
         # One source at a time by default: copying competes with live checks for CPU
@@ -175,17 +254,21 @@ class Resharder:
         self.progress["keys_per_s"] = round(self.progress["keys_moved"] / elapsed, 1)
         self.progress["seconds"] = round(elapsed, 3)
         self.progress["phase"] = "finalizing"
-        final = Topology(self.view.topology.epoch + 1, self.view.topology.partitioner, None)
+        final = dataclasses.replace(
+            self.view.topology, epoch=self.view.topology.epoch + 1, migration=None
+        )
         # Push to every node of the migration (removed nodes learn they own nothing).
         members = self.view.member_ids()
         self.view.adopt(final)
         for node_id in members:
             await self.view.push_topology(node_id)
+        ids = [migration["id"], *([migration["reverts"]] if migration.get("reverts") else [])]
         for node_id in members:
-            with contextlib.suppress(NodeUnavailable):  # markers also expire on their own
-                await self.view.channels[node_id].post(
-                    wire.MIGRATION_CLEANUP_PATH, {"migration": migration["id"]}, timeout_s=30.0
-                )
+            for migration_id in ids:
+                with contextlib.suppress(NodeUnavailable):  # markers also expire on their own
+                    await self.view.channels[node_id].post(
+                        wire.MIGRATION_CLEANUP_PATH, {"migration": migration_id}, timeout_s=30.0
+                    )
         self.progress["phase"] = "done"
         self.progress["epoch"] = final.epoch
         log.info("migration %s done: %d keys moved", migration["id"], self.progress["keys_moved"])
@@ -200,6 +283,7 @@ class Resharder:
                     wire.MIGRATE_PATH, step, timeout_s=30.0
                 )
             except NodeUnavailable as exc:
+                self.blocked = {"node": source, "reason": f"copy step failed: {exc}"}
                 if attempt == STEP_ATTEMPTS - 1:
                     raise
                 log.warning("copy step on %s failed, trying again: %s", source, exc)
@@ -217,6 +301,7 @@ class Resharder:
             step = {"migration": migration_id, "cursor": cursor, "count": self.step_keys,
                     "rate": rate, "busy_pct": config.reshard_busy_pct}  # fmt: skip
             answer = await self._step(source, step)
+            self.blocked = None
             entry["scanned"] += answer["scanned"]
             entry["moved"] += answer["moved"]
             entry["holds"] = entry.get("holds", 0) + answer.get("holds", 0)

@@ -10,6 +10,7 @@ import secrets
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 from cluster.local.cluster import LocalCluster, UpOptions
@@ -26,13 +27,40 @@ def _say(as_json: bool, level: int, message: str, **fields: Any) -> None:
         print(message, file=sys.stderr, flush=True)
 
 
+SAVED_AS = "cluster-token"  # under the data dir: the generated cluster token
+
+
+def cluster_token(data_dir: Path) -> tuple[str, str]:
+    """(the cluster token, where it comes from): SHARDLIMIT_CLUSTER_TOKEN, else the one
+    saved under the data dir (mode 0600), else a new one saved there: a node started by
+    hand joins with it, and a restart keeps it."""
+    from_env = os.environ.get(CLUSTER_TOKEN_ENV)
+    if from_env:
+        return from_env, f"from {CLUSTER_TOKEN_ENV}"
+    path = data_dir.resolve() / SAVED_AS
+    if path.exists():
+        return path.read_text().strip(), f"saved in {path}"
+    token = secrets.token_urlsafe(24)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(token + "\n")
+    return token, f"saved in {path}"
+
+
 def run_up(options: UpOptions, as_json: bool) -> int:
     """With `as_json` the summary is one JSON line on stdout, and every log line (this
-    command's on stderr, the children's in their log files) is a JSON object."""
+    command's on stderr, the children's in their log files) is a JSON object. Exits 1
+    when a child fails to start or exits while the cluster runs."""
     admin = os.environ.get(ADMIN_TOKEN_ENV) or secrets.token_urlsafe(24)
-    cluster_token = os.environ.get(CLUSTER_TOKEN_ENV) or secrets.token_urlsafe(24)
+    try:
+        token, token_source = cluster_token(options.data_dir)
+    except OSError as exc:
+        _say(as_json, logging.ERROR, f"shardlimit up failed: cluster token: {exc}")
+        return 1
     options.json_logs = options.json_logs or as_json
-    local = LocalCluster(options, admin, cluster_token)
+    local = LocalCluster(options, admin, token)
+    failed = False
     stop = threading.Event()
 
     def on_signal(_signum: int, _frame: object) -> None:
@@ -43,6 +71,7 @@ def run_up(options: UpOptions, as_json: bool) -> int:
     try:
         local.start()
         info = local.summary()
+        info["cluster_token"] = token_source
         if as_json:
             print(json.dumps(info), flush=True)
         else:
@@ -54,6 +83,7 @@ def run_up(options: UpOptions, as_json: bool) -> int:
                     message = f"{child.name} exited with {child.returncode}; see {child.log}"
                     _say(as_json, logging.ERROR, message, child=child.name,
                          returncode=child.returncode, log=str(child.log))  # fmt: skip
+                    failed = True
                     stop.set()
     except (RuntimeError, OSError) as exc:
         _say(as_json, logging.ERROR, f"shardlimit up failed: {exc}")
@@ -65,7 +95,7 @@ def run_up(options: UpOptions, as_json: bool) -> int:
         log.info("stopped: router, nodes and Redis processes are down")
     else:
         print("stopped: router, nodes and Redis processes are down", flush=True)
-    return 0
+    return 1 if failed else 0
 
 
 def print_summary(info: dict[str, Any]) -> None:
@@ -76,7 +106,18 @@ def print_summary(info: dict[str, Any]) -> None:
               f"data {node['redis_dir']}")  # fmt: skip
     print(f"data dir:     {info['data_dir']}")
     print(f"logs:         {info['logs']}")
+    for note in info.get("notes") or []:
+        print(f"note:         {note}")
     print(f"admin token:  {info['admin_token']}")
+    source = info.get("cluster_token", "")
+    if source.startswith("saved in "):
+        path = source.removeprefix("saved in ")
+        print(
+            f"cluster token: {source} (mode 0600); a node started by hand joins with "
+            f"SHARDLIMIT_CLUSTER_TOKEN=$(cat {path})"
+        )
+    else:
+        print(f"cluster token: {source}")
     print(f"try:          curl -s -XPOST {info['router']}/v1/check "
           "-d '{\"key\":\"user:1\",\"limits\":[{\"algorithm\":\"fixed_window\","
           "\"limit\":10,\"window\":\"1m\"}]}'")  # fmt: skip

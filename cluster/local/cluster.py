@@ -28,8 +28,8 @@ import yaml
 
 from cluster.local.ports import free_port, free_port_run
 from cluster.local.procs import ChildProcess, python_module
+from cluster.local.recorded import listening, node_port, recorded_members, redis_dir
 from cluster.local.redis_proc import RedisProcess
-from cluster.model import topology as topo
 from cluster.model.nodes import NodeSpec
 from cluster.web.auth import ADMIN_TOKEN_ENV, CLUSTER_TOKEN_ENV
 
@@ -92,6 +92,18 @@ class LocalCluster:
     redis: list[RedisProcess] = field(default_factory=list)
     nodes: list[ChildProcess] = field(default_factory=list)
     routers: list[ChildProcess] = field(default_factory=list)
+    # The nodes started here: --nodes fresh ones, or those of the cluster recorded in the
+    # data dir (cluster/local/recorded.py), live-added ones included.
+    members: list[NodeSpec] = field(default_factory=list)
+    partitioner: str = ""
+    notes: list[str] = field(default_factory=list)  # what `up` tells the user it decided
+
+    def __post_init__(self) -> None:
+        self.partitioner = self.options.partitioner
+        self.members = [
+            NodeSpec(f"n{i + 1}", f"http://{self.options.host}:{self.options.base_port + i}")
+            for i in range(self.options.nodes)
+        ]
 
     @property
     def router_url(self) -> str:
@@ -116,13 +128,13 @@ class LocalCluster:
         return self.options.data_dir.resolve()
 
     def node_id(self, index: int) -> str:
-        return f"n{index + 1}"
+        return self.members[index].id
 
     def node_url(self, index: int) -> str:
-        return f"http://{self.options.host}:{self.options.base_port + index}"
+        return self.members[index].url
 
     def node_specs(self) -> list[NodeSpec]:
-        return [NodeSpec(self.node_id(i), self.node_url(i)) for i in range(self.options.nodes)]
+        return list(self.members)
 
     def env(self) -> dict[str, str]:
         """The children's environment: tokens travel here, never on a command line."""
@@ -156,7 +168,7 @@ class LocalCluster:
         )
         self._envoy_settings(router, index, config_dir)
         cluster = dict(base.get("cluster") or {})
-        cluster["partitioner"] = self.options.partitioner
+        cluster["partitioner"] = self.partitioner
         cluster["nodes"] = [spec.to_dict() for spec in self.node_specs()]
         path = self.data_dir / ("cluster.yaml" if index == 0 else f"cluster-{index + 1}.yaml")
         path.write_text(yaml.safe_dump({"router": router, "cluster": cluster}, sort_keys=False))
@@ -175,42 +187,64 @@ class LocalCluster:
         elif "grpc_port" in router:
             router["envoy_config"] = str(self.data_dir / "ratelimit.yaml")
 
-    def check_stored_topology(self) -> None:
-        stored = topo.load(self.data_dir / "router" / "topology.json")
-        if stored is None:
+    def take_recorded_cluster(self) -> None:
+        """On a data dir that holds a cluster: bring back exactly its nodes, each on its
+        own Redis data, or refuse naming what is missing (cluster/local/recorded.py)."""
+        recorded = recorded_members(self.data_dir, self.options.host)
+        if recorded is None:
             return
-        wanted = {(spec.id, spec.url) for spec in self.node_specs()}
-        have = {(n.id, n.url) for n in stored.nodes}
-        if wanted != have or stored.partitioner.kind != self.options.partitioner:
-            raise SystemExit(
-                f"{self.data_dir} holds a cluster with nodes {sorted(have)} "
-                f"({stored.partitioner.kind}); start with the same --nodes/--base-port/"
-                "--partitioner or use another --data-dir"
+        members, partitioner = recorded
+        if self.options.nodes != len(members) or self.options.partitioner != partitioner:
+            self.notes.append(
+                f"{self.data_dir} holds a {partitioner} cluster of nodes "
+                f"{', '.join(m.id for m in members)}: bringing it back as recorded "
+                "(--nodes and --partitioner apply to a new data dir)"
             )
+        self.members, self.partitioner = members, partitioner
 
     def _promised_ports(self) -> set[int]:
         """The nodes' and routers' ports: a Redis must not take one before they bind."""
-        promised = {self.options.base_port + i for i in range(self.options.nodes)}
+        promised = {node_port(spec) for spec in self.members}
         promised |= {self.options.port + i for i in range(self.options.routers)}
         if self.options.grpc_port is not None:
             promised.add(self.options.grpc_port)
         return promised
+
+    def _ports_taken(self) -> None:
+        """Refuse to start while another process listens on a port we would use: our
+        router would otherwise talk to whatever answers there."""
+        owners = {node_port(spec): f"node {spec.id}" for spec in self.members}
+        owners.update(
+            {self.options.port + i: self.router_name(i) for i in range(self.options.routers)}
+        )
+        if self.options.grpc_port is not None:
+            owners[self.options.grpc_port] = "the gRPC listener"
+        taken = [
+            f"{port} ({who})"
+            for port, who in sorted(owners.items())
+            if listening(port, self.options.host)
+        ]
+        if taken:
+            raise RuntimeError(
+                f"port {', '.join(taken)} on {self.options.host} is in use by another "
+                "process; nothing was started (stop it, or choose --port/--base-port)"
+            )
 
     def _build(self) -> None:
         """Every child, not started yet."""
         env = self.env()
         extra = ("--json",) if self.options.json_logs else ()
         promised = self._promised_ports()
-        for i in range(self.options.nodes):
-            node_id = self.node_id(i)
+        for spec in self.members:
+            node_id = spec.id
             redis = RedisProcess(port=free_port(avoid=promised),
-                                 data_dir=self.data_dir / f"redis-{node_id}",
+                                 data_dir=redis_dir(self.data_dir, node_id),
                                  appendfsync=self.options.appendfsync)  # fmt: skip
             promised.add(redis.port)
             self.redis.append(redis)
             clock = ("--test-clock",) if self.options.test_clock else ()
             self.nodes.append(node_process(
-                node_id, self.options.base_port + i, redis.url, host=self.options.host,
+                node_id, node_port(spec), redis.url, host=self.options.host,
                 log=self._log(f"node-{node_id}"), env=env, extra=(*clock, *extra),
             ))  # fmt: skip
         for index, url in enumerate(self.router_urls):
@@ -225,7 +259,8 @@ class LocalCluster:
         first seeds the cluster's rules from the rules file, the others serve the
         cluster's. On failure, whatever was started is stopped again."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.check_stored_topology()
+        self.take_recorded_cluster()
+        self._ports_taken()
         try:
             self._build()
             for redis in self.redis:
@@ -236,6 +271,11 @@ class LocalCluster:
                 node.wait_ready(within)
             for router in self.routers:
                 router.start(within)
+            for child in self.children:  # the probe may have been answered by another
+                if not child.alive:
+                    raise RuntimeError(
+                        f"{child.name} exited with {child.returncode}; see {child.log}"
+                    )
         except BaseException:
             self.stop()
             raise
@@ -256,7 +296,8 @@ class LocalCluster:
                 }
                 for i, r in enumerate(self.redis)
             ],
-            "partitioner": self.options.partitioner,
+            "partitioner": self.partitioner,
+            "notes": self.notes,
         }
 
     def stop(self, grace: float = 10.0) -> None:

@@ -15,6 +15,8 @@ Pending:  sl|dp|<batch id>                  holds of a committed batch not yet s
 Lease:    sl|lease|<name>                   topology or rules change lease
 Marker:   sl|i|<migration id>|<redis key>   a key already imported by a migration
 Rules:    sl|rules                          the cluster's rules: version, document
+Topology: sl|topology                       the node's last topology (JSON), its cluster id
+Fence:    sl|d-fence                        decisions handed to a successor: refuse new ones
 
 The limit key always comes last and the other parts never contain "|", so the
 limit key (and therefore the owner) of any Redis key can be recovered; this is
@@ -49,6 +51,8 @@ HOLDS_KEY = "sl|holds"
 DECISION_PREFIX = "sl|d|"  # + batch id
 PENDING_PREFIX = "sl|dp|"  # + batch id: a set of hold ids (see hold_id)
 RULES_KEY = "sl|rules"  # a hash: version, doc (JSON)
+TOPOLOGY_KEY = "sl|topology"  # the node's topology (JSON), kept across restarts
+DECISION_FENCE_KEY = "sl|d-fence"  # set once a leaving coordinator handed its records over
 LEASES = ("topology", "rules")
 
 

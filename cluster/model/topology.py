@@ -17,9 +17,15 @@ from cluster.model.partition import Partitioner, partitioner_from_dict
 
 @dataclass(frozen=True)
 class Topology:
+    """`cluster_id` names the cluster for its whole life (a node refuses a topology of
+    another cluster); `successors` maps a node that left to the node now holding the
+    all-or-nothing decision records it coordinated."""
+
     epoch: int
     partitioner: Partitioner
     migration: dict[str, Any] | None = field(default=None)
+    cluster_id: str | None = None
+    successors: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def nodes(self) -> tuple[NodeSpec, ...]:
@@ -31,11 +37,19 @@ class Topology:
                 return spec
         return None
 
+    def coordinator(self, node_id: str) -> str | None:
+        """Where the decision records of coordinator `node_id` live now (None: unknown)."""
+        if self.node(node_id) is not None:
+            return node_id
+        return self.successors.get(node_id)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "epoch": self.epoch,
             "partitioner": self.partitioner.to_dict(),
             "migration": self.migration,
+            "cluster_id": self.cluster_id,
+            "successors": dict(self.successors),
         }
 
     @classmethod
@@ -49,7 +63,15 @@ class Topology:
         migration = data.get("migration")
         if migration is not None and not isinstance(migration, dict):
             raise ValueError("topology migration must be an object or null")
-        return cls(epoch, partitioner_from_dict(part), migration)
+        cluster_id = data.get("cluster_id")
+        if cluster_id is not None and not (isinstance(cluster_id, str) and cluster_id):
+            raise ValueError("topology cluster_id must be a non-empty string or null")
+        successors = data.get("successors") or {}
+        if not isinstance(successors, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in successors.items()
+        ):
+            raise ValueError("topology successors must map node ids to node ids")
+        return cls(epoch, partitioner_from_dict(part), migration, cluster_id, successors)
 
 
 def save_atomic(path: Path, topology: Topology) -> None:

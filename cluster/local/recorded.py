@@ -1,0 +1,72 @@
+"""The cluster a data dir records: which nodes `up` must bring back, and where their
+Redis data lives (`<data dir>/redis-<node id>`, for nodes added live too)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from cluster.model import topology as topo
+from cluster.model.nodes import NodeSpec
+from cluster.model.partition import partitioner_from_dict
+
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def redis_dir(data_dir: Path, node_id: str) -> Path:
+    return data_dir / f"redis-{node_id}"
+
+
+def node_port(spec: NodeSpec) -> int:
+    port = urlsplit(spec.url).port
+    if port is None:
+        raise RuntimeError(f"node {spec.id} has no port in its URL {spec.url}")
+    return port
+
+
+def holds_redis_data(directory: Path) -> bool:
+    """Whether a Redis ran with its data here (an AOF directory or an RDB file)."""
+    return (directory / "appendonlydir").is_dir() or any(directory.glob("*.rdb"))
+
+
+def listening(port: int, host: str) -> bool:
+    """Whether some process accepts connections on host:port now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def recorded_members(data_dir: Path, host: str) -> tuple[list[NodeSpec], str] | None:
+    """(the nodes to bring back, the partitioner) of the cluster recorded in `data_dir`,
+    None if it records none. Raises RuntimeError naming every node whose Redis data is
+    missing, or that `up` cannot run here: an empty node must never stand in for one
+    that held counters."""
+    topology = topo.load(data_dir / "router" / "topology.json")
+    if topology is None:
+        return None
+    members = list(topology.nodes)
+    migration = topology.migration or {}
+    if isinstance(migration.get("from"), dict):
+        ids = {m.id for m in members}
+        members += [n for n in partitioner_from_dict(migration["from"]).nodes if n.id not in ids]
+    problems = []
+    for spec in members:
+        where = urlsplit(spec.url).hostname
+        directory = redis_dir(data_dir, spec.id)
+        if where not in (host, *LOCAL_HOSTS):
+            problems.append(
+                f"node {spec.id} runs at {spec.url}, not on this host: up cannot bring it back"
+            )
+        elif not holds_redis_data(directory):
+            problems.append(
+                f"node {spec.id} ({spec.url}) has no Redis data in {directory}: put that "
+                f"node's Redis data directory there (a node added live keeps its Redis in "
+                f"{redis_dir(data_dir, '<id>')})"
+            )
+    if problems:
+        raise RuntimeError(
+            f"{data_dir} records a cluster of nodes {', '.join(m.id for m in members)}, "
+            f"but {'; '.join(problems)}. Nothing was started (or use another --data-dir)"
+        )
+    return members, topology.partitioner.kind
