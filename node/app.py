@@ -131,6 +131,10 @@ async def export_keys(request: web.Request, state: NodeState, body: Any) -> web.
         or len(keys) > 10_000
     ):
         return problem(400, "bad-keys", "keys must be a list of at most 10000 strings")
+    newer = _parse_topology(body.get("topology"))
+    if isinstance(newer, Topology) and newer.epoch > state.epoch:
+        # The asking node is ahead of us (a push to us is on its way): take it now.
+        await install_topology(state, newer)
     ownership = state.ownership
     # Safe to hand out exactly the keys this node no longer serves: it never writes
     # them again, so the copy is frozen (and empty once the background copy ran).

@@ -127,7 +127,16 @@ async def run_batch(state: NodeState, deadline_ms: int, ops: list[wire.Op]) -> l
 async def _run(state: NodeState, batch: _Prepared) -> None:
     ownership = batch.ownership
     if batch.imports and ownership is not None:
-        await _pull(state, ownership, batch.imports)
+        try:
+            await _pull(state, ownership, batch.imports)
+        except PeerError as exc:
+            if exc.status != 409:
+                raise
+            # The previous owner serves the key again (a migration was aborted and it took
+            # the newer topology first): nothing ran here, the router routes anew.
+            for index in batch.slots:
+                batch.results[index] = wire.Moved(batch.epoch)
+            return
     outputs = await state.store.run(batch.runnable, batch.deadline_ms)
     if not _fill(batch, outputs):
         await _too_late(state, batch, outputs)

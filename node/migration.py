@@ -32,7 +32,11 @@ MoveGuard = Callable[[], AbstractAsyncContextManager[None]]
 
 
 class PeerError(Exception):
-    pass
+    """A call to a peer node failed; `status` is its HTTP answer when it gave one."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def encode_entries(entries: Sequence[ExportEntry]) -> list[list[Any]]:
@@ -154,7 +158,9 @@ class Migrator:
             ) as response:
                 body = await response.read()
                 if response.status != 200:
-                    raise PeerError(f"{url} answered {response.status}: {body[:200]!r}")
+                    raise PeerError(
+                        f"{url} answered {response.status}: {body[:200]!r}", response.status
+                    )
                 return orjson.loads(body)
         except (aiohttp.ClientError, TimeoutError, OSError, orjson.JSONDecodeError) as exc:
             raise PeerError(f"{url}: {type(exc).__name__} {exc}") from exc

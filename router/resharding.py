@@ -237,6 +237,8 @@ class Resharder:
             "keys_moved": 0,
             "keys_per_s": 0.0,
         }
+        if migration.get("reverts"):
+            self.progress["reverts"] = migration["reverts"]
         await self._push_all()
         self.announced.set()
         self.progress["phase"] = "copying"

@@ -12,7 +12,7 @@ from cluster.cli.admin import call
 NO_MIGRATION = "no migration in progress"
 # Migration fields shown on their own line; any other scalar field is listed as it is.
 _SHOWN = {"id", "phase", "running", "epoch", "sources", "keys_moved", "keys_per_s", "seconds"}
-_SHOWN |= {"last_error"}
+_SHOWN |= {"last_error", "blocked"}
 
 
 def _cell(value: Any, spec: str = "") -> str:
@@ -40,8 +40,11 @@ def migration_lines(migration: dict[str, Any] | None) -> list[str]:
     for name, value in sorted(migration.items()):
         if name not in _SHOWN and not isinstance(value, dict | list):
             lines.append(f"  {name.replace('_', ' ')}: {_cell(value)}")
+    blocked = migration.get("blocked")
+    if blocked:  # what keeps it from going on, and where
+        lines.append(f"  blocked by {blocked.get('node')}: {blocked.get('reason')}")
     if migration.get("last_error"):
-        hint = "fix it, then `shardlimit reshard resume`"
+        hint = "fix it, then `shardlimit reshard resume`, or `shardlimit reshard abort`"
         lines.append(f"  last error: {migration['last_error']} ({hint})")
     return lines
 

@@ -1,0 +1,312 @@
+"""Membership changes that cannot wedge the cluster: a node joins only once checked,
+and a migration can be undone, under load, with every counter exact."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import redis as sync_redis
+from aiohttp import web
+
+from cluster.local.redis_proc import RedisProcess, free_port
+from cluster.model.keys import TOPOLOGY_KEY
+from cluster.model.nodes import NodeSpec
+from cluster.model.partition import new_partitioner
+from cluster.model.topology import Topology
+from node.app import create_app as create_node_app
+from tests.conftest import (
+    ADMIN,
+    CLUSTER,
+    Cluster,
+    add_spare_node,
+    eventually,
+    start_cluster,
+    stop_cluster,
+)
+from tests.system.test_resharding import (
+    KEYS,
+    Load,
+    assert_totals,
+    owners,
+    preload,
+    redis_key_counts,
+    wait_migration_done,
+)
+
+
+async def _serve(app: web.Application) -> tuple[web.AppRunner, str]:
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner, f"http://127.0.0.1:{port}"
+
+
+async def _cluster_state(cluster: Cluster) -> tuple[int, Any, list[str]]:
+    _, info = await cluster.get("/v1/cluster")
+    return info["epoch"], info["migration"], [n["id"] for n in info["nodes"]]
+
+
+@pytest.fixture
+async def plain_cluster(
+    redis_servers: list[RedisProcess], tmp_path: Path
+) -> AsyncIterator[Cluster]:
+    cluster = await start_cluster(redis_servers, tmp_path)
+    try:
+        yield cluster
+    finally:
+        await stop_cluster(cluster)
+
+
+async def test_a_node_that_cannot_join_changes_nothing(
+    plain_cluster: Cluster, fourth_redis: RedisProcess
+) -> None:
+    cluster = plain_cluster
+    spare = sync_redis.Redis(port=fourth_redis.port)
+    before = await _cluster_state(cluster)
+    assert before == (1, None, ["n1", "n2", "n3"])
+    runners: list[web.AppRunner] = []
+
+    async def node(node_id: str, token: str = CLUSTER) -> str:
+        runner, url = await _serve(create_node_app(node_id, fourth_redis.url, token))
+        runners.append(runner)
+        return url
+
+    async def refused(url: str, status: int, kind: str, cause: str) -> None:
+        code, body = await cluster.post("/v1/cluster/nodes", {"url": url, "id": "n4"}, ADMIN)
+        assert code == status, body
+        assert body["type"].endswith("/" + kind), body
+        assert cause in body["detail"] and "\n" not in body["detail"], body
+        assert body["detail"].endswith("nothing was changed")
+        assert await _cluster_state(cluster) == before
+
+    try:
+        # Another cluster token: the node refuses ours.
+        wrong_token = await node("n4", token="another-token")
+        await refused(wrong_token, 409, "node-token-rejected", "token rejected")
+        # A node that belongs to another cluster (it kept that cluster's topology).
+        other = new_partitioner("ring", [NodeSpec("n4", "http://127.0.0.1:9")])
+        spare.set(TOPOLOGY_KEY, _topology_json(Topology(7, other, cluster_id="other-cluster")))
+        foreign = await node("n4")
+        await refused(foreign, 409, "node-of-another-cluster", "a node of another cluster")
+        # The router never pushed anything to it: it still holds the other cluster's.
+        assert b"other-cluster" in (spare.get(TOPOLOGY_KEY) or b"")
+        # Not empty: counters of no known cluster.
+        spare.flushall()
+        spare.set("cAAAAAAAA|user:1", "3")
+        await refused(await node("n4"), 409, "node-not-empty", "not empty: node n4 holds 1 keys")
+        # A topology of no cluster id (an old version) with the other partitioner.
+        spare.flushall()
+        slots = new_partitioner("slots", [NodeSpec("n4", "http://127.0.0.1:9")])
+        spare.set(TOPOLOGY_KEY, _topology_json(Topology(3, slots)))
+        await refused(await node("n4"), 409, "wrong-partitioner", "wrong partitioner")
+        # Started under another id.
+        spare.flushall()
+        await refused(await node("n5"), 409, "node-id-mismatch", "was started as 'n5'")
+        # Nobody there.
+        nowhere = f"http://127.0.0.1:{free_port()}"
+        await refused(nowhere, 503, "node-unreachable", "ConnectionRefusedError")
+        # No lease was left behind: a node that may join joins.
+        status, started = await cluster.post(
+            "/v1/cluster/nodes", {"url": await node("n4"), "id": "n4"}, ADMIN
+        )
+        assert status == 202, started
+        await wait_migration_done(cluster)
+        assert (await _cluster_state(cluster))[2] == ["n1", "n2", "n3", "n4"]
+    finally:
+        spare.close()
+        await stop_cluster_nodes(runners)
+
+
+def _topology_json(topology: Topology) -> bytes:
+    return orjson.dumps(topology.to_dict())
+
+
+async def stop_cluster_nodes(runners: list[web.AppRunner]) -> None:
+    for runner in runners:
+        await runner.cleanup()
+
+
+async def test_node_add_answers_once_every_node_took_the_migrating_topology(
+    plain_cluster: Cluster, fourth_redis: RedisProcess
+) -> None:
+    cluster = plain_cluster
+    await preload(cluster)
+    n4_url = await add_spare_node(cluster, fourth_redis)
+    cluster.router.config.reshard_rate = 200  # the copy is still running when we look
+    status, started = await cluster.post("/v1/cluster/nodes", {"url": n4_url, "id": "n4"}, ADMIN)
+    assert status == 202, started
+    headers = {"Authorization": f"Bearer {CLUSTER}"}
+    epochs = {}
+    for node_id, url in {**cluster.node_urls, "n4": n4_url}.items():
+        async with cluster.http.get(url + "/node/v1/stats", headers=headers) as resp:
+            stats = await resp.json()
+        epochs[node_id] = stats["epoch"]
+        assert stats["cluster_id"] == cluster.router.view.topology.cluster_id
+    assert epochs == dict.fromkeys(("n1", "n2", "n3", "n4"), started["epoch"])
+    cluster.router.config.reshard_rate = 0
+    await wait_migration_done(cluster)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("partitioner", ["ring", "slots"])
+async def test_abort_under_load_hands_every_key_back(
+    partitioner: str,
+    redis_servers: list[RedisProcess],
+    fourth_redis: RedisProcess,
+    tmp_path: Path,
+) -> None:
+    """Add n4 under load, abort midway: the cluster is back on n1..n3, every key on
+    its old owner, n4 empty, and every counter = preloaded + admitted (nothing lost,
+    nothing counted twice), with no error and no degraded answer."""
+    cluster = await start_cluster(redis_servers, tmp_path, partitioner=partitioner)
+    try:
+        n4_url = await add_spare_node(cluster, fourth_redis)
+        used = await preload(cluster)
+        before = owners(cluster)
+        load = Load(cluster, tmp_path)
+        await load.start()
+        served = cluster.router.metrics.served
+
+        async def flowing() -> bool:
+            return served("/v1/check") >= 500
+
+        await eventually(flowing)
+        cluster.router.config.reshard_rate = 400  # slow enough to abort it midway
+        cluster.router.config.reshard_step_keys = 200
+        status, started = await cluster.post(
+            "/v1/cluster/nodes", {"url": n4_url, "id": "n4"}, ADMIN
+        )
+        assert status == 202, started
+
+        async def midway() -> bool:
+            _, info = await cluster.get("/v1/cluster")
+            return int((info["migration"] or {}).get("keys_moved", 0)) >= 150
+
+        await eventually(midway, within=60)
+        assert redis_key_counts(cluster)["n4"] > 0  # some keys were copied to n4
+        status, aborted = await cluster.post("/v1/cluster/migration/abort", None, ADMIN)
+        assert status == 202, aborted
+        assert aborted["reverts"] == started["migration"]
+        assert aborted["epoch"] == started["epoch"] + 1
+        cluster.router.config.reshard_rate = 0
+        cluster.router.config.reshard_step_keys = 20_000
+        final = await wait_migration_done(cluster)
+        assert final["reverts"] == started["migration"]
+        # Load goes on a moment on the restored layout, then stops.
+        settled = served("/v1/check")
+
+        async def more() -> bool:
+            return served("/v1/check") >= settled + 300
+
+        await eventually(more)
+        await load.stop()
+        report = load.report
+        assert report["errors"] == 0, report["error_samples"]
+        assert report["degraded"] == 0, report["degraded_reasons"]
+        assert report["allowed"] == sum(load.admitted.values()) > 0
+        epoch, migration, nodes = await _cluster_state(cluster)
+        assert (epoch, nodes) == (started["epoch"] + 2, ["n1", "n2", "n3"])
+        assert migration["phase"] == "done" and migration["blocked"] is None
+        assert owners(cluster) == before
+        counts = redis_key_counts(cluster)
+        assert counts["n4"] == 0
+        assert sum(counts.values()) == len(KEYS)  # each counter on exactly one node
+        assert counts == {f"n{i}": Counter(before.values())[f"n{i}"] for i in range(1, 5)}
+        await assert_totals(cluster, used, load)
+        for server in cluster.redis:
+            direct = sync_redis.Redis(port=server.port)
+            assert list(direct.scan_iter(match="sl|i|*")) == []  # markers of both cleaned
+            direct.close()
+    finally:
+        await stop_cluster(cluster)
+
+
+async def test_abort_without_a_migration_and_twice(plain_cluster: Cluster) -> None:
+    status, body = await plain_cluster.post("/v1/cluster/migration/abort", None, ADMIN)
+    assert status == 409 and body["type"].endswith("/nothing-to-abort"), body
+    status, body = await plain_cluster.post("/v1/cluster/migration/abort", None)
+    assert status == 401, body
+    assert (await _cluster_state(plain_cluster))[:2] == (1, None)
+
+
+class NoLoad:
+    """assert_totals' view of a run without load: nothing admitted."""
+
+    admitted: Counter[str] = Counter()
+    amounts: Counter[str] = Counter()
+
+
+@pytest.mark.timeout(180)
+async def test_a_blocked_migration_says_why_and_can_be_undone(
+    plain_cluster: Cluster, tmp_path: Path
+) -> None:
+    """n4's Redis goes down midway: the migration shows which node blocks it and why
+    (GET /v1/cluster, `shardlimit status`); an abort then waits on n4 (the keys it took
+    are there); once its Redis is back the abort completes with every counter exact."""
+    cluster = plain_cluster
+    n4_redis = RedisProcess(port=free_port(), data_dir=tmp_path / "redis-n4")
+    n4_redis.start()
+    n4_url = await add_spare_node(cluster, n4_redis)
+    try:
+        used = await preload(cluster)
+        before = owners(cluster)
+        cluster.router.config.reshard_rate = 300
+        cluster.router.config.reshard_step_keys = 100
+        status, started = await cluster.post(
+            "/v1/cluster/nodes", {"url": n4_url, "id": "n4"}, ADMIN
+        )
+        assert status == 202, started
+
+        async def moved(count: int) -> bool:
+            _, info = await cluster.get("/v1/cluster")
+            return int((info["migration"] or {}).get("keys_moved", 0)) >= count
+
+        await eventually(lambda: moved(100), within=60)
+        n4_redis.stop()  # with the keys n4 already took (AOF, kept on disk)
+
+        async def blocked_by(node: str | None, text: str) -> bool:
+            _, info = await cluster.get("/v1/cluster")
+            blocked = (info["migration"] or {}).get("blocked") or {}
+            return (node is None or blocked.get("node") == node) and text in str(blocked)
+
+        await eventually(lambda: blocked_by(None, n4_url), within=30)
+        status, aborted = await cluster.post("/v1/cluster/migration/abort", None, ADMIN)
+        assert status == 202, aborted
+        await eventually(lambda: blocked_by("n4", "copy step failed"), within=30)
+        _, info = await cluster.get("/v1/cluster")
+        assert info["migration"]["reverts"] == started["migration"]
+        code, out, err = await _cli(cluster, "status")
+        assert code == 0, err
+        assert "blocked by n4: copy step failed" in out, out
+        n4_redis.start()
+        status, resumed = await cluster.post("/v1/cluster/migration/resume", None, ADMIN)
+        assert status in (202, 200), resumed
+        cluster.router.config.reshard_rate = 0
+        await wait_migration_done(cluster)
+        assert owners(cluster) == before
+        counts = redis_key_counts(cluster)
+        assert counts["n4"] == 0
+        assert sum(counts.values()) == len(KEYS)
+        await assert_totals(cluster, used, NoLoad())  # type: ignore[arg-type]
+    finally:
+        n4_redis.stop()
+
+
+async def _cli(cluster: Cluster, *args: str) -> tuple[int, str, str]:
+    env = dict(os.environ, SHARDLIMIT_ROUTER=cluster.router_url, SHARDLIMIT_ADMIN_TOKEN=ADMIN)
+    env["COLUMNS"] = "200"
+    pipe = asyncio.subprocess.PIPE
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "cluster.cli", *args, env=env, stdout=pipe, stderr=pipe
+    )
+    out, err = await proc.communicate()
+    return proc.returncode or 0, out.decode(), err.decode()
