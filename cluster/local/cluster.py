@@ -194,7 +194,7 @@ class LocalCluster:
         if recorded is None:
             return
         members, partitioner = recorded
-        if self.options.nodes != len(members) or self.options.partitioner != partitioner:
+        if self.members != members or self.options.partitioner != partitioner:
             self.notes.append(
                 f"{self.data_dir} holds a {partitioner} cluster of nodes "
                 f"{', '.join(m.id for m in members)}: bringing it back as recorded "
