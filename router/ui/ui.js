@@ -229,7 +229,9 @@ function renderMigration(m, nodes) {
     }
     fraction = sum / sources.length;
   }
-  const title = phase === "done" ? `Migration ${m.id} done` : `Migration ${m.id}: ${phase}`;
+  const undoing = m.reverts ? ` (undoing ${m.reverts})` : "";
+  const title = phase === "done" ? `Migration ${m.id}${undoing} done`
+    : `Migration ${m.id}${undoing}: ${phase}`;
   let text = `${title} · ${fmt(m.keys_moved ?? 0)} keys moved`;
   if (m.keys_per_s) text += ` · ${fmt(Math.round(m.keys_per_s))} keys/s`;
   if (phase === "done" && m.seconds !== undefined) text += ` in ${m.seconds.toFixed(2)} s`;
@@ -251,7 +253,13 @@ function renderMigration(m, nodes) {
     }
     parts.push(table);
   }
-  if (m.last_error) parts.push(el("p", { class: "error" }, `paused: ${m.last_error}`));
+  if (m.blocked) {
+    // What keeps the migration from going on, and where: the operator's next step.
+    parts.push(el("p", { class: "error blocked", "data-node-id": m.blocked.node },
+                  `blocked by ${m.blocked.node}: ${m.blocked.reason}`));
+  } else if (m.last_error) {
+    parts.push(el("p", { class: "error" }, `paused: ${m.last_error}`));
+  }
   box.replaceChildren(...parts);
 }
 

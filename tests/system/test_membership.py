@@ -31,6 +31,7 @@ from tests.conftest import (
     start_cluster,
     stop_cluster,
 )
+from tests.support.cdp import chromium_path, launch
 from tests.system.test_resharding import (
     KEYS,
     Load,
@@ -287,6 +288,7 @@ async def test_a_blocked_migration_says_why_and_can_be_undone(
         code, out, err = await _cli(cluster, "status")
         assert code == 0, err
         assert "blocked by n4: copy step failed" in out, out
+        await _page_shows_blocked(cluster, "blocked by n4: copy step failed")
         n4_redis.start()
         status, resumed = await cluster.post("/v1/cluster/migration/resume", None, ADMIN)
         assert status in (202, 200), resumed
@@ -299,6 +301,21 @@ async def test_a_blocked_migration_says_why_and_can_be_undone(
         await assert_totals(cluster, used, NoLoad())  # type: ignore[arg-type]
     finally:
         n4_redis.stop()
+
+
+async def _page_shows_blocked(cluster: Cluster, text: str) -> None:
+    """The /ui page names what blocks the migration (when a headless browser is here)."""
+    if chromium_path() is None:
+        return
+    async with launch() as browser:
+        page = await browser.new_page()
+        await page.goto(cluster.router_url + "/ui")
+        await page.wait_for("document.querySelector('#migration .blocked') !== null")
+        shown = await page.evaluate("document.querySelector('#migration .blocked').textContent")
+        assert shown.startswith(text), shown
+        node = await page.evaluate("document.querySelector('#migration .blocked').dataset.nodeId")
+        assert node == "n4"
+        assert page.errors == []
 
 
 async def _cli(cluster: Cluster, *args: str) -> tuple[int, str, str]:
