@@ -7,10 +7,48 @@ import json
 import logging
 import os
 import sys
+import time
+from collections.abc import Callable
 
 # Attributes every LogRecord has; anything else on a record came from `extra=`.
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
 HUMAN_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+REPEAT_WINDOW_ENV = "SHARDLIMIT_LOG_REPEAT_S"
+REPEAT_WINDOW_S = 10.0
+_REMEMBERED = 1000  # distinct repeated messages kept track of at most
+
+
+class RepeatFilter(logging.Filter):
+    """Warnings and errors repeated word for word (a Redis that stays down, retried 4
+    times a second) pass once per `window_s`; the next one after the window says how
+    many were held back (`repeated` in JSON logs). Other records always pass."""
+
+    def __init__(
+        self, window_s: float = REPEAT_WINDOW_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        super().__init__()
+        self.window_s = window_s
+        self.clock = clock
+        self.seen: dict[tuple[str, int, str], tuple[float, int]] = {}  # -> (passed at, held)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING or self.window_s <= 0:
+            return True
+        message = record.getMessage()
+        key = (record.name, record.levelno, message)
+        now = self.clock()
+        passed_at, held = self.seen.get(key, (None, 0))
+        if passed_at is not None and now - passed_at < self.window_s:
+            self.seen[key] = (passed_at, held + 1)
+            return False
+        if passed_at is not None and held:
+            record.msg = f"{message} (repeated {held} more times in {now - passed_at:.0f} s)"
+            record.args = None
+            record.repeated = held
+        self.seen[key] = (now, 0)
+        if len(self.seen) > _REMEMBERED:
+            self.seen = {k: v for k, v in self.seen.items() if now - v[0] < self.window_s}
+        return True
 
 
 class JsonFormatter(logging.Formatter):
@@ -38,4 +76,9 @@ def configure(as_json: bool) -> None:
     `logging.basicConfig`, nothing changes if the root logger has handlers already."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if as_json else logging.Formatter(HUMAN_FORMAT))
+    try:
+        window = float(os.environ.get(REPEAT_WINDOW_ENV, REPEAT_WINDOW_S))
+    except ValueError:
+        window = REPEAT_WINDOW_S
+    handler.addFilter(RepeatFilter(window))
     logging.basicConfig(level=os.environ.get("SHARDLIMIT_LOG_LEVEL", "INFO"), handlers=[handler])

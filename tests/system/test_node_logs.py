@@ -1,0 +1,42 @@
+"""A node whose Redis is down says so, without repeating the same warning 4 times a
+second: identical warnings pass once per window, the next one counts those held back."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from cluster.local.cluster import node_process
+from cluster.local.ports import free_port
+from tests.conftest import eventually
+
+SWEEP = "hold sweep failed, will retry"
+
+
+@pytest.mark.timeout(60)
+async def test_a_node_with_its_redis_down_rate_limits_its_warnings(tmp_path: Path) -> None:
+    log = tmp_path / "node.log"
+    env = dict(os.environ, SHARDLIMIT_CLUSTER_TOKEN="t", SHARDLIMIT_LOG_REPEAT_S="1")
+    dead_redis = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    node = node_process("n1", free_port(), dead_redis, log=log, env=env)
+    await node.start_async()
+    try:
+
+        def sweep_lines() -> list[str]:
+            return [line for line in log.read_text().splitlines() if SWEEP in line]
+
+        async def summarised_twice() -> bool:
+            return sum("repeated" in line for line in sweep_lines()) >= 2
+
+        await eventually(summarised_twice, within=30)
+    finally:
+        node.stop()
+    lines = sweep_lines()
+    assert "repeated" not in lines[0]
+    held = [re.search(r"\(repeated (\d+) more times in \d+ s\)$", line) for line in lines[1:]]
+    assert all(held), lines  # never the same warning twice in a row without a count
+    # The sweeper retries every 0.25 s: a 1 s window holds back about 3 of each 4.
+    assert all(int(match.group(1)) >= 2 for match in held if match), lines
