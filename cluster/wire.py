@@ -37,6 +37,8 @@ import msgspec
 __all__ = [
     "BATCH_PATH",
     "CONTENT_TYPE",
+    "DECISIONS_ADOPT_PATH",
+    "DECISIONS_HANDOVER_PATH",
     "DECISION_PATH",
     "EXPORT_PATH",
     "FRAME_HEADER",
@@ -88,6 +90,8 @@ __all__ = [
 
 BATCH_PATH: Final = "/node/v1/batch"
 DECISION_PATH: Final = "/node/v1/decision"  # an all-or-nothing batch's decision record
+DECISIONS_HANDOVER_PATH: Final = "/node/v1/decisions/handover"  # a leaving coordinator's
+DECISIONS_ADOPT_PATH: Final = "/node/v1/decisions/adopt"  # ... records, to its successor
 # Control endpoints (JSON bodies): topology, migration, the topology-change lease, stats.
 TOPOLOGY_PATH: Final = "/node/v1/topology"  # PUT: adopt a topology; GET: the node's
 STATS_PATH: Final = "/node/v1/stats"  # epoch, liveness port, key counts

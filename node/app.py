@@ -25,6 +25,7 @@ from cluster.model.keys import (
 from cluster.model.topology import Topology
 from cluster.web.auth import bearer_matches
 from cluster.web.problem import problem, problem_middleware, read_json
+from node import decisions
 from node.batches import MAX_OPS, run_batch
 from node.boundary import redis_boundary
 from node.channel import ChannelServer
@@ -311,12 +312,47 @@ async def decide(request: web.Request, state: NodeState, body: Any) -> web.Respo
         return problem(413, "too-many-holds", f"at most {MAX_OPS} holds")
     if settled is not None:
         left = await state.store.settled(batch, holds)
+        if left < 0:
+            return _handed_over(state)
         return _json({"batch": batch, "unsettled": left})
     wanted = body.get("decision")
     if wanted not in ("commit", "abort"):
         return problem(400, "bad-decision", "decision must be 'commit' or 'abort'")
     stored = await state.store.decide(batch, wanted, holds)
+    if stored == "fenced":
+        return _handed_over(state)
     return _json({"batch": batch, "decision": stored})
+
+
+def _handed_over(state: NodeState) -> web.Response:
+    return problem(
+        409,
+        "decisions-handed-over",
+        f"node {state.node_id} left the cluster and handed its decision records "
+        "to its successor (see the topology's successors)",
+    )
+
+
+@internal(with_body=True)
+async def hand_over_decisions(request: web.Request, state: NodeState, body: Any) -> web.Response:
+    """This node leaves the cluster: fence its decisions, give its records to `heir`."""
+    heir = body.get("heir") if isinstance(body, dict) else None
+    url = body.get("url") if isinstance(body, dict) else None
+    if not isinstance(heir, str) or not isinstance(url, str) or not url.startswith("http"):
+        return problem(400, "bad-handover", "heir (a node id) and url (its URL) are required")
+    try:
+        handed = await decisions.hand_over(state, heir, url.rstrip("/"))
+    except PeerError as exc:
+        return problem(503, "peer-unavailable", f"{heir} did not take the records: {exc}")
+    return _json({"handed": handed, "heir": heir})
+
+
+@internal(with_body=True)
+async def adopt_decisions(request: web.Request, state: NodeState, body: Any) -> web.Response:
+    entries = decisions.parse_entries(body.get("entries") if isinstance(body, dict) else None)
+    if isinstance(entries, str):
+        return problem(400, "bad-decisions", entries)
+    return _json({"adopted": await decisions.adopt(state, entries)})
 
 
 @internal(with_body=True)
@@ -375,6 +411,8 @@ def create_app(
     app[CHANNEL] = ChannelServer(state, host, server_ssl)
     app.router.add_post(wire.BATCH_PATH, batch)
     app.router.add_post(wire.DECISION_PATH, decide)
+    app.router.add_post(wire.DECISIONS_HANDOVER_PATH, hand_over_decisions)
+    app.router.add_post(wire.DECISIONS_ADOPT_PATH, adopt_decisions)
     app.router.add_put(wire.TOPOLOGY_PATH, put_topology)
     app.router.add_get(wire.TOPOLOGY_PATH, get_topology)
     app.router.add_post(wire.EXPORT_PATH, export_keys)

@@ -28,6 +28,7 @@ from redis.exceptions import RedisError
 
 from cluster import wire
 from cluster.model.keys import HOLDS_KEY, hold_id_of, limit_key_of
+from node.decisions import where_decided
 from node.migration import PeerError
 from node.ownership import Role
 
@@ -125,12 +126,12 @@ class HoldKeeper:
     async def _report(self, batch: str, coordinator: str, hold: str) -> bool:
         """Tell a committed batch's coordinator that one of its holds is settled."""
         state = self.state
-        if coordinator == state.node_id:
-            await state.store.settled(batch, [hold])
-            return True
-        spec = state.ownership.node_spec(coordinator) if state.ownership else None
+        where = where_decided(state, coordinator)
+        if where == state.node_id:
+            return await state.store.settled(batch, [hold]) >= 0  # -1: handed over
+        spec = state.ownership.node_spec(where) if state.ownership and where else None
         if spec is None:
-            return True  # the coordinator left the cluster: nobody keeps its record
+            return True  # the coordinator left long ago: nobody keeps its record
         try:
             await state.migrator.post(
                 spec.url + wire.DECISION_PATH, {"batch": batch, "settled": [hold]}, timeout_s=1.0

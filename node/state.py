@@ -15,6 +15,7 @@ from redis.exceptions import RedisError
 
 from cluster import wire
 from cluster.model.topology import Topology
+from node.decisions import where_decided
 from node.holds import HoldKeeper
 from node.liveness import LivenessResponder
 from node.metrics import NodeMetrics
@@ -137,9 +138,11 @@ class NodeState:
 
 async def _resolve(state: NodeState, batch: str, coordinator: str) -> str | None:
     """A held batch's fate, asking its coordinator to record "abort" if undecided."""
-    if coordinator == state.node_id:
-        return await state.store.decide(batch, "abort")
-    spec = state.ownership.node_spec(coordinator) if state.ownership else None
+    where = where_decided(state, coordinator)
+    if where == state.node_id:
+        decided = await state.store.decide(batch, "abort")
+        return None if decided == "fenced" else decided  # ask the successor, later
+    spec = state.ownership.node_spec(where) if state.ownership and where else None
     if spec is None:
         log.warning("batch %s: coordinator %s is not in the topology; aborting", batch, coordinator)
         return "abort"

@@ -14,6 +14,7 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from cluster.model.algorithms import BY_NAME
 from cluster.model.keys import (
+    DECISION_FENCE_KEY,
     DECISION_PREFIX,
     PENDING_PREFIX,
     adjust_record_key,
@@ -204,7 +205,7 @@ class CounterStore:
         """Record a batch's decision unless one exists; the decision that stands.
         A "commit" naming its `holds` does not expire before they all reported
         themselves settled (node/lua/decide.lua, settled.lua)."""
-        keys = [DECISION_PREFIX + batch, PENDING_PREFIX + batch]
+        keys = [DECISION_PREFIX + batch, PENDING_PREFIX + batch, DECISION_FENCE_KEY]
         args: list[str | int] = [decision, self.decision_ttl_ms]
         if decision == "commit":
             args += holds
@@ -212,8 +213,9 @@ class CounterStore:
         return stored.decode() if isinstance(stored, bytes) else str(stored)
 
     async def settled(self, batch: str, holds: Sequence[str]) -> int:
-        """Holds of a batch are settled; how many are still not."""
-        keys = [DECISION_PREFIX + batch, PENDING_PREFIX + batch]
+        """Holds of a batch are settled; how many are still not (-1: this node handed
+        its decision records over, node/decisions.py)."""
+        keys = [DECISION_PREFIX + batch, PENDING_PREFIX + batch, DECISION_FENCE_KEY]
         left: int = await self.settled_script(keys=keys, args=[self.decision_ttl_ms, *holds])
         return left
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import orjson
 from redis.exceptions import RedisError
 
-from cluster.model.keys import TOPOLOGY_KEY
+from cluster.model.keys import DECISION_FENCE_KEY, TOPOLOGY_KEY
 from cluster.model.topology import Topology
 from node.migration import PeerError
 
@@ -76,6 +76,10 @@ async def install_topology(state: NodeState, topology: Topology) -> Refused | No
         ):
             state.topology = topology
             await _persist(state, topology)
+            if topology.node(state.node_id) is not None and state.node_id not in (
+                topology.successors
+            ):
+                await _unfence(state)  # a member again (re-added under its old id)
     await state.wait_drained(topology.epoch)
     return None
 
@@ -101,3 +105,10 @@ async def moves_of_epoch(state: NodeState, epoch: int) -> AsyncIterator[None]:
         state.inflight[epoch] -= 1
         async with state.drained:
             state.drained.notify_all()
+
+
+async def _unfence(state: NodeState) -> None:
+    try:
+        await state.redis.delete(DECISION_FENCE_KEY)
+    except (RedisError, OSError) as exc:
+        log.warning("could not lift the decisions fence: %s", exc)

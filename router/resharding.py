@@ -96,8 +96,15 @@ class Resharder:
             "from": current.partitioner.to_dict(),
             "started": time.time(),
         }
+        # A node re-added under the id of one that left keeps its own records again.
+        ids = {n.id for n in nodes}
+        successors = {k: v for k, v in current.successors.items() if k not in ids}
         migrating = dataclasses.replace(
-            current, epoch=current.epoch + 1, partitioner=new, migration=migration
+            current,
+            epoch=current.epoch + 1,
+            partitioner=new,
+            migration=migration,
+            successors=successors,
         )
         self.view.adopt(migrating)
         await self._launch_announced()
@@ -256,8 +263,12 @@ class Resharder:
         self.progress["keys_per_s"] = round(self.progress["keys_moved"] / elapsed, 1)
         self.progress["seconds"] = round(elapsed, 3)
         self.progress["phase"] = "finalizing"
+        successors = await self._hand_over_decisions(previous)
         final = dataclasses.replace(
-            self.view.topology, epoch=self.view.topology.epoch + 1, migration=None
+            self.view.topology,
+            epoch=self.view.topology.epoch + 1,
+            migration=None,
+            successors=successors,
         )
         # Push to every node of the migration (removed nodes learn they own nothing).
         members = self.view.member_ids()
@@ -274,6 +285,30 @@ class Resharder:
         self.progress["phase"] = "done"
         self.progress["epoch"] = final.epoch
         log.info("migration %s done: %d keys moved", migration["id"], self.progress["keys_moved"])
+
+    async def _hand_over_decisions(self, previous: Partitioner) -> dict[str, str]:
+        """Nodes leaving the cluster give the all-or-nothing decision records they keep
+        to a remaining node (node/decisions.py), before the topology without them is
+        published; that topology names the successor of each. Raises NodeUnavailable."""
+        topology = self.view.topology
+        successors = dict(topology.successors)
+        heir = min(topology.nodes, key=lambda n: n.id)
+        for node in previous.nodes:
+            if topology.node(node.id) is not None:
+                continue
+            body = {"heir": heir.id, "url": heir.url}
+            try:
+                answer = await self.view.channels[node.id].post(
+                    wire.DECISIONS_HANDOVER_PATH, body, timeout_s=60.0
+                )
+            except NodeUnavailable as exc:
+                self.blocked = {"node": node.id, "reason": f"decision records not handed: {exc}"}
+                raise
+            successors = {k: heir.id if v == node.id else v for k, v in successors.items()}
+            successors[node.id] = heir.id
+            handed = answer.get("handed")
+            log.info("node %s handed %s decision records to %s", node.id, handed, heir.id)
+        return successors
 
     async def _step(self, source: str, step: dict[str, Any]) -> Any:
         """One copy step, tried again a few times: a step is safe to repeat (what it

@@ -1,0 +1,106 @@
+"""A coordinator leaving the cluster hands its all-or-nothing decision records over.
+
+The orchestrator asks the leaving node (DECISIONS_HANDOVER_PATH) to give its records
+(`sl|d|<batch>`, `sl|dp|<batch>`) to a successor before the topology without it is
+published; that topology names the successor (`Topology.successors`), so sweepers
+and routers ask it from then on. The hand-over first sets a fence in the leaving
+node's Redis: decide.lua and settled.lua refuse from then on (checked inside the
+scripts, so no decision can slip in between the fence and the copy), and a late
+"abort" can never be recorded where no one will look for it, nor contradict a commit
+the successor holds. Repeating a hand-over is harmless: the successor restores only
+records it does not have.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import ResponseError
+
+from cluster import wire
+from cluster.model.keys import DECISION_FENCE_KEY, DECISION_PREFIX, PENDING_PREFIX
+
+if TYPE_CHECKING:
+    from node.state import NodeState
+
+CHUNK = 500
+
+
+async def hand_over(state: NodeState, heir: str, heir_url: str) -> int:
+    """Fence this node's decisions, then copy every record to `heir`; how many."""
+    client = state.counters
+    await client.set(DECISION_FENCE_KEY, heir)
+    handed = 0
+    for pattern in (DECISION_PREFIX + "*", PENDING_PREFIX + "*"):
+        names: list[str] = []
+        async for raw in client.scan_iter(match=pattern, count=1000):
+            names.append(raw.decode() if isinstance(raw, bytes) else str(raw))
+        for start in range(0, len(names), CHUNK):
+            entries = await _dump(state, names[start : start + CHUNK])
+            if entries:
+                await state.migrator.post(
+                    heir_url + wire.DECISIONS_ADOPT_PATH, {"entries": entries}, timeout_s=30.0
+                )
+            handed += len(entries)
+    return handed
+
+
+async def _dump(state: NodeState, names: list[str]) -> list[list[Any]]:
+    pipe = state.counters.pipeline(transaction=False)
+    for name in names:
+        pipe.dump(name)
+        pipe.pttl(name)
+    replies = await pipe.execute()
+    entries = []
+    for i, name in enumerate(names):
+        dump, pttl = replies[2 * i], replies[2 * i + 1]
+        if dump is not None and pttl != -2:
+            entries.append([name, base64.b64encode(dump).decode(), max(int(pttl), 0)])
+    return entries
+
+
+def parse_entries(raw: Any) -> list[tuple[str, bytes, int]] | str:
+    """[[name, base64 dump, ttl ms (0: none)], ...] of decision records, or why not."""
+    if not isinstance(raw, list):
+        return "entries must be a list"
+    out = []
+    for item in raw:
+        if not (isinstance(item, list) and len(item) == 3):
+            return "each entry is [name, dump, ttl_ms]"
+        name, dump, ttl = item
+        if not isinstance(name, str) or not name.startswith((DECISION_PREFIX, PENDING_PREFIX)):
+            return "only decision records can be adopted"
+        if not isinstance(dump, str) or type(ttl) is not int or ttl < 0:
+            return "each entry is [name, dump, ttl_ms]"
+        try:
+            out.append((name, base64.b64decode(dump, validate=True), ttl))
+        except ValueError:
+            return "dump must be base64"
+    return out
+
+
+async def adopt(state: NodeState, entries: list[tuple[str, bytes, int]]) -> int:
+    """Restore records this node does not hold yet; how many were restored."""
+    restored = 0
+    for name, dump, ttl in entries:
+        try:
+            await state.counters.restore(name, ttl, dump)
+        except ResponseError as exc:
+            if "BUSYKEY" not in str(exc):
+                raise
+            continue  # held already: this one is at least as recent
+        restored += 1
+    return restored
+
+
+def where_decided(state: NodeState, coordinator: str) -> str | None:
+    """The node that holds the records of `coordinator` now: itself while it is in the
+    topology (or leaving it), else its successor; None when no one does."""
+    ownership = state.ownership
+    if ownership is None:
+        return None
+    found = ownership.topology.coordinator(coordinator)
+    if found is not None:
+        return found
+    return coordinator if ownership.node_spec(coordinator) is not None else None
