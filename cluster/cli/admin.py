@@ -117,8 +117,8 @@ def watch(args: argparse.Namespace) -> dict[str, Any]:
                 rate=migration.get("keys_per_s", 0),
             )
             if migration.get("last_error"):
-                raise AdminError(f"migration paused: {migration['last_error']} "
-                                 "(fix it, then `shardlimit reshard resume`)")  # fmt: skip
+                hint = "fix it, then `shardlimit reshard resume`; or `shardlimit reshard abort`"
+                raise AdminError(f"migration paused: {migration['last_error']} ({hint})")
             if migration.get("phase") == "done" and not migration.get("running"):
                 final = {"epoch": info["epoch"], **migration}
                 return final
@@ -152,6 +152,8 @@ def cmd_node_remove(args: argparse.Namespace) -> int:
 def cmd_reshard(args: argparse.Namespace) -> int:
     if args.action == "resume":
         return _finish(args, call(args, "POST", "/v1/cluster/migration/resume"))
+    if args.action == "abort":
+        return _finish(args, call(args, "POST", "/v1/cluster/migration/abort"))
     if not args.add and not args.remove:
         raise AdminError("reshard plan|apply needs --add URL or --remove ID")
     if args.add:
@@ -192,11 +194,12 @@ def add_arguments(sub: Any, router_args: Any) -> None:
     remove.add_argument("node_id", help="the id of the node to remove (see `shardlimit status`)")
     remove.add_argument("--no-wait", dest="wait", action="store_false", help=NO_WAIT_HELP)
     router_args(remove)
-    reshard = sub.add_parser("reshard", help="plan|apply|status|resume a reshard")
+    reshard = sub.add_parser("reshard", help="plan|apply|status|resume|abort a reshard")
     reshard.add_argument(
         "action",
-        choices=("plan", "apply", "status", "resume"),
-        help="plan: show the moves; apply: run them; status; resume",
+        choices=("plan", "apply", "status", "resume", "abort"),
+        help="plan: show the moves; apply: run them; status; resume; abort: undo the "
+        "migration in progress (back to the previous layout)",
     )
     reshard.add_argument("--add", metavar="URL", help="a node to add")
     reshard.add_argument("--remove", metavar="ID", help="a node to remove")

@@ -236,6 +236,11 @@ async def test_abort_without_a_migration_and_twice(plain_cluster: Cluster) -> No
     assert status == 409 and body["type"].endswith("/nothing-to-abort"), body
     status, body = await plain_cluster.post("/v1/cluster/migration/abort", None)
     assert status == 401, body
+    code, out, err = await _cli(plain_cluster, "reshard", "abort")
+    assert code == 1 and out == ""
+    assert err == (
+        "shardlimit: POST /v1/cluster/migration/abort: 409 no migration to abort\n"
+    ), err
     assert (await _cluster_state(plain_cluster))[:2] == (1, None)
 
 
