@@ -238,9 +238,7 @@ async def test_abort_without_a_migration_and_twice(plain_cluster: Cluster) -> No
     assert status == 401, body
     code, out, err = await _cli(plain_cluster, "reshard", "abort")
     assert code == 1 and out == ""
-    assert err == (
-        "shardlimit: POST /v1/cluster/migration/abort: 409 no migration to abort\n"
-    ), err
+    assert err == ("shardlimit: POST /v1/cluster/migration/abort: 409 no migration to abort\n"), err
     assert (await _cluster_state(plain_cluster))[:2] == (1, None)
 
 
