@@ -76,7 +76,7 @@ async def test_a_node_that_cannot_join_changes_nothing(
     assert before == (1, None, ["n1", "n2", "n3"])
     runners: list[web.AppRunner] = []
 
-    async def node(node_id: str, token: str = CLUSTER) -> str:
+    async def node(node_id: str, token: str | None = CLUSTER) -> str:
         runner, url = await _serve(create_node_app(node_id, fourth_redis.url, token))
         runners.append(runner)
         return url
@@ -93,6 +93,8 @@ async def test_a_node_that_cannot_join_changes_nothing(
         # Another cluster token: the node refuses ours.
         wrong_token = await node("n4", token="another-token")
         await refused(wrong_token, 409, "node-token-rejected", "token rejected")
+        # No token at all: it would take anything from anyone.
+        await refused(await node("n4", token=None), 409, "node-token-rejected", "token not checked")
         # A node that belongs to another cluster (it kept that cluster's topology).
         other = new_partitioner("ring", [NodeSpec("n4", "http://127.0.0.1:9")])
         spare.set(TOPOLOGY_KEY, _topology_json(Topology(7, other, cluster_id="other-cluster")))
