@@ -200,6 +200,7 @@ async def stats(request: web.Request, state: NodeState, body: Any) -> web.Respon
     keys = await state.redis.dbsize() - (1 if rules_version else 0) - kept
     topology = state.topology
     memory = (await state.redis.info("memory"))["used_memory"]
+    redis_version = str((await state.redis.info("server")).get("redis_version", ""))
     kwargs = state.redis.connection_pool.connection_kwargs
     address = {"host": kwargs.get("host"), "port": kwargs.get("port"), "db": kwargs.get("db", 0)}
     return _json(
@@ -208,7 +209,8 @@ async def stats(request: web.Request, state: NodeState, body: Any) -> web.Respon
          "undone_checks": state.undone_checks,
          "rules_version": rules_version,
          "cluster_id": topology.cluster_id if topology else None,
-         "partitioner": topology.partitioner.kind if topology else None}
+         "partitioner": topology.partitioner.kind if topology else None,
+         "redis_version": redis_version}
     )  # fmt: skip
 
 

