@@ -26,8 +26,11 @@ def node_port(spec: NodeSpec) -> int:
 
 
 def holds_redis_data(directory: Path) -> bool:
-    """Whether a Redis ran with its data here (an AOF directory or an RDB file)."""
-    return (directory / "appendonlydir").is_dir() or any(directory.glob("*.rdb"))
+    """Whether a Redis ran with its data here: an AOF (a directory since Redis 7, a file
+    before) or an RDB file."""
+    if (directory / "appendonlydir").is_dir() or (directory / "appendonly.aof").is_file():
+        return True
+    return any(directory.glob("*.rdb"))
 
 
 def listening(port: int, host: str) -> bool:
