@@ -29,7 +29,7 @@ import yaml
 from cluster.local.ports import free_port, free_port_run
 from cluster.local.procs import ChildProcess, python_module
 from cluster.local.recorded import listening, node_port, recorded_members, redis_dir
-from cluster.local.redis_proc import RedisProcess
+from cluster.local.redis_proc import RedisProcess, redis_server_binary
 from cluster.model.nodes import NodeSpec
 from cluster.web.auth import ADMIN_TOKEN_ENV, CLUSTER_TOKEN_ENV
 
@@ -190,7 +190,7 @@ class LocalCluster:
     def take_recorded_cluster(self) -> None:
         """On a data dir that holds a cluster: bring back exactly its nodes, each on its
         own Redis data, or refuse naming what is missing (cluster/local/recorded.py)."""
-        recorded = recorded_members(self.data_dir, self.options.host)
+        recorded = recorded_members(self.data_dir, self.options.host, redis_server_binary())
         if recorded is None:
             return
         members, partitioner = recorded

