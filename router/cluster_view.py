@@ -5,16 +5,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
 import logging
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import orjson
+
 from cluster import wire
 from cluster.model import topology as topo
 from cluster.model.nodes import NodeSpec
-from cluster.model.partition import new_partitioner, partitioner_from_dict
+from cluster.model.partition import Partitioner, new_partitioner, partitioner_from_dict
 from cluster.model.topology import Topology
 from router.config import RouterConfig
 from router.dispatch import NodeChannel, NodeUnavailable, Reason
@@ -70,18 +73,16 @@ class ClusterView:
         part = new_partitioner(
             self.config.partitioner, self.config.nodes, vnodes=self.config.vnodes
         )
-        topology = Topology(epoch=1, partitioner=part, cluster_id=new_cluster_id())
+        cluster_id = self.config.cluster_id or layout_cluster_id(part)
+        topology = Topology(epoch=1, partitioner=part, cluster_id=cluster_id)
         topo.save_atomic(self.path, topology)
         self.fresh = True
         return topology
 
     def _join_existing(self, theirs: Topology) -> bool:
-        """A router started on an empty data dir, whose configured nodes already form a
-        cluster (another router of it started first): take that cluster's topology."""
+        """A router started on an empty data dir (routers are stateless), whose nodes
+        already form a cluster: take that cluster's topology rather than push its own."""
         if not self.fresh or theirs.cluster_id is None:
-            return False
-        configured = {(n.id, n.url) for n in self.topology.nodes}
-        if configured != {(n.id, n.url) for n in theirs.nodes} and theirs.migration is None:
             return False
         topo.save_atomic(self.path, theirs)
         self.topology = theirs
@@ -349,3 +350,12 @@ class ClusterView:
 
 def new_cluster_id() -> str:
     return uuid.uuid4().hex[:16]
+
+
+def layout_cluster_id(part: Partitioner) -> str:
+    """A cluster id derived from the initial layout: routers started together from one
+    config (replicas on empty data dirs) agree on it without talking to each other."""
+    return (
+        "l"
+        + hashlib.sha256(orjson.dumps(part.to_dict(), option=orjson.OPT_SORT_KEYS)).hexdigest()[:15]
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from cluster.web.tls import TlsFiles
 
 DEFAULT_PORT = 8080
 log = logging.getLogger("shardlimit.config")
+CLUSTER_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}\Z")
 
 
 @dataclass
@@ -48,6 +50,10 @@ class RouterConfig:
     partitioner: str = "ring"
     vnodes: int = DEFAULT_VNODES
     nodes: list[NodeSpec] = field(default_factory=list)
+    # The cluster's id for a router starting on an empty data dir (default: derived from
+    # the layout above, so routers sharing a config agree). A node refuses topologies of
+    # another cluster id.
+    cluster_id: str | None = None
     # TLS (cluster/web/tls.py): the listener's certificate, presented to nodes too when
     # `tls_mutual`; the CA node certificates must chain to.
     tls_cert: Path | None = None
@@ -200,6 +206,12 @@ def parse_config(doc: Any, base: Path) -> RouterConfig:
             problems.add(f"router.{name}", f"must be an integer from {low} to {high}")
         else:
             setattr(cfg, name, value)
+    cluster_id = cluster.get("id")
+    if cluster_id is not None:
+        if not isinstance(cluster_id, str) or not CLUSTER_ID.match(cluster_id):
+            problems.add("cluster.id", "must be 1-64 characters of A-Z a-z 0-9 _ . : -")
+        else:
+            cfg.cluster_id = cluster_id
     kind = cluster.get("partitioner", "ring")
     if kind not in ("ring", "slots"):
         problems.add("cluster.partitioner", "must be 'ring' or 'slots'")

@@ -169,6 +169,7 @@ class LocalCluster:
         self._envoy_settings(router, index, config_dir)
         cluster = dict(base.get("cluster") or {})
         cluster["partitioner"] = self.partitioner
+        cluster["id"] = self.cluster_id()
         cluster["nodes"] = [spec.to_dict() for spec in self.node_specs()]
         path = self.data_dir / ("cluster.yaml" if index == 0 else f"cluster-{index + 1}.yaml")
         path.write_text(yaml.safe_dump({"router": router, "cluster": cluster}, sort_keys=False))
@@ -186,6 +187,14 @@ class LocalCluster:
             router["envoy_config"] = str((config_dir / router["envoy_config"]).resolve())
         elif "grpc_port" in router:
             router["envoy_config"] = str(self.data_dir / "ratelimit.yaml")
+
+    def cluster_id(self) -> str:
+        """This data dir's cluster id (made once, kept in <data dir>/cluster-id): the
+        routers it starts share it, and another cluster's nodes refuse them."""
+        path = self.data_dir / "cluster-id"
+        if not path.exists():
+            path.write_text(secrets.token_hex(8) + "\n")
+        return path.read_text().strip()
 
     def take_recorded_cluster(self) -> None:
         """On a data dir that holds a cluster: bring back exactly its nodes, each on its
