@@ -18,7 +18,6 @@ from cluster.model.keys import (
     LEASES,
     REQUEST_ID,
     RULES_KEY,
-    TOPOLOGY_KEY,
     lease_key,
     limit_key_of,
 )
@@ -29,6 +28,7 @@ from node import decisions
 from node.batches import MAX_OPS, run_batch
 from node.boundary import redis_boundary
 from node.channel import ChannelServer
+from node.metrics import held_keys
 from node.migration import PeerError, decode_entries, encode_entries
 from node.ownership import Role
 from node.state import NodeState
@@ -195,9 +195,7 @@ async def migrate_step(request: web.Request, state: NodeState, body: Any) -> web
 @internal(with_body=False)
 async def stats(request: web.Request, state: NodeState, body: Any) -> web.Response:
     rules_version = int(await state.redis.hget(RULES_KEY, "version") or 0)
-    # Keys the node holds for limits; the cluster's rules and its kept topology are not.
-    kept = int(await state.redis.exists(TOPOLOGY_KEY))
-    keys = await state.redis.dbsize() - (1 if rules_version else 0) - kept
+    keys = await held_keys(state.redis)  # for limits: not the rules, topology, fence
     topology = state.topology
     memory = (await state.redis.info("memory"))["used_memory"]
     redis_version = str((await state.redis.info("server")).get("redis_version", ""))

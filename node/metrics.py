@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from redis.exceptions import RedisError
 
-from cluster.model.keys import RULES_KEY
+from cluster.model.keys import NODE_SINGLETONS
 from cluster.web.metrics import Families
 
 __all__ = ["NodeMetrics", "held_keys"]
@@ -45,12 +45,13 @@ class NodeCounts(Protocol):
 
 
 async def held_keys(client: aioredis.Redis) -> int:
-    """Keys the node holds for limits (DBSIZE less the cluster's rules document)."""
+    """Keys the node holds for limits (DBSIZE less the cluster's rules document, the
+    node's kept topology and its hand-over fence)."""
     async with client.pipeline(transaction=False) as pipe:
         pipe.dbsize()
-        pipe.exists(RULES_KEY)
-        size, rules = await pipe.execute()
-    return int(size) - int(rules)
+        pipe.exists(*NODE_SINGLETONS)
+        size, singletons = await pipe.execute()
+    return int(size) - int(singletons)
 
 
 class NodeMetrics:

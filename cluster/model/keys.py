@@ -53,6 +53,8 @@ PENDING_PREFIX = "sl|dp|"  # + batch id: a set of hold ids (see hold_id)
 RULES_KEY = "sl|rules"  # a hash: version, doc (JSON)
 TOPOLOGY_KEY = "sl|topology"  # the node's topology (JSON), kept across restarts
 DECISION_FENCE_KEY = "sl|d-fence"  # set once a leaving coordinator handed its records over
+# One of each per node, kept for good: not keys the node holds for limits.
+NODE_SINGLETONS = (RULES_KEY, TOPOLOGY_KEY, DECISION_FENCE_KEY)
 LEASES = ("topology", "rules")
 
 

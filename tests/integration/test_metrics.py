@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from cluster.model.keys import RULES_KEY
+from cluster.model.keys import NODE_SINGLETONS
 from cluster.web.metrics import Families
 from router.metrics import RouterMetrics
 from tests.conftest import ADMIN, Cluster, eventually
@@ -115,7 +115,7 @@ async def test_node_keys_gauge_is_the_redis_key_count(cluster: Cluster) -> None:
     for index, (node, families) in enumerate(sorted(nodes.items())):
         client = aioredis.Redis(port=cluster.redis[index].port)
         try:
-            held = await client.dbsize() - await client.exists(RULES_KEY)
+            held = await client.dbsize() - await client.exists(*NODE_SINGLETONS)
         finally:
             await client.aclose()
         assert value(families, "shardlimit_node_keys", node=node) == held == stats_keys[node]
