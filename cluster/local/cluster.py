@@ -278,16 +278,20 @@ class LocalCluster:
                 node.spawn()
             for node in self.nodes:
                 node.wait_ready(within)
+            self._all_alive(self.nodes)  # before a router talks to whatever answered
             for router in self.routers:
                 router.start(within)
-            for child in self.children:  # the probe may have been answered by another
-                if not child.alive:
-                    raise RuntimeError(
-                        f"{child.name} exited with {child.returncode}; see {child.log}"
-                    )
+            self._all_alive(self.children)
         except BaseException:
             self.stop()
             raise
+
+    @staticmethod
+    def _all_alive(children: list[ChildProcess]) -> None:
+        """A probe may have been answered by another process on the child's port."""
+        for child in children:
+            if not child.alive:
+                raise RuntimeError(f"{child.name} exited with {child.returncode}; see {child.log}")
 
     def summary(self) -> dict[str, Any]:
         return {
