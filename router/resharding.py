@@ -117,7 +117,7 @@ class Resharder:
         current = self.view.topology
         migration = current.migration
         if migration is None:
-            raise ReshardError("no migration to abort")
+            raise ReshardError("no migration to abort", "nothing-to-abort")
         if migration.get("reverts"):
             raise ReshardError(
                 f"migration {migration['id']} already undoes {migration['reverts']}; "
