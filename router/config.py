@@ -105,7 +105,7 @@ _ROUTER_KEYS = (
     | frozenset(name for name, _, _ in _ROUTER_INTS)
     | _RETIRED
 )
-_CLUSTER_KEYS = frozenset({"partitioner", "vnodes", "nodes"})
+_CLUSTER_KEYS = frozenset({"id", "partitioner", "vnodes", "nodes"})
 _NODE_KEYS = frozenset({"id", "url", "weight"})
 _TOP_KEYS = frozenset({"router", "cluster"})
 

@@ -273,8 +273,11 @@ def test_a_migration_reads_as_lines() -> None:
         "  from n1: 30 moved of 90 scanned, done",
         "  from n2: 12 moved of 40 scanned, copying",
         "  aborting: False",
-        "  last error: n3 unreachable (fix it, then `shardlimit reshard resume`)",
+        "  last error: n3 unreachable"
+        " (fix it, then `shardlimit reshard resume`, or `shardlimit reshard abort`)",
     ]
+    blocked = {**migration, "blocked": {"node": "n3", "reason": "copy step failed: refused"}}
+    assert "  blocked by n3: copy step failed: refused" in migration_lines(blocked)
     assert migration_lines(None) == ["no migration in progress"]
     assert finished(migration) is None
     over = {**migration, "phase": "done", "epoch": 5, "seconds": 2.0, "last_error": None}
