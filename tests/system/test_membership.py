@@ -377,3 +377,30 @@ def _major_minor(version_line: str) -> tuple[int, ...]:
     """'Redis server v=7.0.15 sha=...' -> (7, 0)."""
     number = version_line.split("v=", 1)[1].split()[0]
     return tuple(int(part) for part in number.split(".")[:2])
+
+
+async def test_a_node_refuses_the_topology_of_another_cluster(plain_cluster: Cluster) -> None:
+    """Every node kept this cluster's id with its topology (in its Redis too); a router
+    of another cluster cannot push its own, at any epoch."""
+    cluster = plain_cluster
+    ours = cluster.router.view.topology
+    assert ours.cluster_id is not None
+    theirs = Topology(ours.epoch + 5, ours.partitioner, cluster_id="another-cluster")
+    headers = {"Authorization": f"Bearer {CLUSTER}"}
+    for node_id, url in cluster.node_urls.items():
+        async with cluster.http.put(
+            url + "/node/v1/topology", data=_topology_json(theirs), headers=headers
+        ) as resp:
+            body = await resp.json()
+        assert resp.status == 409 and body["type"].endswith("/other-cluster"), body
+        assert body["detail"] == (
+            f"node {node_id} belongs to cluster {ours.cluster_id}, not another-cluster"
+        )
+        async with cluster.http.get(url + "/node/v1/stats", headers=headers) as resp:
+            stats = await resp.json()
+        assert (stats["cluster_id"], stats["epoch"]) == (ours.cluster_id, ours.epoch)
+    for server in cluster.redis:
+        direct = sync_redis.Redis(port=server.port)
+        kept = direct.get(TOPOLOGY_KEY)
+        direct.close()
+        assert kept is not None and orjson.loads(kept)["cluster_id"] == ours.cluster_id
