@@ -7,7 +7,6 @@ import contextlib
 import dataclasses
 import hashlib
 import logging
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -46,7 +45,7 @@ class ClusterView:
         # Raises cluster.web.tls.TlsError.
         self.ssl_context = config.tls.client_context()
         self.path = Path(config.data_dir) / "topology.json"
-        # fresh: the topology was made from the config at this start, not found on disk.
+        # fresh: the topology (or its cluster id) was made at this start, not found on disk.
         self.fresh = False
         self.topology = self._initial_topology()
         # Nodes that answer for another cluster (node id -> its cluster id): never pushed to.
@@ -65,8 +64,11 @@ class ClusterView:
         stored = topo.load(self.path)
         if stored is not None:
             if stored.cluster_id is None:  # kept by a version without cluster ids
-                stored = dataclasses.replace(stored, cluster_id=new_cluster_id())
+                # Derived from the layout: the cluster's other routers derive the same.
+                cluster_id = layout_cluster_id(stored.partitioner)
+                stored = dataclasses.replace(stored, cluster_id=cluster_id)
                 topo.save_atomic(self.path, stored)
+                self.fresh = True  # a guess: the id the nodes already hold wins
             return stored
         if not self.config.nodes:
             raise ValueError("no topology in the data dir and no nodes in the config")
@@ -348,14 +350,8 @@ class ClusterView:
             await channel.close()
 
 
-def new_cluster_id() -> str:
-    return uuid.uuid4().hex[:16]
-
-
 def layout_cluster_id(part: Partitioner) -> str:
     """A cluster id derived from the initial layout: routers started together from one
     config (replicas on empty data dirs) agree on it without talking to each other."""
-    return (
-        "l"
-        + hashlib.sha256(orjson.dumps(part.to_dict(), option=orjson.OPT_SORT_KEYS)).hexdigest()[:15]
-    )
+    layout = orjson.dumps(part.to_dict(), option=orjson.OPT_SORT_KEYS)
+    return "l" + hashlib.sha256(layout).hexdigest()[:15]
