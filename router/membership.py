@@ -18,7 +18,7 @@ from router.cluster_view import ClusterView
 from router.dispatch import NodeUnavailable
 from router.handler_tools import admin_only, json_response, router_of
 from router.requests import new_node
-from router.resharding import MigrationBlocked
+from router.resharding import Change, MigrationBlocked, ReshardError
 from router.service import Router
 
 NODE_PROBE_S = 2.0  # how long a node being added has to answer each probe
@@ -49,7 +49,13 @@ async def add_node(request: web.Request) -> web.Response:
             check_joinable(router.view, spec, stats, versions)
         except JoinRefused as exc:
             raise Problem(exc.status, exc.kind, f"{exc}; nothing was changed") from None
-    return await _reshard(router, [*nodes, spec], dry_run)
+
+    def add(current: list[NodeSpec]) -> list[NodeSpec]:
+        if spec.id in {n.id for n in current}:
+            raise ReshardError(f"node {spec.id} already exists")
+        return [*current, spec]
+
+    return await _reshard(router, add, dry_run)
 
 
 async def _require_reachable(view: ClusterView, spec: NodeSpec) -> None:
@@ -198,12 +204,21 @@ async def remove_node(request: web.Request) -> web.Response:
     if len(nodes) == 1:
         raise Problem(409, "last-node", "cannot remove the last node")
     dry_run = request.query.get("dry_run") in ("1", "true")
-    return await _reshard(router, [n for n in nodes if n.id != node_id], dry_run)
+
+    def remove(current: list[NodeSpec]) -> list[NodeSpec]:
+        if node_id not in {n.id for n in current}:
+            raise ReshardError(f"no node {node_id} in the topology", "unknown-node")
+        if len(current) == 1:
+            raise ReshardError("cannot remove the last node", "last-node")
+        return [n for n in current if n.id != node_id]
+
+    return await _reshard(router, remove, dry_run)
 
 
-async def _reshard(router: Router, nodes: list[NodeSpec], dry_run: bool) -> web.Response:
+async def _reshard(router: Router, change: Change, dry_run: bool) -> web.Response:
+    """Plan (`dry_run`) or start the migration to `change(the current nodes)`."""
     try:
-        new, moves = router.resharder.plan(nodes)
+        new, moves = router.resharder.plan(change(list(router.view.topology.nodes)))
     except ValueError as exc:
         raise Problem(400, "bad-layout", str(exc)) from None
     if dry_run:
@@ -215,7 +230,7 @@ async def _reshard(router: Router, nodes: list[NodeSpec], dry_run: bool) -> web.
         }
         return json_response(body)
     try:
-        started = await router.resharder.start(nodes)
+        started = await router.resharder.start(change)
     except MigrationBlocked as exc:
         hint = " or `shardlimit reshard abort` to return to the previous one"
         raise _blocked(exc, hint) from None

@@ -9,7 +9,7 @@ import logging
 import secrets
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from cluster import wire
@@ -20,6 +20,8 @@ from router.dispatch import NodeUnavailable
 
 log = logging.getLogger("shardlimit.reshard")
 STEP_ATTEMPTS = 5
+# The nodes a migration leads to, from the current ones (raises ReshardError).
+Change = Callable[[list[NodeSpec]], list[NodeSpec]]
 PUSH_ATTEMPTS = 10  # rounds of topology pushes, 0.5 s apart, before a migration pauses
 
 
@@ -80,17 +82,31 @@ class Resharder:
         out["blocked"] = self.blocked
         return out
 
-    async def start(self, nodes: Sequence[NodeSpec]) -> dict[str, Any]:
-        """Begin a migration to `nodes`; returns once every node took the migrating
-        topology. Raises ReshardError (refused: nothing changed) or MigrationBlocked
-        (the topology changed but could not reach every node: see `abort`)."""
+    async def start(self, change: Change) -> dict[str, Any]:
+        """Begin a migration to `change(the current nodes)`, computed under the lease
+        from the layout the nodes hold (another router may have changed it since this
+        one last looked); returns once every node took the migrating topology. Raises
+        ReshardError (refused: nothing changed) or MigrationBlocked (the topology changed
+        but could not reach every node: see `abort`)."""
         if self.running or self.view.topology.migration is not None:
             raise ReshardError("a migration is already in progress; see GET /v1/cluster")
-        new, moves = self.plan(nodes)
-        if not moves and new.to_dict() == self.view.topology.partitioner.to_dict():
-            raise ReshardError("nothing to move: the layout would not change")
         await self._lease("acquire")
-        current = self.view.topology
+        try:
+            await self.view.refresh_from_nodes()
+            current = self.view.topology
+            if current.migration is not None:
+                raise ReshardError("a migration is already in progress; see GET /v1/cluster")
+            nodes = change(list(current.nodes))
+            try:
+                new, moves = self.plan(nodes)
+            except ValueError as exc:
+                raise ReshardError(str(exc), "bad-layout") from None
+            if not moves and new.to_dict() == current.partitioner.to_dict():
+                raise ReshardError("nothing to move: the layout would not change")
+        except BaseException:
+            with contextlib.suppress(ReshardError):
+                await self._lease("release")
+            raise
         migration = {
             "id": uuid.uuid4().hex[:12],
             "from": current.partitioner.to_dict(),
