@@ -28,6 +28,9 @@ from cluster.model.nodes import NodeSpec
 from cluster.model.partition import new_partitioner
 from cluster.model.topology import Topology
 from node.app import create_app as create_node_app
+from router.app import ROUTER
+from router.app import create_app as create_router_app
+from router.config import RouterConfig
 from tests.conftest import (
     ADMIN,
     CLUSTER,
@@ -404,3 +407,41 @@ async def test_a_node_refuses_the_topology_of_another_cluster(plain_cluster: Clu
         kept = direct.get(TOPOLOGY_KEY)
         direct.close()
         assert kept is not None and orjson.loads(kept)["cluster_id"] == ours.cluster_id
+
+
+async def test_a_router_that_missed_a_change_starts_from_the_layout_the_nodes_hold(
+    plain_cluster: Cluster, fourth_redis: RedisProcess, tmp_path: Path
+) -> None:
+    """Router B has not heard that A added n4 (its epoch poll is off) when it is asked
+    to remove n2: the change is computed under the lease from the nodes' layout, so n4
+    stays. From B's stale layout, "all but n2" would have dropped n4 as well."""
+    cluster = plain_cluster
+    specs = [NodeSpec(node_id, url) for node_id, url in cluster.node_urls.items()]
+    data_dir = tmp_path / "router-b"
+    config = RouterConfig(data_dir=data_dir, rules_file=cluster.rules_file, nodes=specs)
+    app = create_router_app(config, ADMIN, CLUSTER)
+    runner, b_url = await _serve(app)
+    try:
+        b = app[ROUTER]
+        assert b.view._poller is not None
+        b.view._poller.cancel()  # B learns nothing by itself from here on
+        n4_url = await add_spare_node(cluster, fourth_redis)
+        status, _ = await cluster.post("/v1/cluster/nodes", {"url": n4_url, "id": "n4"}, ADMIN)
+        assert status == 202
+        await wait_migration_done(cluster)
+        assert [n.id for n in b.view.topology.nodes] == ["n1", "n2", "n3"]  # stale
+        async with cluster.http.delete(
+            b_url + "/v1/cluster/nodes/n2", headers={"Authorization": f"Bearer {ADMIN}"}
+        ) as resp:
+            assert resp.status == 202, await resp.text()
+
+        async def b_done() -> bool:
+            migration = b.resharder.status() or {}
+            assert not migration.get("last_error"), migration
+            return migration.get("phase") == "done" and not migration["running"]
+
+        await eventually(b_done, within=60)
+        assert [n.id for n in b.view.topology.nodes] == ["n1", "n3", "n4"]
+        assert b.view.topology.epoch == 5
+    finally:
+        await runner.cleanup()
