@@ -95,8 +95,6 @@ async def batch(request: web.Request, state: NodeState, body: Any) -> web.Respon
     return _reply(state, results)
 
 
-
-
 def _parse_topology(data: Any) -> Topology | str:
     try:
         return Topology.from_dict(data if isinstance(data, dict) else {})
