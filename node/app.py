@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -16,7 +15,6 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from cluster import wire
 from cluster.model.keys import (
     LEASES,
-    REQUEST_ID,
     RULES_KEY,
     lease_key,
     limit_key_of,
@@ -28,6 +26,7 @@ from node import decisions
 from node.batches import MAX_OPS, run_batch
 from node.boundary import redis_boundary
 from node.channel import ChannelServer
+from node.config import NodeConfig
 from node.metrics import held_keys
 from node.migration import PeerError, decode_entries, encode_entries
 from node.ownership import Role
@@ -50,20 +49,24 @@ def _authorized(request: web.Request) -> bool:
 InternalHandler = Callable[[web.Request, NodeState, Any], Awaitable[web.Response]]
 
 
-def internal(*, with_body: bool) -> Callable[[InternalHandler], Handler]:
-    """Node endpoints: cluster token first, then (optionally) a JSON body."""
+def internal(
+    body: type[wire.Control] | None = None, *, slug: str = "bad-request"
+) -> Callable[[InternalHandler], Handler]:
+    """Node endpoints: cluster token first, then the body decoded into its control
+    message (cluster/wire.py); one that does not fit is a 400 `slug` naming the field."""
 
     def wrap(handler: InternalHandler) -> Handler:
         @functools.wraps(handler)
         async def endpoint(request: web.Request) -> web.Response:
             if not _authorized(request):
                 return problem(401, "unauthorized", "cluster token required")
-            body: Any = None
-            if with_body:
-                body, error = await read_json(request)
-                if error is not None:
-                    return error
-            return await handler(request, request.app[STATE], body)
+            message: Any = None
+            if body is not None:
+                try:
+                    message = msgspec.json.decode(await request.read(), type=body)
+                except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                    return problem(400, slug, str(exc))
+            return await handler(request, request.app[STATE], message)
 
         return endpoint
 
@@ -79,7 +82,7 @@ def _reply(state: NodeState, results: list[wire.Result]) -> web.Response:
     return web.Response(body=wire.encode(reply), content_type=wire.CONTENT_TYPE)
 
 
-@internal(with_body=False)
+@internal()
 async def batch(request: web.Request, state: NodeState, body: Any) -> web.Response:
     """A batch over HTTP (node/batches.py); routers send theirs on the channel."""
     try:
@@ -102,8 +105,11 @@ def _parse_topology(data: Any) -> Topology | str:
         return str(exc)
 
 
-@internal(with_body=True)
+@internal()
 async def put_topology(request: web.Request, state: NodeState, body: Any) -> web.Response:
+    body, error = await read_json(request)
+    if error is not None:
+        return error
     topology = _parse_topology(body)
     if isinstance(topology, str):
         return problem(400, "bad-topology", topology)
@@ -113,24 +119,20 @@ async def put_topology(request: web.Request, state: NodeState, body: Any) -> web
     return _json({"epoch": state.epoch})
 
 
-@internal(with_body=False)
+@internal()
 async def get_topology(request: web.Request, state: NodeState, body: Any) -> web.Response:
     if state.topology is None:
         return problem(404, "no-topology", "this node has no topology yet")
     return _json(state.topology.to_dict())
 
 
-@internal(with_body=True)
-async def export_keys(request: web.Request, state: NodeState, body: Any) -> web.Response:
+@internal(wire.ExportKeys, slug="bad-keys")
+async def export_keys(
+    request: web.Request, state: NodeState, body: wire.ExportKeys
+) -> web.Response:
     """DUMP of Redis keys for a node importing them (first touch during a migration)."""
-    keys = body.get("keys") if isinstance(body, dict) else None
-    if (
-        not isinstance(keys, list)
-        or not all(isinstance(k, str) for k in keys)
-        or len(keys) > 10_000
-    ):
-        return problem(400, "bad-keys", "keys must be a list of at most 10000 strings")
-    newer = _parse_topology(body.get("topology"))
+    keys = body.keys
+    newer = _parse_topology(body.topology)
     if isinstance(newer, Topology) and newer.epoch > state.epoch:
         # The asking node is ahead of us (a push to us is on its way): take it now.
         await install_topology(state, newer)
@@ -146,15 +148,17 @@ async def export_keys(request: web.Request, state: NodeState, body: Any) -> web.
     return _json({"entries": encode_entries(entries)})
 
 
-@internal(with_body=True)
-async def import_keys(request: web.Request, state: NodeState, body: Any) -> web.Response:
-    migration = body.get("migration") if isinstance(body, dict) else None
-    if not isinstance(migration, str) or state.ownership is None:
-        return problem(400, "bad-import", "migration id required")
+@internal(wire.ImportKeys, slug="bad-import")
+async def import_keys(
+    request: web.Request, state: NodeState, body: wire.ImportKeys
+) -> web.Response:
+    migration = body.migration
+    if state.ownership is None:
+        return problem(400, "bad-import", "this node is in no migration")
     if state.ownership.migration_id != migration:
         return problem(409, "wrong-migration", "this node is not in that migration")
     try:
-        entries = decode_entries(body.get("entries"))
+        entries = decode_entries(body.entries)
     except (ValueError, TypeError) as exc:
         return problem(400, "bad-import", str(exc))
     reverting = state.ownership.reverts is not None
@@ -162,20 +166,15 @@ async def import_keys(request: web.Request, state: NodeState, body: Any) -> web.
     return _json({"restored": restored, "received": len(entries)})
 
 
-@internal(with_body=True)
-async def migrate_step(request: web.Request, state: NodeState, body: Any) -> web.Response:
+@internal(wire.MigrateStep, slug="bad-step")
+async def migrate_step(
+    request: web.Request, state: NodeState, body: wire.MigrateStep
+) -> web.Response:
     """One background-copy step on a source node (driven by the orchestrator)."""
-    cursor = body.get("cursor", 0) if isinstance(body, dict) else None
-    count = body.get("count", 1000) if isinstance(body, dict) else None
-    migration = body.get("migration") if isinstance(body, dict) else None
-    if not isinstance(cursor, int) or not isinstance(count, int) or not 1 <= count <= 100_000:
-        return problem(400, "bad-step", "cursor and count (1..100000) must be integers")
-    rate = body.get("rate", 0)
-    busy_pct = body.get("busy_pct", 100)
-    if type(rate) is not int or type(busy_pct) is not int or rate < 0 or not 1 <= busy_pct <= 100:
-        return problem(400, "bad-step", "rate (keys/s, >= 0) and busy_pct (1..100): integers")
+    migration, cursor, count = body.migration, body.cursor, body.count
+    rate, busy_pct = body.rate, body.busy_pct
     ownership = state.ownership
-    if ownership is None or ownership.migration_id != migration or migration is None:
+    if ownership is None or ownership.migration_id != migration:
         return problem(409, "wrong-migration", "this node is not in that migration")
     try:
         budget = state.migrator.budget(migration, rate, busy_pct)
@@ -190,7 +189,7 @@ async def migrate_step(request: web.Request, state: NodeState, body: Any) -> web
     return _json(step)
 
 
-@internal(with_body=False)
+@internal()
 async def stats(request: web.Request, state: NodeState, body: Any) -> web.Response:
     rules_version = int(await state.redis.hget(RULES_KEY, "version") or 0)
     keys = await held_keys(state.redis)  # for limits: not the rules, topology, fence
@@ -210,67 +209,54 @@ async def stats(request: web.Request, state: NodeState, body: Any) -> web.Respon
     )  # fmt: skip
 
 
-@internal(with_body=False)
+@internal()
 async def get_rules(request: web.Request, state: NodeState, body: Any) -> web.Response:
     """The cluster's rules document as this node holds it (version 0: none yet)."""
     version, doc = await state.redis.hmget(RULES_KEY, ["version", "doc"])
     return _json({"version": int(version or 0), "rules": orjson.loads(doc) if doc else {}})
 
 
-@internal(with_body=True)
-async def put_rules(request: web.Request, state: NodeState, body: Any) -> web.Response:
+@internal(wire.RulesDocument, slug="bad-rules")
+async def put_rules(
+    request: web.Request, state: NodeState, body: wire.RulesDocument
+) -> web.Response:
     """Store a rules document if its version is newer than the one held. The router
     validated it; it is kept as given (JSON) and served back as is."""
-    version = body.get("version") if isinstance(body, dict) else None
-    rules = body.get("rules") if isinstance(body, dict) else None
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        return problem(400, "bad-rules", "version must be a positive integer")
-    if not isinstance(rules, dict):
-        return problem(400, "bad-rules", "rules must be an object of rules by name")
     stored, held = await state.rules_script(
-        keys=[RULES_KEY], args=[version, orjson.dumps(rules).decode()]
+        keys=[RULES_KEY], args=[body.version, orjson.dumps(body.rules).decode()]
     )
     return _json({"stored": stored == 1, "version": held})
 
 
-@internal(with_body=True)
-async def set_clock(request: web.Request, state: NodeState, body: Any) -> web.Response:
+@internal(wire.ClockOffset, slug="bad-offset")
+async def set_clock(request: web.Request, state: NodeState, body: wire.ClockOffset) -> web.Response:
     """Test mode only: shift the clock every script sees."""
     if not state.test_mode:
         return problem(404, "not-found", "not found")
-    offset = body.get("offset_ms") if isinstance(body, dict) else None
-    if not isinstance(offset, int) or isinstance(offset, bool):
-        return problem(400, "bad-offset", "offset_ms must be an integer")
-    state.store.offset_ms = offset
-    return _json({"offset_ms": offset})
+    state.store.offset_ms = body.offset_ms
+    return _json({"offset_ms": body.offset_ms})
 
 
-@internal(with_body=True)
-async def drop_markers(request: web.Request, state: NodeState, body: Any) -> web.Response:
-    migration = body.get("migration") if isinstance(body, dict) else None
-    if not isinstance(migration, str) or not migration.isalnum():
-        return problem(400, "bad-migration", "migration id required")
+@internal(wire.MigrationCleanup, slug="bad-migration")
+async def drop_markers(
+    request: web.Request, state: NodeState, body: wire.MigrationCleanup
+) -> web.Response:
+    migration = body.migration
     if state.ownership is not None and state.ownership.migration_id == migration:
         return problem(409, "migration-running", "that migration is still in progress here")
     dropped = await state.migrator.drop_markers(migration)
     return _json({"dropped": dropped})
 
 
-@internal(with_body=True)
-async def lease(request: web.Request, state: NodeState, body: Any) -> web.Response:
+@internal(wire.Lease, slug="bad-lease")
+async def lease(request: web.Request, state: NodeState, body: wire.Lease) -> web.Response:
     """A change lease, `name` "topology" (the default) or "rules", held in this node's
     Redis when it is the lock node."""
-    if not isinstance(body, dict):
-        return problem(400, "bad-lease", "body must be an object")
-    action, token, ttl = body.get("action"), body.get("token"), body.get("ttl_ms", 10_000)
-    name = body.get("name", "topology")
-    if name not in LEASES:
+    if body.name not in LEASES:
         return problem(400, "bad-lease", f"name must be one of: {', '.join(LEASES)}")
-    if action not in ("acquire", "renew", "release") or not isinstance(token, str) or not token:
-        return problem(400, "bad-lease", "action acquire|renew|release and a token are required")
-    if not isinstance(ttl, int) or not 100 <= ttl <= 600_000:
-        return problem(400, "bad-lease", "ttl_ms must be 100..600000")
-    held = await state.lease_script(keys=[lease_key(name)], args=[action, token, ttl])
+    held = await state.lease_script(
+        keys=[lease_key(body.name)], args=[body.action, body.token, body.ttl_ms]
+    )
     return _json({"held": held == 1})
 
 
@@ -292,20 +278,15 @@ async def readyz(request: web.Request) -> web.Response:
     return _json({"status": "ready", "node": state.node_id, "epoch": state.epoch})
 
 
-@internal(with_body=True)
-async def decide(request: web.Request, state: NodeState, body: Any) -> web.Response:
+@internal(wire.Decision, slug="bad-decision")
+async def decide(request: web.Request, state: NodeState, body: wire.Decision) -> web.Response:
     """This node coordinates an all-or-nothing batch: record its decision, first wins.
 
     {"batch", "decision", "holds"?}: record (holds: the ids of the batch's holds; a
     "commit" naming them lasts until they are all settled); {"batch", "settled"}:
     those holds are settled (a node's sweeper reports them)."""
-    batch = body.get("batch") if isinstance(body, dict) else None
-    if not isinstance(batch, str) or not REQUEST_ID.match(batch):
-        return problem(400, "bad-decision", "batch must be a batch id")
-    settled = body.get("settled")
-    holds = settled if settled is not None else body.get("holds", [])
-    if not isinstance(holds, list) or not all(isinstance(h, str) and h for h in holds):
-        return problem(400, "bad-decision", "holds must be a list of hold ids")
+    batch, settled = body.batch, body.settled
+    holds = settled if settled is not None else body.holds
     if len(holds) > MAX_OPS:
         return problem(413, "too-many-holds", f"at most {MAX_OPS} holds")
     if settled is not None:
@@ -313,8 +294,8 @@ async def decide(request: web.Request, state: NodeState, body: Any) -> web.Respo
         if left < 0:
             return _handed_over(state)
         return _json({"batch": batch, "unsettled": left})
-    wanted = body.get("decision")
-    if wanted not in ("commit", "abort"):
+    wanted = body.decision
+    if wanted is None:
         return problem(400, "bad-decision", "decision must be 'commit' or 'abort'")
     stored = await state.store.decide(batch, wanted, holds)
     if stored == "fenced":
@@ -331,13 +312,12 @@ def _handed_over(state: NodeState) -> web.Response:
     )
 
 
-@internal(with_body=True)
-async def hand_over_decisions(request: web.Request, state: NodeState, body: Any) -> web.Response:
+@internal(wire.DecisionsHandover, slug="bad-handover")
+async def hand_over_decisions(
+    request: web.Request, state: NodeState, body: wire.DecisionsHandover
+) -> web.Response:
     """This node leaves the cluster: fence its decisions, give its records to `heir`."""
-    heir = body.get("heir") if isinstance(body, dict) else None
-    url = body.get("url") if isinstance(body, dict) else None
-    if not isinstance(heir, str) or not isinstance(url, str) or not url.startswith("http"):
-        return problem(400, "bad-handover", "heir (a node id) and url (its URL) are required")
+    heir, url = body.heir, body.url
     try:
         handed = await decisions.hand_over(state, heir, url.rstrip("/"))
     except PeerError as exc:
@@ -345,27 +325,29 @@ async def hand_over_decisions(request: web.Request, state: NodeState, body: Any)
     return _json({"handed": handed, "heir": heir})
 
 
-@internal(with_body=True)
-async def adopt_decisions(request: web.Request, state: NodeState, body: Any) -> web.Response:
-    entries = decisions.parse_entries(body.get("entries") if isinstance(body, dict) else None)
+@internal(wire.Entries, slug="bad-decisions")
+async def adopt_decisions(
+    request: web.Request, state: NodeState, body: wire.Entries
+) -> web.Response:
+    entries = decisions.parse_entries(body.entries)
     if isinstance(entries, str):
         return problem(400, "bad-decisions", entries)
     return _json({"adopted": await decisions.adopt(state, entries)})
 
 
-@internal(with_body=True)
-async def settle_holds(request: web.Request, state: NodeState, body: Any) -> web.Response:
+@internal(wire.Holds, slug="bad-holds")
+async def settle_holds(request: web.Request, state: NodeState, body: wire.Holds) -> web.Response:
     """Settle holds whose key lives here now (their old owner's sweeper sends them)."""
-    done = await state.holds.settle_for_peer(body.get("holds") if isinstance(body, dict) else None)
+    done = await state.holds.settle_for_peer(body.holds)
     if isinstance(done, str):
         return problem(400, "bad-holds", done)
     return _json({"settled": done})
 
 
-@internal(with_body=True)
-async def adopt_holds(request: web.Request, state: NodeState, body: Any) -> web.Response:
+@internal(wire.Holds, slug="bad-holds")
+async def adopt_holds(request: web.Request, state: NodeState, body: wire.Holds) -> web.Response:
     """Take over holds of keys that moved here (the old owner's copy is done)."""
-    added = await state.holds.adopt(body.get("holds") if isinstance(body, dict) else None)
+    added = await state.holds.adopt(body.holds)
     if isinstance(added, str):
         return problem(400, "bad-holds", added)
     return _json({"adopted": added})
@@ -382,31 +364,15 @@ async def _on_cleanup(app: web.Application) -> None:
     await app[STATE].close()
 
 
-def create_app(
-    node_id: str,
-    redis_url: str,
-    cluster_token: str | None,
-    *,
-    test_mode: bool = False,
-    host: str = "127.0.0.1",
-    server_ssl: ssl.SSLContext | None = None,
-    client_ssl: ssl.SSLContext | None = None,
-    decision_ttl_ms: int | None = None,
-) -> web.Application:
-    """The node app; `host` is the address it serves on (its liveness port binds there).
-    `server_ssl`: the listener's context (cluster/web/tls.py), which the liveness port uses
-    too; `client_ssl`: for calls to peer nodes; `decision_ttl_ms`: how long a batch's
-    decision record lasts once no hold needs it (default node/store.py)."""
-    state = NodeState(
-        node_id, redis_url, cluster_token, test_mode=test_mode, host=host,
-        server_ssl=server_ssl, client_ssl=client_ssl, decision_ttl_ms=decision_ttl_ms,
-    )  # fmt: skip
+def create_app(config: NodeConfig) -> web.Application:
+    """The node app (node/config.py: its settings)."""
+    state = NodeState(config)
     app = web.Application(
         client_max_size=MAX_BODY,
         middlewares=[problem_middleware, redis_boundary(state.redis, state.counters)],
     )
     app[STATE] = state
-    app[CHANNEL] = ChannelServer(state, host, server_ssl)
+    app[CHANNEL] = ChannelServer(state, config.host, config.server_ssl)
     app.router.add_post(wire.BATCH_PATH, batch)
     app.router.add_post(wire.DECISION_PATH, decide)
     app.router.add_post(wire.DECISIONS_HANDOVER_PATH, hand_over_decisions)

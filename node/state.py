@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import ssl
 from collections import Counter
 
 import aiohttp
@@ -15,6 +14,7 @@ from redis.exceptions import RedisError
 
 from cluster import wire
 from cluster.model.topology import Topology
+from node.config import NodeConfig
 from node.decisions import where_decided
 from node.holds import HoldKeeper
 from node.liveness import LivenessResponder
@@ -31,26 +31,17 @@ log = logging.getLogger("shardlimit.node")
 
 
 class NodeState:
-    def __init__(
-        self,
-        node_id: str,
-        redis_url: str,
-        cluster_token: str | None,
-        *,
-        test_mode: bool = False,
-        host: str = "127.0.0.1",
-        server_ssl: ssl.SSLContext | None = None,
-        client_ssl: ssl.SSLContext | None = None,
-        decision_ttl_ms: int | None = None,
-    ) -> None:
+    def __init__(self, config: NodeConfig) -> None:
+        self.config = config
+        node_id, redis_url, cluster_token = config.node_id, config.redis_url, config.cluster_token
+        decision_ttl_ms = config.decision_ttl_ms
         self.node_id = node_id
         # The liveness port speaks what the main listener speaks (node/liveness.py).
-        self.liveness = LivenessResponder(host, server_ssl)
+        self.liveness = LivenessResponder(config.host, config.server_ssl)
         self.channel_port = 0  # the hot-path channel's port (node/channel.py), once open
-        # Calls to peer nodes (migration); None: the system's CAs, no client certificate.
-        self.client_ssl = client_ssl
+        self.client_ssl = config.client_ssl
         self.cluster_token = cluster_token
-        self.test_mode = test_mode
+        self.test_mode = config.test_mode
         # redis://, or rediss:// (TLS: ?ssl_ca_certs=...&ssl_certfile=...), user:password@
         # for AUTH. Over TLS the store keeps redis-py's pipeline (node/resp.py).
         self.redis = aioredis.from_url(

@@ -17,6 +17,7 @@ from aiohttp import web
 from cluster.local.redis_proc import RedisProcess, free_port
 from cluster.model.nodes import NodeSpec
 from node.app import create_app as create_node_app
+from node.config import NodeConfig
 from router.app import ROUTER
 from router.app import create_app as create_router_app
 from router.config import RouterConfig
@@ -129,7 +130,9 @@ async def start_cluster(
     runners: list[web.AppRunner] = []
     specs: list[NodeSpec] = []
     for i in range(nodes):
-        app = create_node_app(f"n{i + 1}", redis_servers[i].url, CLUSTER, test_mode=True)
+        app = create_node_app(
+            NodeConfig(f"n{i + 1}", redis_servers[i].url, CLUSTER, test_mode=True)
+        )
         runner, port = await _start(app)
         runners.append(runner)
         specs.append(NodeSpec(f"n{i + 1}", f"http://127.0.0.1:{port}"))
@@ -219,7 +222,9 @@ def fourth_redis(tmp_path: Path) -> Iterator[RedisProcess]:
 async def add_spare_node(cluster: Cluster, redis_server: RedisProcess, node_id: str = "n4") -> str:
     """Start a node on `redis_server`, running but not a member yet (for `node add`), on the
     cluster's clock; stopped with the cluster. Its URL."""
-    runner, port = await _start(create_node_app(node_id, redis_server.url, CLUSTER, test_mode=True))
+    runner, port = await _start(
+        create_node_app(NodeConfig(node_id, redis_server.url, CLUSTER, test_mode=True))
+    )
     cluster.runners.insert(len(cluster.runners) - 1, runner)  # the router stops first
     cluster.redis = [*cluster.redis, redis_server]
     url = f"http://127.0.0.1:{port}"

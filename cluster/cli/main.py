@@ -255,6 +255,7 @@ def cmd_node(args: argparse.Namespace) -> int:
     from cluster.web.serve import CannotListenError, run_app
     from cluster.web.tls import TlsError, TlsFiles
     from node.app import create_app
+    from node.config import NodeConfig
 
     tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_ca, args.tls_mutual)
     problems = tls.problems(_NODE_TLS_FLAGS.__getitem__)
@@ -273,9 +274,16 @@ def cmd_node(args: argparse.Namespace) -> int:
         server_ssl = tls.server_context(client_certs=tls.mutual)
         client_ssl = tls.client_context()
         app = create_app(
-            args.id, args.redis, cluster_token, test_mode=args.test_clock, host=args.host,
-            server_ssl=server_ssl, client_ssl=client_ssl,
-        )  # fmt: skip
+            NodeConfig(
+                args.id,
+                args.redis,
+                cluster_token,
+                test_mode=args.test_clock,
+                host=args.host,
+                server_ssl=server_ssl,
+                client_ssl=client_ssl,
+            )
+        )
     except TlsError as exc:
         return _refuse("node", str(exc))
     try:

@@ -26,6 +26,7 @@ from cluster.local.redis_proc import RedisProcess, free_port
 from cluster.model.errors import ValidationError
 from cluster.model.nodes import NodeSpec
 from node.app import create_app as create_node_app
+from node.config import NodeConfig
 from router.app import ENVOY, ROUTER
 from router.app import create_app as create_router_app
 from router.config import RouterConfig, parse_config
@@ -243,7 +244,9 @@ async def start_envoy(
     runners = []
     specs = []
     for i in range(3):
-        app = create_node_app(f"n{i + 1}", redis_servers[i].url, CLUSTER, test_mode=True)
+        app = create_node_app(
+            NodeConfig(f"n{i + 1}", redis_servers[i].url, CLUSTER, test_mode=True)
+        )
         runner, port = await _start(app)
         runners.append(runner)
         specs.append(NodeSpec(f"n{i + 1}", f"http://127.0.0.1:{port}"))

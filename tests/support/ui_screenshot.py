@@ -18,6 +18,7 @@ from pathlib import Path
 
 from cluster.local.redis_proc import RedisProcess, free_port
 from node.app import create_app as create_node_app
+from node.config import NodeConfig
 from tests.conftest import ADMIN, CLUSTER, PINNED_MS, _start, start_cluster, stop_cluster
 from tests.support.cdp import launch
 
@@ -44,7 +45,9 @@ async def shoot(partitioner: str = "ring") -> bytes:
 async def _shoot(partitioner: str, servers: list[RedisProcess], tmp: Path) -> bytes:
     cluster = await start_cluster(servers[:3], tmp, partitioner=partitioner)
     try:
-        runner, port = await _start(create_node_app("n4", servers[3].url, CLUSTER, test_mode=True))
+        runner, port = await _start(
+            create_node_app(NodeConfig("n4", servers[3].url, CLUSTER, test_mode=True))
+        )
         cluster.runners.insert(3, runner)
         fourth = f"http://127.0.0.1:{port}"
         await cluster.set_time(PINNED_MS, extra_nodes=(fourth,))

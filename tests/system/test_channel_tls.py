@@ -13,6 +13,7 @@ from cluster import wire
 from cluster.model.errors import Problems
 from cluster.model.limits import parse_limit
 from node.app import create_app as create_node_app
+from node.config import NodeConfig
 from router.link import NodeLink
 from router.transport import HttpPool
 from tests.system.test_tls import CLUSTER_TOKEN, Pki, TlsRedis, _serve_tls, pki, tls_redis
@@ -40,7 +41,7 @@ async def test_the_channel_is_mutual_tls_when_the_node_is(
     redis_url = tls_redis[2].url_for(6)
     server_ssl, client_ssl = pki.node_server(), pki.client("node")
     app = create_node_app(
-        "n1", redis_url, CLUSTER_TOKEN, server_ssl=server_ssl, client_ssl=client_ssl
+        NodeConfig("n1", redis_url, CLUSTER_TOKEN, server_ssl=server_ssl, client_ssl=client_ssl)
     )
     runner, port = await _serve_tls(app, pki.node_server())
     url = f"https://127.0.0.1:{port}"

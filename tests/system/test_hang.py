@@ -16,6 +16,7 @@ import pytest
 from cluster.local.redis_proc import RedisProcess, free_port
 from cluster.model.nodes import NodeSpec
 from node.app import create_app as create_node_app
+from node.config import NodeConfig
 from router.app import ROUTER
 from router.app import create_app as create_router_app
 from router.config import RouterConfig
@@ -31,7 +32,9 @@ async def test_sigstopped_node_degrades_fast_and_recovers(
     runners = []
     specs = []
     for i in range(2):
-        runner, port = await _start(create_node_app(f"n{i + 1}", redis_servers[i].url, CLUSTER))
+        runner, port = await _start(
+            create_node_app(NodeConfig(f"n{i + 1}", redis_servers[i].url, CLUSTER))
+        )
         runners.append(runner)
         specs.append(NodeSpec(f"n{i + 1}", f"http://127.0.0.1:{port}"))
     port = free_port()

@@ -18,6 +18,7 @@ import pytest
 from cluster.local.procs import proc_state, until
 from cluster.local.redis_proc import RedisProcess, free_port
 from node.app import create_app
+from node.config import NodeConfig
 from tests.conftest import CLUSTER, _start, eventually
 
 PROBE = """
@@ -48,7 +49,7 @@ async def live_port(http: aiohttp.ClientSession, url: str) -> int:
 async def test_liveness_is_answered_while_the_event_loop_is_busy(
     redis_servers: list[RedisProcess],
 ) -> None:
-    runner, port = await _start(create_app("n1", redis_servers[0].url, CLUSTER))
+    runner, port = await _start(create_app(NodeConfig("n1", redis_servers[0].url, CLUSTER)))
     try:
         async with aiohttp.ClientSession() as http:
             live = await live_port(http, f"http://127.0.0.1:{port}")

@@ -28,6 +28,7 @@ from cluster.model.nodes import NodeSpec
 from cluster.model.partition import new_partitioner
 from cluster.model.topology import Topology
 from node.app import create_app as create_node_app
+from node.config import NodeConfig
 from router.app import ROUTER
 from router.app import create_app as create_router_app
 from router.config import RouterConfig
@@ -86,7 +87,7 @@ async def test_a_node_that_cannot_join_changes_nothing(
     runners: list[web.AppRunner] = []
 
     async def node(node_id: str, token: str | None = CLUSTER) -> str:
-        runner, url = await _serve(create_node_app(node_id, fourth_redis.url, token))
+        runner, url = await _serve(create_node_app(NodeConfig(node_id, fourth_redis.url, token)))
         runners.append(runner)
         return url
 
@@ -357,7 +358,7 @@ async def test_a_node_on_an_older_redis_is_refused(plain_cluster: Cluster, tmp_p
         pytest.skip(f"the bundled Redis ({theirs.split()[2]}) is not older than {ours.split()[2]}")
     redis = RedisProcess(port=free_port(), data_dir=tmp_path / "old", aof=False, binary=str(older))
     redis.start()
-    runner, url = await _serve(create_node_app("n4", redis.url, CLUSTER))
+    runner, url = await _serve(create_node_app(NodeConfig("n4", redis.url, CLUSTER)))
     try:
         before = await _cluster_state(plain_cluster)
         status, body = await plain_cluster.post(

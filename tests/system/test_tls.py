@@ -42,6 +42,7 @@ from cluster.model.nodes import NodeSpec
 from cluster.web import tls
 from node.app import STATE
 from node.app import create_app as create_node_app
+from node.config import NodeConfig
 from node.ops import parse_op
 from router.config import parse_config
 from router.dispatch import NodeChannel
@@ -552,7 +553,7 @@ async def _serve_tls(app: web.Application, context: ssl.SSLContext) -> tuple[web
 async def test_node_redis_clients_over_tls_use_redis_py_s_pipeline(
     pki: Pki, tls_redis: list[TlsRedis]
 ) -> None:
-    app = create_node_app("n1", tls_redis[2].url_for(5), CLUSTER_TOKEN)
+    app = create_node_app(NodeConfig("n1", tls_redis[2].url_for(5), CLUSTER_TOKEN))
     state = app[STATE]
     try:
         assert await state.redis.ping() is True
@@ -582,10 +583,10 @@ with socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10) as ra
 async def test_tls_liveness_is_answered_while_the_event_loop_is_busy(
     pki: Pki, tls_redis: list[TlsRedis]
 ) -> None:
-    app = create_node_app(
+    app = create_node_app(NodeConfig(
         "n1", tls_redis[2].url_for(5), CLUSTER_TOKEN,
         server_ssl=pki.node_server(), client_ssl=pki.client("node"),
-    )  # fmt: skip
+    ))  # fmt: skip
     runner, port = await _serve_tls(app, pki.node_server())
     try:
         live = app[STATE].liveness.port
