@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from cluster.local.redis_proc import RedisProcess
 from cluster.model.partition import routing_part
-from tests.conftest import ADMIN, Cluster, eventually
+from tests.conftest import ADMIN, RULES, Cluster, eventually, start_cluster, stop_cluster
 
 
 async def remaining(cluster: Cluster, key: str, rule: str) -> list[int | None]:
@@ -102,8 +106,14 @@ async def test_dry_run_and_cost_zero_consume_nothing(cluster: Cluster) -> None:
     assert await remaining(cluster, "dry:1", "basic") == [3]
 
 
-async def test_hash_tags_colocate_keys(cluster: Cluster, slots_cluster: Cluster) -> None:
-    for target in (cluster, slots_cluster):
+@pytest.mark.parametrize("partitioner", ["ring", "slots"])
+async def test_hash_tags_colocate_keys(
+    redis_servers: list[RedisProcess], tmp_path: Path, partitioner: str
+) -> None:
+    # One cluster at a time: a node keeps its cluster's topology in its Redis and
+    # refuses another cluster's, so two clusters cannot share these Redis servers.
+    target = await start_cluster(redis_servers, tmp_path, partitioner=partitioner, rules_yaml=RULES)
+    try:
         nodes = set()
         for suffix in ("login", "pay", "search", "x:y"):
             _, body = await target.check({"key": f"{{user:7}}:{suffix}", "rule": "basic"})
@@ -111,7 +121,9 @@ async def test_hash_tags_colocate_keys(cluster: Cluster, slots_cluster: Cluster)
         assert len(nodes) == 1
         status, loc = await target.get("/v1/locate?key=%7Buser%3A7%7D%3Apay")
         assert status == 200 and loc["node"] in nodes
-        assert ("slot" in loc) == (target is slots_cluster)
+        assert ("slot" in loc) == (partitioner == "slots")
+    finally:
+        await stop_cluster(target)
     assert routing_part("{user:7}:login") == "user:7"
 
 
