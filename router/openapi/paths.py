@@ -149,7 +149,7 @@ def paths() -> dict[str, Any]:
                         }
                     },
                 },
-                "responses": _responses(_json_ok("BatchResult"), 400, 409, 413),
+                "responses": _responses(_json_ok("BatchResult"), 400, 413),
             }
         },
         "/v1/refund": {
