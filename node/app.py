@@ -199,14 +199,21 @@ async def stats(request: web.Request, state: NodeState, body: Any) -> web.Respon
     kwargs = state.redis.connection_pool.connection_kwargs
     address = {"host": kwargs.get("host"), "port": kwargs.get("port"), "db": kwargs.get("db", 0)}
     return _json(
-        {"node": state.node_id, "epoch": state.epoch, "keys": keys, "memory": memory,
-         "redis": address, "live": state.liveness.port, "expired_batches": state.expired_batches,
-         "undone_checks": state.undone_checks,
-         "rules_version": rules_version,
-         "cluster_id": topology.cluster_id if topology else None,
-         "partitioner": topology.partitioner.kind if topology else None,
-         "redis_version": redis_version}
-    )  # fmt: skip
+        {
+            "node": state.node_id,
+            "epoch": state.epoch,
+            "keys": keys,
+            "memory": memory,
+            "redis": address,
+            "live": state.liveness.port,
+            "expired_batches": state.expired_batches,
+            "undone_checks": state.undone_checks,
+            "rules_version": rules_version,
+            "cluster_id": topology.cluster_id if topology else None,
+            "partitioner": topology.partitioner.kind if topology else None,
+            "redis_version": redis_version,
+        }
+    )
 
 
 @internal()

@@ -64,32 +64,37 @@ class NodeMetrics:
             "shardlimit_node_redis_call_duration_seconds",
             "One pipeline of counter-script calls (EVALSHA) to the node's Redis: a batch's "
             "checks, refunds and commits, or the undo of a late batch.",
-            REDIS_CALL_BUCKETS, "node",
-        )(node_id)  # fmt: skip
+            REDIS_CALL_BUCKETS,
+            "node",
+        )(node_id)
         self.batch_ops = families.histogram(
             "shardlimit_node_received_batch_ops",
             "Ops per batch request the node received.",
-            BATCH_OPS_BUCKETS, "node",
-        )(node_id)  # fmt: skip
+            BATCH_OPS_BUCKETS,
+            "node",
+        )(node_id)
         migrated = families.counter(
             "shardlimit_node_migrated_keys_total",
             "Keys moved by migrations: `copied` this node handed over in the background "
             "copy, `pulled` it imported on first touch.",
-            "node", "kind",
-        )  # fmt: skip
+            "node",
+            "kind",
+        )
         self.keys_copied = migrated(node_id, "copied")
         self.keys_pulled = migrated(node_id, "pulled")
         self.keys = Gauge(
             "shardlimit_node_keys",
             "Keys the node's Redis holds for limits (DBSIZE less the rules document), "
             "read at scrape time.",
-            ["node"], registry=registry,
-        ).labels(*node)  # fmt: skip
+            ["node"],
+            registry=registry,
+        ).labels(*node)
         self.redis_up = Gauge(
             "shardlimit_node_redis_up",
             "1 if the node's Redis answered the scrape's key count.",
-            ["node"], registry=registry,
-        ).labels(*node)  # fmt: skip
+            ["node"],
+            registry=registry,
+        ).labels(*node)
         registry.register(_CountsCollector(node_id, counts))
 
     async def render(self) -> bytes:
@@ -111,9 +116,10 @@ class _CountsCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         counts, node = self.counts, [self.node_id]
         epoch = GaugeMetricFamily(
-            "shardlimit_node_topology_epoch", "The topology epoch the node serves.",
+            "shardlimit_node_topology_epoch",
+            "The topology epoch the node serves.",
             labels=["node"],
-        )  # fmt: skip
+        )
         epoch.add_metric(node, counts.epoch)
         expired = CounterMetricFamily(
             "shardlimit_node_expired_batches",

@@ -83,13 +83,15 @@ class RouterMetrics:
             "shardlimit_decisions_total",
             "Check decisions by rule and outcome (allowed, denied, degraded_allowed, "
             "degraded_denied).",
-            "rule", "outcome",
-        )  # fmt: skip
+            "rule",
+            "outcome",
+        )
         self.degraded = families.counter(
             "shardlimit_degraded_decisions_total",
             "Degraded decisions (the rule's on_failure applied) by rule and reason.",
-            "rule", "reason",
-        )  # fmt: skip
+            "rule",
+            "reason",
+        )
         self.near_limit = families.counter(
             "shardlimit_near_limit_decisions_total",
             "Allowed decisions that consumed and left some limit at least 80% used.",
@@ -271,20 +273,37 @@ class _StateCollector(Collector):
                 family.add_metric([node_id], value(channel))
             yield family
         view, book = self.view, self.rules
-        yield _single("shardlimit_topology_epoch", "gauge", "The topology epoch this router "
-                      "serves.", view.topology.epoch)  # fmt: skip
-        yield _single("shardlimit_moved_retries", "counter",
-                      "Checks re-routed after a moved answer.", view.moved_retries)  # fmt: skip
+        yield _single(
+            "shardlimit_topology_epoch",
+            "gauge",
+            "The topology epoch this router serves.",
+            view.topology.epoch,
+        )
+        yield _single(
+            "shardlimit_moved_retries",
+            "counter",
+            "Checks re-routed after a moved answer.",
+            view.moved_retries,
+        )
         yield _single("shardlimit_rules", "gauge", "Rules this router serves.", len(book.rules))
-        yield _single("shardlimit_rules_version", "gauge",
-                      "The cluster rules version this router serves.", book.version)  # fmt: skip
+        yield _single(
+            "shardlimit_rules_version",
+            "gauge",
+            "The cluster rules version this router serves.",
+            book.version,
+        )
         file_version = -1 if book.file_version is None else book.file_version
-        yield _single("shardlimit_rules_file_version", "gauge",
-                      "The version the rules file names (-1: none).", file_version)  # fmt: skip
+        yield _single(
+            "shardlimit_rules_file_version",
+            "gauge",
+            "The version the rules file names (-1: none).",
+            file_version,
+        )
         reloads = CounterMetricFamily(
-            "shardlimit_rules_reloads", "Rules file loads (start, change, SIGHUP) by result.",
+            "shardlimit_rules_reloads",
+            "Rules file loads (start, change, SIGHUP) by result.",
             labels=["result"],
-        )  # fmt: skip
+        )
         reloads.add_metric(["ok"], book.reloads)
         reloads.add_metric(["error"], book.reload_errors)
         yield reloads
@@ -292,19 +311,28 @@ class _StateCollector(Collector):
 
     def _migration(self) -> Iterator[Metric]:
         migration = self.view.topology.migration
-        yield _single("shardlimit_migration_in_progress", "gauge",
-                      "1 while the topology names a migration (keys moving between nodes).",
-                      int(migration is not None))  # fmt: skip
+        yield _single(
+            "shardlimit_migration_in_progress",
+            "gauge",
+            "1 while the topology names a migration (keys moving between nodes).",
+            int(migration is not None),
+        )
         resharder = self.resharder
-        yield _single("shardlimit_migration_moved_keys", "counter",
-                      "Keys moved by migrations this router orchestrated.",
-                      resharder.moved_keys_total)  # fmt: skip
+        yield _single(
+            "shardlimit_migration_moved_keys",
+            "counter",
+            "Keys moved by migrations this router orchestrated.",
+            resharder.moved_keys_total,
+        )
         sources = resharder.progress.get("sources") or {}
         done = sum(1 for entry in sources.values() if entry.get("done"))
-        yield _single("shardlimit_migration_sources_done_ratio", "gauge",
-                      "Share of the current (or last) migration's source nodes fully copied, "
-                      "on the router running it.",
-                      done / len(sources) if sources else 0.0)  # fmt: skip
+        yield _single(
+            "shardlimit_migration_sources_done_ratio",
+            "gauge",
+            "Share of the current (or last) migration's source nodes fully copied, "
+            "on the router running it.",
+            done / len(sources) if sources else 0.0,
+        )
         scanned = GaugeMetricFamily(
             "shardlimit_migration_scanned_keys",
             "Keys the current (or last) migration scanned on each source node.",

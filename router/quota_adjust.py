@@ -148,12 +148,18 @@ def _ops(request: AdjustRequest, record_ttl_ms: int, quota_ttl_ms: int) -> list[
             )
     return [
         wire.Op(
-            "adjust", key, rule.name, [limit], [0], request_id=request.request_id,
-            record_ttl_ms=record_ttl_ms, quota_ttl_ms=quota_ttl_ms,
+            "adjust",
+            key,
+            rule.name,
+            [limit],
+            [0],
+            request_id=request.request_id,
+            record_ttl_ms=record_ttl_ms,
+            quota_ttl_ms=quota_ttl_ms,
             adjust=[count_mode, c, amount_mode, a],
         )
         for key, limit, c, a in targets
-    ]  # fmt: skip
+    ]
 
 
 async def run_adjust(

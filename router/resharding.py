@@ -351,8 +351,13 @@ class Resharder:
         config = self.view.config
         rate = -(-config.reshard_rate // config.reshard_parallel) if config.reshard_rate else 0
         while True:
-            step = {"migration": migration_id, "cursor": cursor, "count": self.step_keys,
-                    "rate": rate, "busy_pct": config.reshard_busy_pct}  # fmt: skip
+            step = {
+                "migration": migration_id,
+                "cursor": cursor,
+                "count": self.step_keys,
+                "rate": rate,
+                "busy_pct": config.reshard_busy_pct,
+            }
             answer = await self._step(source, step)
             self.blocked = None
             entry["scanned"] += answer["scanned"]

@@ -166,8 +166,9 @@ class Spread:
         scope, key = request.rule.name, request.key
         missing = [i for i in range(n) if i != index and (scope, key, i) not in self._seen]
         if missing:
-            reads = msgspec.structs.replace(op, cost=0, amounts=[0] * len(op.amounts),
-                                            request_id=None, dry_run=True)  # fmt: skip
+            reads = msgspec.structs.replace(
+                op, cost=0, amounts=[0] * len(op.amounts), request_id=None, dry_run=True
+            )
             answers = await asyncio.gather(
                 *(self._read_one(request, reads, i) for i in missing), return_exceptions=True
             )

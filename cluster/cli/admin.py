@@ -86,8 +86,12 @@ def _print_moves(moves: list[dict[str, Any]], title: str) -> None:
     for move in moves:
         total += move["fraction"]
         slots = move.get("slots") or []
-        table.add_row(move["source"], move["target"], f"{move['fraction']:.2%}",
-                      str(len(slots)) if slots else "-")  # fmt: skip
+        table.add_row(
+            move["source"],
+            move["target"],
+            f"{move['fraction']:.2%}",
+            str(len(slots)) if slots else "-",
+        )
     Console().print(table)
     print(f"total moved: {total:.2%} of the keyspace")
 
@@ -133,8 +137,10 @@ def _finish(args: argparse.Namespace, started: Any) -> int:
     if args.json:
         print(json.dumps(final))
     else:
-        print(f"done: epoch {final['epoch']}, {final.get('keys_moved', 0)} keys moved "
-              f"in {final.get('seconds', 0)} s ({final.get('keys_per_s', 0)} keys/s)")  # fmt: skip
+        print(
+            f"done: epoch {final['epoch']}, {final.get('keys_moved', 0)} keys moved "
+            f"in {final.get('seconds', 0)} s ({final.get('keys_per_s', 0)} keys/s)"
+        )
     return 0
 
 

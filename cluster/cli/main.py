@@ -58,9 +58,11 @@ class Parser(argparse.ArgumentParser):
 
 
 def _json_logs(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true",
-                        help="log lines as JSON objects, one a line (ts, level, logger, "
-                             "message and extra fields)")  # fmt: skip
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="log lines as JSON objects, one a line (ts, level, logger, message and extra fields)",
+    )
 
 
 def _router_server_args(router: argparse.ArgumentParser) -> None:
@@ -84,11 +86,12 @@ def _node_server_args(node: argparse.ArgumentParser) -> None:
     )
     node.add_argument("--tls-cert", type=Path, help="the listener's certificate (PEM): HTTPS")
     node.add_argument("--tls-key", type=Path, help="the key of --tls-cert (PEM)")
-    node.add_argument("--tls-ca", type=Path,
-                      help="the CA peers' certificates must chain to (PEM)")  # fmt: skip
-    node.add_argument("--tls-mutual", action="store_true",
-                      help="require client certificates signed by --tls-ca; present "
-                           "--tls-cert to peer nodes")  # fmt: skip
+    node.add_argument("--tls-ca", type=Path, help="the CA peers' certificates must chain to (PEM)")
+    node.add_argument(
+        "--tls-mutual",
+        action="store_true",
+        help="require client certificates signed by --tls-ca; present --tls-cert to peer nodes",
+    )
     # The test suite's controllable clock; documented in tests/conftest.py only.
     node.add_argument("--test-clock", action="store_true", help=argparse.SUPPRESS)
     _json_logs(node)
@@ -109,8 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     up.add_argument("--host", default="127.0.0.1", help="address every process listens on")
     up.add_argument("--port", type=int, default=8080, help="the first router's port")
-    up.add_argument("--routers", type=_positive, default=1,
-                    help="routers to start, on consecutive ports from --port")  # fmt: skip
+    up.add_argument(
+        "--routers",
+        type=_positive,
+        default=1,
+        help="routers to start, on consecutive ports from --port",
+    )
     up.add_argument(
         "--base-port",
         type=int,
@@ -131,13 +138,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="Redis AOF fsync policy (default everysec)",
     )
     up.add_argument("--test-clock", action="store_true", help=argparse.SUPPRESS)
-    up.add_argument("--grpc-port", type=int,
-                    help="Envoy's rate-limit gRPC service on this port (first router)")  # fmt: skip
-    up.add_argument("--envoy-config", type=Path,
-                    help="Envoy descriptors YAML (default: <data dir>/ratelimit.yaml)")  # fmt: skip
-    up.add_argument("--json", action="store_true",
-                    help="the summary as one JSON line on stdout; every log line (up's, "
-                         "the routers' and nodes') as a JSON object")  # fmt: skip
+    up.add_argument(
+        "--grpc-port", type=int, help="Envoy's rate-limit gRPC service on this port (first router)"
+    )
+    up.add_argument(
+        "--envoy-config",
+        type=Path,
+        help="Envoy descriptors YAML (default: <data dir>/ratelimit.yaml)",
+    )
+    up.add_argument(
+        "--json",
+        action="store_true",
+        help="the summary as one JSON line on stdout; every log line (up's, "
+        "the routers' and nodes') as a JSON object",
+    )
 
     serve = sub.add_parser("serve", help="run one service: a router or a counter node")
     servers = serve.add_subparsers(dest="service", required=True, metavar="{router,node}")
@@ -222,8 +236,9 @@ def cmd_router(args: argparse.Namespace) -> int:
     except TlsError as exc:
         return _refuse("router", str(exc))
     try:
-        run_app(app, config.host, config.port, on_hup=app[ROUTER].reload_rules,
-                ssl_context=server_ssl)  # fmt: skip
+        run_app(
+            app, config.host, config.port, on_hup=app[ROUTER].reload_rules, ssl_context=server_ssl
+        )
     except CannotListenError as exc:
         return _refuse("router", str(exc))
     return 0
@@ -247,8 +262,12 @@ def _redis_url_problem(url: str) -> str | None:
     return None
 
 
-_NODE_TLS_FLAGS = {"cert": "--tls-cert", "key": "--tls-key", "ca": "--tls-ca",
-                   "mutual": "--tls-mutual"}  # fmt: skip
+_NODE_TLS_FLAGS = {
+    "cert": "--tls-cert",
+    "key": "--tls-key",
+    "ca": "--tls-ca",
+    "mutual": "--tls-mutual",
+}
 
 
 def cmd_node(args: argparse.Namespace) -> int:
@@ -411,8 +430,11 @@ def legacy_spelling(argv: list[str]) -> list[str]:
         new = ["node", argv[0].removeprefix("node-"), *argv[1:]]
     if new is None:
         return argv
-    print(f"shardlimit: `{argv[0]}` is now `{' '.join(new[:2])}` (the old spelling goes "
-          "in the next release)", file=sys.stderr)  # fmt: skip
+    print(
+        f"shardlimit: `{argv[0]}` is now `{' '.join(new[:2])}` (the old spelling goes "
+        "in the next release)",
+        file=sys.stderr,
+    )
     return new
 
 
@@ -439,8 +461,10 @@ def cmd_completion(argv: list[str]) -> int:
     words = [a for a in argv if a != "--json"]
     shell = words[0] if words else "bash"
     if shell not in ("bash", "zsh") or len(words) > 1:
-        print(f"shardlimit: error: completion takes bash or zsh, not {' '.join(words)!r}",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"shardlimit: error: completion takes bash or zsh, not {' '.join(words)!r}",
+            file=sys.stderr,
+        )
         return 2
     script = completion_script(build_parser(), shell)
     if as_json:

@@ -91,8 +91,17 @@ def cmd_apply(args: argparse.Namespace) -> int:
         answer = call(args, "PUT", "/v1/rules", {"rules": wanted}, {"If-Match": f'"{version}"'})
         applied = int(answer["version"])
     if args.json:
-        print(json.dumps({"from_version": version, "version": applied or version,
-                          "applied": applied is not None, "diff": diff, **changes}))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "from_version": version,
+                    "version": applied or version,
+                    "applied": applied is not None,
+                    "diff": diff,
+                    **changes,
+                }
+            )
+        )
         return 0
     print(diff or f"no changes: the cluster's rules (version {version}) match {args.file}", end="")
     if diff:

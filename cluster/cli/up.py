@@ -81,8 +81,14 @@ def run_up(options: UpOptions, as_json: bool) -> int:
             for child in local.children:
                 if not child.alive and not stop.is_set():
                     message = f"{child.name} exited with {child.returncode}; see {child.log}"
-                    _say(as_json, logging.ERROR, message, child=child.name,
-                         returncode=child.returncode, log=str(child.log))  # fmt: skip
+                    _say(
+                        as_json,
+                        logging.ERROR,
+                        message,
+                        child=child.name,
+                        returncode=child.returncode,
+                        log=str(child.log),
+                    )
                     failed = True
                     stop.set()
     except (RuntimeError, OSError) as exc:
@@ -102,8 +108,10 @@ def print_summary(info: dict[str, Any]) -> None:
     routers = info.get("routers") or [info["router"]]
     print(f"shardlimit is up: router {', '.join(routers)} ({info['partitioner']} partitioner)")
     for node in info["nodes"]:
-        print(f"  node {node['id']:<4} {node['url']:<24} redis {node['redis']}  "
-              f"data {node['redis_dir']}")  # fmt: skip
+        print(
+            f"  node {node['id']:<4} {node['url']:<24} redis {node['redis']}  "
+            f"data {node['redis_dir']}"
+        )
     print(f"data dir:     {info['data_dir']}")
     print(f"logs:         {info['logs']}")
     for note in info.get("notes") or []:
@@ -118,7 +126,9 @@ def print_summary(info: dict[str, Any]) -> None:
         )
     else:
         print(f"cluster token: {source}")
-    print(f"try:          curl -s -XPOST {info['router']}/v1/check "
-          "-d '{\"key\":\"user:1\",\"limits\":[{\"algorithm\":\"fixed_window\","
-          "\"limit\":10,\"window\":\"1m\"}]}'")  # fmt: skip
+    print(
+        f"try:          curl -s -XPOST {info['router']}/v1/check "
+        '-d \'{"key":"user:1","limits":[{"algorithm":"fixed_window",'
+        '"limit":10,"window":"1m"}]}\''
+    )
     print("Ctrl-C stops everything.", flush=True)

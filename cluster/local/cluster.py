@@ -64,10 +64,23 @@ def node_process(
     extra: tuple[str, ...] = (),
 ) -> ChildProcess:
     """`shardlimit serve node`, ready once /healthz answers."""
-    args = python_module("cluster.cli", "serve", "node", "--id", node_id, "--host", host,
-                         "--port", str(port), "--redis", redis_url, *extra)  # fmt: skip
-    return ChildProcess(f"node-{node_id}", args, log=log, env=env,
-                        ready_url=f"http://{host}:{port}/healthz")  # fmt: skip
+    args = python_module(
+        "cluster.cli",
+        "serve",
+        "node",
+        "--id",
+        node_id,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--redis",
+        redis_url,
+        *extra,
+    )
+    return ChildProcess(
+        f"node-{node_id}", args, log=log, env=env, ready_url=f"http://{host}:{port}/healthz"
+    )
 
 
 def router_process(
@@ -111,8 +124,10 @@ class LocalCluster:
 
     @property
     def router_urls(self) -> list[str]:
-        return [f"http://{self.options.host}:{self.options.port + i}"
-                for i in range(self.options.routers)]  # fmt: skip
+        return [
+            f"http://{self.options.host}:{self.options.port + i}"
+            for i in range(self.options.routers)
+        ]
 
     @property
     def children(self) -> list[ChildProcess]:
@@ -246,16 +261,25 @@ class LocalCluster:
         promised = self._promised_ports()
         for spec in self.members:
             node_id = spec.id
-            redis = RedisProcess(port=free_port(avoid=promised),
-                                 data_dir=redis_dir(self.data_dir, node_id),
-                                 appendfsync=self.options.appendfsync)  # fmt: skip
+            redis = RedisProcess(
+                port=free_port(avoid=promised),
+                data_dir=redis_dir(self.data_dir, node_id),
+                appendfsync=self.options.appendfsync,
+            )
             promised.add(redis.port)
             self.redis.append(redis)
             clock = ("--test-clock",) if self.options.test_clock else ()
-            self.nodes.append(node_process(
-                node_id, node_port(spec), redis.url, host=self.options.host,
-                log=self._log(f"node-{node_id}"), env=env, extra=(*clock, *extra),
-            ))  # fmt: skip
+            self.nodes.append(
+                node_process(
+                    node_id,
+                    node_port(spec),
+                    redis.url,
+                    host=self.options.host,
+                    log=self._log(f"node-{node_id}"),
+                    env=env,
+                    extra=(*clock, *extra),
+                )
+            )
         for index, url in enumerate(self.router_urls):
             name = self.router_name(index)
             config = self.write_router_config(index)

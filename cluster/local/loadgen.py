@@ -379,11 +379,17 @@ def _config(args: argparse.Namespace) -> LoadConfig:
     if args.connections < 1 or args.keys < 1 or args.timeout <= 0:
         raise SystemExit("--connections and --keys must be >= 1, --timeout > 0")
     return LoadConfig(
-        url=args.url, connections=args.connections, body=args.body or "",
-        bodies=_read_bodies(args.bodies_file), requests=args.requests,
-        duration_s=args.duration, keys=args.keys, per_key=args.per_key,
-        headers=dict(args.header), timeout_s=args.timeout,
-    )  # fmt: skip
+        url=args.url,
+        connections=args.connections,
+        body=args.body or "",
+        bodies=_read_bodies(args.bodies_file),
+        requests=args.requests,
+        duration_s=args.duration,
+        keys=args.keys,
+        per_key=args.per_key,
+        headers=dict(args.header),
+        timeout_s=args.timeout,
+    )
 
 
 def _read_bodies(path: str | None) -> tuple[str, ...]:
@@ -452,9 +458,19 @@ def loadgen_args(url: str, **options: Unpack[LoadOptions]) -> list[str]:
     requests, duration_s = options.get("requests"), options.get("duration_s")
     if (requests is None) == (duration_s is None):
         raise ValueError("give exactly one of requests and duration_s")
-    args = [sys.executable, "-m", "cluster.local.loadgen", "--url", url,
-            "--connections", str(options["connections"]), "--keys", str(options.get("keys", 1)),
-            "--timeout", str(options.get("timeout_s", 30.0))]  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "cluster.local.loadgen",
+        "--url",
+        url,
+        "--connections",
+        str(options["connections"]),
+        "--keys",
+        str(options.get("keys", 1)),
+        "--timeout",
+        str(options.get("timeout_s", 30.0)),
+    ]
     bodies_file = options.get("bodies_file")
     args += ["--bodies-file", bodies_file] if bodies_file else ["--body", options["body"]]
     args += (
@@ -486,9 +502,12 @@ def _parse(returncode: int | None, stdout: bytes, stderr: bytes) -> dict[str, An
 
 async def _spawn(args: list[str]) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
-        *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        env=_child_env(), preexec_fn=child_preexec,
-    )  # fmt: skip
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=_child_env(),
+        preexec_fn=child_preexec,
+    )
 
 
 async def run_loadgen(url: str, **options: Unpack[LoadOptions]) -> dict[str, Any]:
@@ -533,8 +552,11 @@ def run_loadgen_sync(url: str, **options: Unpack[LoadOptions]) -> dict[str, Any]
     """The blocking twin of `run_loadgen` (for benchmark drivers)."""
     done = subprocess.run(
         loadgen_args(url, **options),
-        capture_output=True, env=_child_env(), preexec_fn=child_preexec, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        env=_child_env(),
+        preexec_fn=child_preexec,
+        check=False,
+    )
     return _parse(done.returncode, done.stdout, done.stderr)
 
 

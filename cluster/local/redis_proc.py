@@ -59,8 +59,11 @@ def _config_probe(binary: str) -> str | None:
     try:
         done = subprocess.run(
             [binary, "--tls-port", "0", "--loglevel", "bogus"],
-            capture_output=True, text=True, timeout=10, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     said = done.stdout + done.stderr
@@ -137,14 +140,21 @@ class RedisProcess:
     def command(self) -> list[str]:
         args = [
             self.binary or redis_server_binary(),
-            "--port", str(self.port),
-            "--bind", self.host,
-            "--dir", str(self.data_dir),
-            "--save", "",
-            "--daemonize", "no",
-            "--protected-mode", "yes",
-            "--logfile", str(self.data_dir / "redis.log"),
-        ]  # fmt: skip
+            "--port",
+            str(self.port),
+            "--bind",
+            self.host,
+            "--dir",
+            str(self.data_dir),
+            "--save",
+            "",
+            "--daemonize",
+            "no",
+            "--protected-mode",
+            "yes",
+            "--logfile",
+            str(self.data_dir / "redis.log"),
+        ]
         if self.aof:
             args += ["--appendonly", "yes", "--appendfsync", self.appendfsync]
         else:
@@ -165,8 +175,12 @@ class RedisProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if self.child is None:
             # Its own --logfile holds what it says; stdout stays empty.
-            self.child = ChildProcess(f"redis-server :{self.port}", self.command(),
-                                      log=self.data_dir / "redis.log", probe=self.pong)  # fmt: skip
+            self.child = ChildProcess(
+                f"redis-server :{self.port}",
+                self.command(),
+                log=self.data_dir / "redis.log",
+                probe=self.pong,
+            )
         self.child.spawn()
         return self.child
 

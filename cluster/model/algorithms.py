@@ -68,10 +68,13 @@ ALGORITHMS: tuple[Algorithm, ...] = (
     Algorithm("token_bucket", 4, "token_bucket.lua", _bucket),
     Algorithm("leaky_bucket", 5, "leaky_bucket.lua", _bucket, ("delay_ms",)),
     Algorithm(
-        "calendar", 6, "calendar.lua", _calendar,
+        "calendar",
+        6,
+        "calendar.lua",
+        _calendar,
         ("period", "timezone", "max_amount", "amount_remaining"),
     ),
     Algorithm("quota", 7, "quota.lua", _quota, ("max_amount", "amount_remaining")),
-)  # fmt: skip
+)
 BY_NAME = {algorithm.name: algorithm for algorithm in ALGORITHMS}
 BY_CODE = {algorithm.code: algorithm for algorithm in ALGORITHMS}

@@ -408,9 +408,13 @@ _RATE_ALGORITHM = re.compile(rf"{SPACES}(fixed_window|sliding_window){SPACES}:")
 # As in the `limits` library: a month is 30 days and a year 365 (calendar months and
 # years that follow the calendar are the `calendar` algorithm's).
 RATE_UNIT_MS = {
-    "second": 1000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000,
-    "month": 30 * 86_400_000, "year": 365 * 86_400_000,
-}  # fmt: skip
+    "second": 1000,
+    "minute": 60_000,
+    "hour": 3_600_000,
+    "day": 86_400_000,
+    "month": 30 * 86_400_000,
+    "year": 365 * 86_400_000,
+}
 
 
 def expand_rate_string(text: str, path: str, problems: Problems) -> list[dict[str, Any]]:

@@ -618,12 +618,30 @@ def test_up_grpc_port_on_first_router(tmp_path: Path) -> None:
     port, grpc_port = free_port(), free_port()
     base = consecutive_free_ports(2)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cluster.cli", "up", "--json", "--nodes", "2", "--routers", "2",
-         "--port", str(port), "--base-port", str(base), "--data-dir", str(data_dir),
-         "--grpc-port", str(grpc_port), "--envoy-config", str(envoy_file)],
+        [
+            sys.executable,
+            "-m",
+            "cluster.cli",
+            "up",
+            "--json",
+            "--nodes",
+            "2",
+            "--routers",
+            "2",
+            "--port",
+            str(port),
+            "--base-port",
+            str(base),
+            "--data-dir",
+            str(data_dir),
+            "--grpc-port",
+            str(grpc_port),
+            "--envoy-config",
+            str(envoy_file),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-    )  # fmt: skip
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()

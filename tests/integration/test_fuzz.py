@@ -175,20 +175,29 @@ async def run_schemathesis(cluster: Cluster, tmp_path: Path, seed: int, max_exam
     assert st is not None, "schemathesis is a dev dependency"
     env = {**os.environ, "SCHEMATHESIS_HOOKS": __name__, "PYTHONPATH": str(ROOT)}
     proc = await asyncio.create_subprocess_exec(
-        st, "run", cluster.router_url + "/openapi.json",
-        "--max-examples", str(max_examples), "--seed", str(seed),
-        "--header", f"Authorization: Bearer {ADMIN}",
-        "--checks", "all",
+        st,
+        "run",
+        cluster.router_url + "/openapi.json",
+        "--max-examples",
+        str(max_examples),
+        "--seed",
+        str(seed),
+        "--header",
+        f"Authorization: Bearer {ADMIN}",
+        "--checks",
+        "all",
         # Membership changes restructure the cluster under test and need real nodes at
         # the URLs they name: tests/system/test_resharding.py and the membership tests
         # cover them (their documents are still validated by test_openapi.py).
-        "--exclude-path-regex", "^/v1/cluster/(nodes|migration)",
-        "--generation-database", "none",
+        "--exclude-path-regex",
+        "^/v1/cluster/(nodes|migration)",
+        "--generation-database",
+        "none",
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         cwd=tmp_path,
         env=env,
-    )  # fmt: skip
+    )
     output, _ = await proc.communicate()
     text = output.decode(errors="replace")
     assert proc.returncode == 0, text[-8000:]
@@ -230,16 +239,25 @@ async def test_without_hooks_only_stated_cross_field_cases(
     st = shutil.which("st", path=str(Path(sys.executable).parent))
     assert st is not None
     proc = await asyncio.create_subprocess_exec(
-        st, "run", cluster.router_url + "/openapi.json",
-        "--max-examples", "30", "--seed", str(SEED + 424241),
-        "--header", f"Authorization: Bearer {ADMIN}",
-        "--checks", "all",
-        "--exclude-path-regex", "^/v1/cluster/(nodes|migration)",
-        "--generation-database", "none",
+        st,
+        "run",
+        cluster.router_url + "/openapi.json",
+        "--max-examples",
+        "30",
+        "--seed",
+        str(SEED + 424241),
+        "--header",
+        f"Authorization: Bearer {ADMIN}",
+        "--checks",
+        "all",
+        "--exclude-path-regex",
+        "^/v1/cluster/(nodes|migration)",
+        "--generation-database",
+        "none",
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         cwd=tmp_path,
-    )  # fmt: skip
+    )
     output, _ = await proc.communicate()
     text = output.decode(errors="replace")
     assert re.search(r"(\d+) generated", text) is not None, text[-3000:]

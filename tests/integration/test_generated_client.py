@@ -41,15 +41,20 @@ async def generate_client(cluster: Cluster, where: Path) -> ModuleType:
     generator = shutil.which("openapi-python-client", path=str(Path(sys.executable).parent))
     assert generator is not None, "openapi-python-client is a dev dependency"
     proc = await asyncio.create_subprocess_exec(
-        generator, "generate",
-        "--path", str(where / "openapi.json"),
-        "--config", str(where / "config.yaml"),
-        "--output-path", str(where / PACKAGE),
-        "--meta", "none",
+        generator,
+        "generate",
+        "--path",
+        str(where / "openapi.json"),
+        "--config",
+        str(where / "config.yaml"),
+        "--output-path",
+        str(where / PACKAGE),
+        "--meta",
+        "none",
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         cwd=where,
-    )  # fmt: skip
+    )
     output, _ = await proc.communicate()
     assert proc.returncode == 0, output.decode(errors="replace")[-4000:]
     assert b"Warning" not in output, output.decode(errors="replace")[-4000:]

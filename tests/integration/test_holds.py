@@ -42,8 +42,18 @@ LIMITS: list[list[Any]] = [
 
 
 def held_check(key: str, request_id: str, hold_ms: int, **extra: Any) -> wire.Op:
-    return wire.Op("check", key, "~inline", LIMITS, [0, 2500], cost=3, request_id=request_id,
-                   record_ttl_ms=60_000, hold_ms=hold_ms, **extra)  # fmt: skip
+    return wire.Op(
+        "check",
+        key,
+        "~inline",
+        LIMITS,
+        [0, 2500],
+        cost=3,
+        request_id=request_id,
+        record_ttl_ms=60_000,
+        hold_ms=hold_ms,
+        **extra,
+    )
 
 
 async def test_uncommitted_hold_is_given_back_by_the_node(cluster: Cluster) -> None:
@@ -112,9 +122,10 @@ def hold_count(cluster: Cluster) -> int:
 
 async def test_router_batches_commit_their_holds(cluster: Cluster) -> None:
     cluster.router.all_or_nothing.hold_ms = 400
-    batch = {"all_or_nothing": True, "checks": [
-        {"key": f"hb:{i}", "limits": [FW], "cost": 2} for i in range(12)
-    ]}  # fmt: skip
+    batch = {
+        "all_or_nothing": True,
+        "checks": [{"key": f"hb:{i}", "limits": [FW], "cost": 2} for i in range(12)],
+    }
     status, body = await cluster.post("/v1/check/batch", batch)
     assert status == 200 and body["allowed"] is True
     # The commit record names the batch's 12 holds and has no expiry yet.
@@ -315,8 +326,9 @@ async def test_holds_follow_their_key_when_a_node_is_added(
         batch, coordinator = f"mvb{number}", before[members[0]]
         for key in members:
             # A long hold: the test makes them run out once the node has joined.
-            op = held_check(key, f"h{key[3:]}", hold_ms=600_000, batch=batch,
-                            coordinator=coordinator)  # fmt: skip
+            op = held_check(
+                key, f"h{key[3:]}", hold_ms=600_000, batch=batch, coordinator=coordinator
+            )
             [held] = await node_batch(cluster, before[key], [op])
             assert isinstance(held, wire.Checked) and held.allowed is True
         if number % 2 == 0:  # the router decided "commit" and died; odd ones: undecided

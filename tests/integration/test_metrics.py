@@ -67,8 +67,10 @@ async def test_decisions_near_limit_and_latency_counts(cluster: Cluster) -> None
     assert total(router, "shardlimit_degraded_decisions_total") == 0
     checks = "shardlimit_request_duration_seconds_count"
     assert value(router, checks, endpoint="/v1/check") == 10
-    assert value(router, "shardlimit_request_duration_seconds_bucket", endpoint="/v1/check",
-                 le="+Inf") == 10  # fmt: skip
+    assert (
+        value(router, "shardlimit_request_duration_seconds_bucket", endpoint="/v1/check", le="+Inf")
+        == 10
+    )
     # One check at a time: one batch of one op each, every one answered.
     assert total(router, "shardlimit_node_round_trip_seconds_count") == 10
     assert total(router, "shardlimit_node_batch_ops_count") == 10
@@ -82,9 +84,11 @@ async def test_decisions_near_limit_and_latency_counts(cluster: Cluster) -> None
         calls = value(families, "shardlimit_node_redis_call_duration_seconds_count", node=node)
         assert calls == sent
         buckets = [
-            s for f in families for s in f.samples
+            s
+            for f in families
+            for s in f.samples
             if s.name == "shardlimit_node_redis_call_duration_seconds_bucket"
-        ]  # fmt: skip
+        ]
         assert len(buckets) == 14 and buckets[-1].labels["le"] == "+Inf"
     # Cardinality: no label carries a limit key; rule labels are rule names.
     everything = [router, *nodes.values()]
@@ -127,8 +131,11 @@ async def test_node_keys_gauge_is_the_redis_key_count(cluster: Cluster) -> None:
 
 async def test_node_up_and_breaker_follow_a_stopped_node(cluster: Cluster) -> None:
     victim = "n2"
-    key = next(f"metrics:down:{i}" for i in range(1000)
-               if cluster.router.view.owner(f"metrics:down:{i}") == victim)  # fmt: skip
+    key = next(
+        f"metrics:down:{i}"
+        for i in range(1000)
+        if cluster.router.view.owner(f"metrics:down:{i}") == victim
+    )
     router = await scrape(cluster, cluster.router_url)
     assert value(router, "shardlimit_node_up", node=victim) == 1
     assert value(router, "shardlimit_node_breaker_open", node=victim) == 0
@@ -145,8 +152,9 @@ async def test_node_up_and_breaker_follow_a_stopped_node(cluster: Cluster) -> No
     assert value(router, "shardlimit_node_breaker_open", node=victim) == 1
     assert value(router, "shardlimit_node_breaker_opened_total", node=victim) == 1
     assert [value(router, "shardlimit_node_up", node=n) for n in ("n1", "n3")] == [1, 1]
-    assert value(router, "shardlimit_decisions_total", rule="basic",
-                 outcome="degraded_allowed") == 1  # fmt: skip
+    assert (
+        value(router, "shardlimit_decisions_total", rule="basic", outcome="degraded_allowed") == 1
+    )
     reason = body["degraded_reason"].split(":")[0]
     assert value(router, "shardlimit_degraded_decisions_total", rule="basic", reason=reason) == 1
 
@@ -227,8 +235,11 @@ async def test_dashboard_names_only_exposed_metrics(cluster: Cluster) -> None:
         exposed |= _exposed_names(families)
     named = dashboard_metric_names()
     assert named - exposed == set()
-    assert {"shardlimit_near_limit_decisions_total", "shardlimit_node_keys",
-            "shardlimit_node_redis_call_duration_seconds_bucket"} <= named  # fmt: skip
+    assert {
+        "shardlimit_near_limit_decisions_total",
+        "shardlimit_node_keys",
+        "shardlimit_node_redis_call_duration_seconds_bucket",
+    } <= named
 
 
 def test_histogram_buckets_are_inclusive_upper_bounds() -> None:

@@ -88,11 +88,32 @@ def test_durations(schema: dict[str, Any], maximum: int) -> None:
         return not problems.errors
 
     edges = [
-        *(f"{maximum // ms + extra}{unit}" for unit, ms in (("ms", 1), ("s", 1000),
-          ("m", 60_000), ("h", 3_600_000), ("d", 86_400_000)) for extra in (0, 1)),
-        maximum, maximum + 1, 0, -1, 1.0, True, None, "0" * 40 + "1s", "1" * 40 + "s",
-        " 1 s ", "1S", "1 ms\n", "1ms\n\n", "1 d",
-    ]  # fmt: skip
+        *(
+            f"{maximum // ms + extra}{unit}"
+            for unit, ms in (
+                ("ms", 1),
+                ("s", 1000),
+                ("m", 60_000),
+                ("h", 3_600_000),
+                ("d", 86_400_000),
+            )
+            for extra in (0, 1)
+        ),
+        maximum,
+        maximum + 1,
+        0,
+        -1,
+        1.0,
+        True,
+        None,
+        "0" * 40 + "1s",
+        "1" * 40 + "s",
+        " 1 s ",
+        "1S",
+        "1 ms\n",
+        "1ms\n\n",
+        "1 d",
+    ]
     values = [*strings(["0", "1", "9", " ", "m", "s", "h", "d", *ODD], 3), *edges]
     # JSON Schema's integers include 1.0, which the server reads as a float and refuses
     # (tests/integration/test_fuzz.py sends 5.0 as 5)
@@ -105,9 +126,24 @@ def test_decimals() -> None:
         return number is not None and number >= 0
 
     edges = [
-        "1e99999999999999999", "1e999999999999999999", "-0.00e5", "-.0", "1_000", "1__0",
-        "Infinity", "NaN", "-1", " 12.30 ", "\t1e-5\n", 0, 0.5, -0.0, -1, 10**30, True,
-    ]  # fmt: skip
+        "1e99999999999999999",
+        "1e999999999999999999",
+        "-0.00e5",
+        "-.0",
+        "1_000",
+        "1__0",
+        "Infinity",
+        "NaN",
+        "-1",
+        " 12.30 ",
+        "\t1e-5\n",
+        0,
+        0.5,
+        -0.0,
+        -1,
+        10**30,
+        True,
+    ]
     values = [*strings(["0", "1", ".", "e", "+", "-", "_", " ", *ODD], 4), *edges]
     assert disagreements(SCHEMAS["Check"]["properties"]["amount"], accepts, values) == []
 
@@ -155,13 +191,24 @@ def test_timestamps() -> None:
     (no 30 February) and the server says so."""
     schema = SCHEMAS["quota"]["properties"]["expires_at"]
     values = [
-        "2030-01-01T00:00:00Z", "2030-01-01t00:00:00.123456789z", "2030-12-31T23:59:59+23:59",
-        "2030-01-01T00:00:00-00:00", "2030-01-01T00:00:00", "2030-01-01 00:00:00Z",
-        "2030-13-01T00:00:00Z", "2030-01-32T00:00:00Z", "2030-01-01T24:00:00Z",
-        "2030-01-01T00:60:00Z", "2030-01-01T00:00:60Z", "2030-01-01T00:00:00+24:00",
-        "2030-01-01T00:00:00Z\n", "\u0662030-01-01T00:00:00Z", "2030-01-01T00:00:00.Z",
-        "2030-02-30T00:00:00Z", "0000-01-01T00:00:00Z",
-    ]  # fmt: skip
+        "2030-01-01T00:00:00Z",
+        "2030-01-01t00:00:00.123456789z",
+        "2030-12-31T23:59:59+23:59",
+        "2030-01-01T00:00:00-00:00",
+        "2030-01-01T00:00:00",
+        "2030-01-01 00:00:00Z",
+        "2030-13-01T00:00:00Z",
+        "2030-01-32T00:00:00Z",
+        "2030-01-01T24:00:00Z",
+        "2030-01-01T00:60:00Z",
+        "2030-01-01T00:00:60Z",
+        "2030-01-01T00:00:00+24:00",
+        "2030-01-01T00:00:00Z\n",
+        "\u0662030-01-01T00:00:00Z",
+        "2030-01-01T00:00:00.Z",
+        "2030-02-30T00:00:00Z",
+        "0000-01-01T00:00:00Z",
+    ]
 
     def accepts(value: Any) -> bool:
         return value is None or parse_timestamp(value, "t", Problems()) is not None

@@ -59,9 +59,15 @@ async def test_a_count_quota_admits_exactly_its_limit_and_never_resets(cluster: 
     assert [status for status, _ in answers] == [200, 200, 429]
     body = answers[1][1]
     assert body["limits"] == [
-        {"algorithm": "quota", "limit": 5, "remaining": 1, "reset_after_ms": None,
-         "max_amount": None, "amount_remaining": None}
-    ]  # fmt: skip
+        {
+            "algorithm": "quota",
+            "limit": 5,
+            "remaining": 1,
+            "reset_after_ms": None,
+            "max_amount": None,
+            "amount_remaining": None,
+        }
+    ]
     assert answers[2][1]["retry_after_ms"] is None  # nothing comes back by itself
     assert (await cluster.check({"key": "q:1", "rule": "stock"}))[0] == 200
     assert (await cluster.check({"key": "q:1", "rule": "stock"}))[0] == 429
@@ -148,10 +154,16 @@ async def test_adjust_restocks_and_sets_once_per_request_id(cluster: Cluster) ->
     status, body = await adjust(cluster, restock)
     assert status == 200
     assert body == {
-        "key": "q:adj", "rule": "stock", "request_id": "restock-1", "replayed": False,
-        "limit": 5, "remaining": 3, "max_amount": None, "amount_remaining": None,
+        "key": "q:adj",
+        "rule": "stock",
+        "request_id": "restock-1",
+        "replayed": False,
+        "limit": 5,
+        "remaining": 3,
+        "max_amount": None,
+        "amount_remaining": None,
         "reset_after_ms": None,
-    }  # fmt: skip
+    }
     status, again = await adjust(cluster, restock)  # the same request: applied once
     assert status == 200 and again == {**body, "replayed": True}
     assert (await view(cluster, "q:adj", "stock"))["remaining"] == 3
@@ -207,9 +219,13 @@ async def test_adjust_refuses_what_it_cannot_do(cluster: Cluster) -> None:
 
 async def shardlimit(*argv: str) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cluster.cli", *argv,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "cluster.cli",
+        *argv,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await proc.communicate()
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()

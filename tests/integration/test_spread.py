@@ -221,7 +221,8 @@ async def test_adjust_restocks_every_sub_counter_by_its_share(cluster: Cluster) 
     status, answer = await cluster.post("/v1/quota/adjust", restock, ADMIN)
     assert status == 200 and answer["replayed"] is True and answer["remaining"] == 6
     assert [(await cluster.check({"key": "k4", "rule": "small"}))[0] for _ in range(7)] == [
-        200] * 6 + [429]  # fmt: skip
+        200
+    ] * 6 + [429]
 
 
 async def test_spread_is_validated(cluster: Cluster) -> None:
@@ -281,9 +282,12 @@ async def test_a_spread_sale_stays_exact_while_nodes_come_and_go(
     bodies = tmp_path / "bodies.jsonl"
     bodies.write_text("\n".join(lines) + "\n")
     load = await start_loadgen(
-        cluster.router_url + "/v1/check", connections=64, body="", bodies_file=str(bodies),
+        cluster.router_url + "/v1/check",
+        connections=64,
+        body="",
+        bodies_file=str(bodies),
         per_key=True,
-    )  # fmt: skip
+    )
 
     async def left() -> int:
         return int((await cluster.usage("launch", "sale"))["limits"][0]["remaining"])

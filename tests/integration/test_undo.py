@@ -67,8 +67,17 @@ def op(limits: list[dict[str, Any]], cost: int, **extra: Any) -> Op:
     parsed = specs(limits)
     wire = [spec.to_wire() for spec in parsed]
     amounts = [250 if spec.algorithm == "calendar" else 0 for spec in parsed]
-    return parse_op(WireOp("check", "undo:1", "~inline", wire,
-                            amounts if cost else [0] * len(wire), cost=cost, **extra))  # fmt: skip
+    return parse_op(
+        WireOp(
+            "check",
+            "undo:1",
+            "~inline",
+            wire,
+            amounts if cost else [0] * len(wire),
+            cost=cost,
+            **extra,
+        )
+    )
 
 
 async def state(store: CounterStore, limits: list[dict[str, Any]]) -> list[list[int]]:
@@ -145,8 +154,16 @@ async def test_a_late_answer_the_router_gave_up_on_is_taken_back(cluster: Cluste
     key = "late:1"
     channel = cluster.router.view.channels[cluster.router.view.owner(key)]
     limits = LIMITS["fixed_window"]
-    check = WireOp("check", key, "~inline", [lim.to_wire() for lim in specs(limits)], [0],
-                   cost=4, request_id="late-req", record_ttl_ms=60_000)  # fmt: skip
+    check = WireOp(
+        "check",
+        key,
+        "~inline",
+        [lim.to_wire() for lim in specs(limits)],
+        [0],
+        cost=4,
+        request_id="late-req",
+        record_ttl_ms=60_000,
+    )
     # What the node answers to a batch it applied; here the router has given up on it.
     results, epoch = await channel._exchange([check])
     assert isinstance(results[0], Checked) and results[0].undo is not None

@@ -107,8 +107,10 @@ async def test_fault_under_load_degrades_only_the_victim_then_recovers(
                 late = {m: v for m, v in metrics.items() if "node_" in m}
                 deg = [a for a in run.answers if a.key == key and a.rule == rule and a.degraded]
                 reasons = Counter(a.reason for a in deg)
-                pytest.fail(f"{key} {rule} on {run.owners[key]}: used {used}, admitted "
-                            f"{admitted[(key, rule)]}; {reasons}; {late}")  # fmt: skip
+                pytest.fail(
+                    f"{key} {rule} on {run.owners[key]}: used {used}, admitted "
+                    f"{admitted[(key, rule)]}; {reasons}; {late}"
+                )
         else:
             assert admitted[(key, rule)] <= used <= admitted[(key, rule)] + maybe[(key, rule)]
 

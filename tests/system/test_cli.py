@@ -31,16 +31,29 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, SHARDLIMIT_ROUTER="http://127.0.0.1:1")
     return subprocess.run(
         [sys.executable, "-m", "cluster.cli", *args],
-        capture_output=True, text=True, env=env, timeout=30, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+        check=False,
+    )
 
 
 def test_help_lists_every_command_and_hides_nothing() -> None:
     done = _run("--help")
     assert done.returncode == 0
     assert "SUPPRESS" not in done.stdout
-    for command in ("up", "serve", "status", "node", "reshard", "rules", "compare", "bench",
-                    "completion"):  # fmt: skip
+    for command in (
+        "up",
+        "serve",
+        "status",
+        "node",
+        "reshard",
+        "rules",
+        "compare",
+        "bench",
+        "completion",
+    ):
         assert re.search(rf"\n    {command}\s", done.stdout), command
     serve = _run("serve", "--help").stdout
     assert "router" in serve and "node" in serve
@@ -50,14 +63,18 @@ def test_help_lists_every_command_and_hides_nothing() -> None:
 
 def test_old_spellings_still_work_for_one_release() -> None:
     assert legacy_spelling(["router", "--config", "c.yaml"]) == [
-        "serve", "router", "--config", "c.yaml",
-    ]  # fmt: skip
+        "serve",
+        "router",
+        "--config",
+        "c.yaml",
+    ]
     assert legacy_spelling(["node", "--id", "n1"]) == ["serve", "node", "--id", "n1"]
     assert legacy_spelling(["node-add", "http://h:1"]) == ["node", "add", "http://h:1"]
     assert legacy_spelling(["node", "add", "http://h:1"]) == ["node", "add", "http://h:1"]
     assert legacy_spelling(["node", "--help"]) == ["node", "--help"]
-    args = build_parser().parse_args(legacy_spelling(["node", "--id", "n1", "--port", "7001",
-                                                      "--redis", "redis://x:1/0"]))  # fmt: skip
+    args = build_parser().parse_args(
+        legacy_spelling(["node", "--id", "n1", "--port", "7001", "--redis", "redis://x:1/0"])
+    )
     assert (args.command, args.service, args.id, args.port) == ("serve", "node", "n1", 7001)
 
 
@@ -93,10 +110,14 @@ def test_serve_on_a_taken_port_says_so_in_one_line(service: str, tmp_path: Path)
         taken.listen()
         port = taken.getsockname()[1]
         config = tmp_path / "cluster.yaml"
-        config.write_text(yaml.safe_dump({
-            "router": {"port": port, "data_dir": str(tmp_path / "router")},
-            "cluster": {"nodes": [{"id": "n1", "url": "http://127.0.0.1:1"}]},
-        }))  # fmt: skip
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "router": {"port": port, "data_dir": str(tmp_path / "router")},
+                    "cluster": {"nodes": [{"id": "n1", "url": "http://127.0.0.1:1"}]},
+                }
+            )
+        )
         args = {
             "node": ("--id", "n1", "--port", str(port), "--redis", "redis://127.0.0.1:1/0"),
             "router": ("--config", str(config)),
@@ -141,12 +162,17 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 def _run_json(local: LocalCluster, *args: str) -> Any:
     """Run a command with --json against `local`; its stdout parsed (it must be JSON)."""
-    env = dict(os.environ, SHARDLIMIT_ROUTER=local.router_url,
-               SHARDLIMIT_ADMIN_TOKEN=local.admin_token)  # fmt: skip
+    env = dict(
+        os.environ, SHARDLIMIT_ROUTER=local.router_url, SHARDLIMIT_ADMIN_TOKEN=local.admin_token
+    )
     done = subprocess.run(
         [sys.executable, "-m", "cluster.cli", *args, "--json"],
-        capture_output=True, text=True, env=env, timeout=60, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     for line in done.stderr.splitlines():  # any log line is a JSON object too
         assert {"ts", "level", "logger", "message"} <= set(json.loads(line)), line
@@ -162,8 +188,9 @@ def _json_log(path: Path) -> list[dict[str, Any]]:
 def test_status_and_rules_json(live: LocalCluster, tmp_path: Path) -> None:
     status = _run_json(live, "status")
     assert [(n["id"], n["url"]) for n in status["nodes"]] == [
-        ("n1", live.node_url(0)), ("n2", live.node_url(1)),
-    ]  # fmt: skip
+        ("n1", live.node_url(0)),
+        ("n2", live.node_url(1)),
+    ]
     assert status["partitioner"] == "ring"
     rules = _run_json(live, "rules", "get")
     assert set(rules) == {"version", "rules"}
@@ -172,8 +199,11 @@ def test_status_and_rules_json(live: LocalCluster, tmp_path: Path) -> None:
     wanted.write_text(yaml.safe_dump({"rules": {**rules["rules"], "cli-json": one}}))
     plan = _run_json(live, "rules", "apply", "-f", str(wanted), "--dry-run")
     assert (plan["applied"], plan["added"], plan["removed"], plan["changed"]) == (
-        False, ["cli-json"], [], [],
-    )  # fmt: skip
+        False,
+        ["cli-json"],
+        [],
+        [],
+    )
     assert plan["version"] == plan["from_version"] == rules["version"]
 
 
@@ -212,12 +242,19 @@ def test_serve_router_json_logs(live: LocalCluster) -> None:
 
 
 def test_compare_json() -> None:
-    done = _run("compare", "--nodes", "3", "--add", "1", "--keys", "2000", "--vnodes", "40",
-                "--json")  # fmt: skip
+    done = _run(
+        "compare", "--nodes", "3", "--add", "1", "--keys", "2000", "--vnodes", "40", "--json"
+    )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
-    assert result["parameters"] == {"nodes": 3, "change": 1, "operation": "add", "keys": 2000,
-                                    "seed": 1, "vnodes": [40]}  # fmt: skip
+    assert result["parameters"] == {
+        "nodes": 3,
+        "change": 1,
+        "operation": "add",
+        "keys": 2000,
+        "seed": 1,
+        "vnodes": [40],
+    }
     assert [(r["mode"], r["vnodes"]) for r in result["rows"]] == [("ring", 40), ("slots", None)]
 
 
@@ -226,8 +263,9 @@ def test_completion_json(shell: str) -> None:
     done = _run("completion", shell, "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {
-        "shell": shell, "script": completion_script(build_parser(), shell),
-    }  # fmt: skip
+        "shell": shell,
+        "script": completion_script(build_parser(), shell),
+    }
 
 
 def test_json_log_lines_carry_extra_fields() -> None:
@@ -243,8 +281,13 @@ def test_json_log_lines_carry_extra_fields() -> None:
         logger.removeHandler(handler)
     record = json.loads(out.getvalue())
     assert record.pop("ts").endswith("+00:00")
-    assert record == {"level": "WARNING", "logger": "shardlimit.test-json",
-                      "message": "node n1 is down", "node": "n1", "failures": 3}  # fmt: skip
+    assert record == {
+        "level": "WARNING",
+        "logger": "shardlimit.test-json",
+        "message": "node n1 is down",
+        "node": "n1",
+        "failures": 3,
+    }
 
 
 def test_every_command_offers_json() -> None:

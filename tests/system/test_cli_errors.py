@@ -28,9 +28,12 @@ ROOT = Path(__file__).resolve().parents[2]
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "cluster.cli", *args],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
         env=dict(os.environ, SHARDLIMIT_ROUTER="http://127.0.0.1:1", **(env or {})),
-    )  # fmt: skip
+    )
 
 
 def _one_line(done: subprocess.CompletedProcess[str], code: int) -> str:
@@ -65,10 +68,25 @@ def test_output_cut_short_by_the_reader_ends_quietly() -> None:
     os.close(read_end)
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "cluster.cli", "compare", "--nodes", "3", "--add", "1",
-             "--keys", "2000", "--json"],
-            stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60, check=False,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "cluster.cli",
+                "compare",
+                "--nodes",
+                "3",
+                "--add",
+                "1",
+                "--keys",
+                "2000",
+                "--json",
+            ],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
     finally:
         os.close(write_end)
     assert done.stderr == ""
@@ -108,9 +126,14 @@ def test_every_flag_has_help_and_internal_ones_are_hidden() -> None:
 def _config(tmp_path: Path, **router: object) -> Path:
     path = tmp_path / "cluster.yaml"
     settings = {"port": 1, "data_dir": str(tmp_path / "router"), **router}
-    path.write_text(yaml.safe_dump({
-        "router": settings, "cluster": {"nodes": [{"id": "n1", "url": "http://127.0.0.1:1"}]},
-    }))  # fmt: skip
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "router": settings,
+                "cluster": {"nodes": [{"id": "n1", "url": "http://127.0.0.1:1"}]},
+            }
+        )
+    )
     return path
 
 
@@ -190,8 +213,12 @@ def _against(
         done_env["SHARDLIMIT_ADMIN_TOKEN"] = token
     return subprocess.run(
         [sys.executable, "-m", "cluster.cli", *args],
-        capture_output=True, text=True, timeout=60, check=False, env=done_env,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=done_env,
+    )
 
 
 def test_wrong_token_and_no_token_are_told_apart(live: LocalCluster) -> None:
@@ -209,16 +236,18 @@ def test_wrong_token_and_no_token_are_told_apart(live: LocalCluster) -> None:
 
 
 def test_quota_adjust_names_the_unknown_rule_and_the_missing_flags(live: LocalCluster) -> None:
-    unknown = _against(live, "quota", "adjust", "k", "--rule", "nosuch", "--delta", "1",
-                       token=live.admin_token)  # fmt: skip
+    unknown = _against(
+        live, "quota", "adjust", "k", "--rule", "nosuch", "--delta", "1", token=live.admin_token
+    )
     assert _one_line(unknown, 1) == "shardlimit: quota adjust: --rule: unknown rule 'nosuch'"
     no_change = _against(live, "quota", "adjust", "k", "--rule", "nosuch", token=live.admin_token)
     assert _one_line(no_change, 1) == (
         "shardlimit: quota adjust needs one of --delta N, --set N, --amount-delta A or "
         "--amount-set A"
     )
-    not_quota = _against(live, "quota", "adjust", "k", "--rule", "basic", "--amount-set", "5",
-                         token=live.admin_token)  # fmt: skip
+    not_quota = _against(
+        live, "quota", "adjust", "k", "--rule", "basic", "--amount-set", "5", token=live.admin_token
+    )
     assert _one_line(not_quota, 1) == (
         "shardlimit: quota adjust: --rule: rule 'basic' has no quota limit to adjust"
     )
@@ -261,12 +290,19 @@ def test_a_migration_reads_as_lines() -> None:
     from cluster.cli.status import finished, migration_lines
 
     migration = {
-        "id": "m-7", "phase": "paused", "epoch": 4, "running": False,
-        "sources": {"n2": {"scanned": 40, "moved": 12, "done": False},
-                    "n1": {"scanned": 90, "moved": 30, "done": True}},
-        "keys_moved": 42, "keys_per_s": 21.0, "last_error": "n3 unreachable",
+        "id": "m-7",
+        "phase": "paused",
+        "epoch": 4,
+        "running": False,
+        "sources": {
+            "n2": {"scanned": 40, "moved": 12, "done": False},
+            "n1": {"scanned": 90, "moved": 30, "done": True},
+        },
+        "keys_moved": 42,
+        "keys_per_s": 21.0,
+        "last_error": "n3 unreachable",
         "aborting": False,
-    }  # fmt: skip
+    }
     assert migration_lines(migration) == [
         "migration m-7: paused (not running), epoch 4",
         "  keys moved: 42 (21.0 keys/s)",

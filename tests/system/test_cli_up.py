@@ -59,12 +59,27 @@ def test_up_serves_then_stops_every_child(tmp_path: Path) -> None:
     env = dict(os.environ, SHARDLIMIT_ADMIN_TOKEN="admin-from-env")
     env.pop("SHARDLIMIT_CLUSTER_TOKEN", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cluster.cli", "up", "--json", "--nodes", "2", "--port", str(port),
-         "--base-port", str(base), "--data-dir", str(data_dir), "--partitioner", "slots"],
+        [
+            sys.executable,
+            "-m",
+            "cluster.cli",
+            "up",
+            "--json",
+            "--nodes",
+            "2",
+            "--port",
+            str(port),
+            "--base-port",
+            str(base),
+            "--data-dir",
+            str(data_dir),
+            "--partitioner",
+            "slots",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
-    )  # fmt: skip
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()

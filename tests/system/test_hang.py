@@ -40,10 +40,21 @@ async def test_sigstopped_node_degrades_fast_and_recovers(
     port = free_port()
     env = dict(os.environ, SHARDLIMIT_CLUSTER_TOKEN=CLUSTER)
     hung = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cluster.cli", "serve", "node", "--id", "n3", "--port", str(port),
-        "--redis", redis_servers[2].url,
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "cluster.cli",
+        "serve",
+        "node",
+        "--id",
+        "n3",
+        "--port",
+        str(port),
+        "--redis",
+        redis_servers[2].url,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     specs.append(NodeSpec("n3", f"http://127.0.0.1:{port}"))
     try:
         async with aiohttp.ClientSession() as http:

@@ -76,10 +76,21 @@ async def test_a_stopped_node_answers_no_liveness_probe(
     port = free_port()
     env = dict(os.environ, SHARDLIMIT_CLUSTER_TOKEN=CLUSTER)
     node = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cluster.cli", "serve", "node", "--id", "n9", "--port", str(port),
-        "--redis", redis_servers[0].url,
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "cluster.cli",
+        "serve",
+        "node",
+        "--id",
+        "n9",
+        "--port",
+        str(port),
+        "--redis",
+        redis_servers[0].url,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         async with aiohttp.ClientSession() as http:
 

@@ -57,9 +57,14 @@ async def fake_router() -> AsyncIterator[str]:
 @pytest.mark.timeout(60)
 async def test_counts_are_exact(fake_router: str) -> None:
     result = await run_loadgen(
-        fake_router, connections=64, requests=1000, keys=KEYS, per_key=True,
-        body='{"key":"k{i}","n":{i}}', headers={"X-Test": "yes"},
-    )  # fmt: skip
+        fake_router,
+        connections=64,
+        requests=1000,
+        keys=KEYS,
+        per_key=True,
+        body='{"key":"k{i}","n":{i}}',
+        headers={"X-Test": "yes"},
+    )
     assert result["requests"] == result["answered"] == 1000
     assert result["connections"] == 64
     assert result["status"] == {"200": 232, "429": 748, "500": 20}
@@ -76,9 +81,12 @@ async def test_counts_are_exact(fake_router: str) -> None:
 @pytest.mark.timeout(60)
 async def test_duration_mode_answers_everything_it_sent(fake_router: str) -> None:
     result = await run_loadgen(
-        fake_router, connections=8, duration_s=0.5, body='{"key":"k0","n":0}',
+        fake_router,
+        connections=8,
+        duration_s=0.5,
+        body='{"key":"k0","n":0}',
         headers={"X-Test": "yes"},
-    )  # fmt: skip
+    )
     assert result["requests"] == result["answered"] > 0
     assert result["status"]["429"] == result["answered"] - LIMIT
 

@@ -79,8 +79,9 @@ class Cluster:
         redis.start()
         self.extra_redis.append(redis)
         port = free_port()
-        node = node_process(node_id, port, redis.url, log=self.workdir / f"{node_id}.log",
-                            env=_env())  # fmt: skip
+        node = node_process(
+            node_id, port, redis.url, log=self.workdir / f"{node_id}.log", env=_env()
+        )
         self.extra.append(node)
         node.start()
         return f"http://127.0.0.1:{port}"
@@ -110,12 +111,31 @@ def _start_up(workdir: Path, router_settings: dict[str, Any]) -> tuple[subproces
     while abs(base_port - port) < 3:  # two runs picked while neither was bound yet
         base_port = consecutive_free_ports(3)
     up = subprocess.Popen(
-        [sys.executable, "-m", "cluster.cli", "up", "--routers", "3", "--nodes", "3",
-         "--port", str(port), "--base-port", str(base_port),
-         "--data-dir", str(workdir / "data"), "--config", str(config), "--json"],
-        env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "cluster.cli",
+            "up",
+            "--routers",
+            "3",
+            "--nodes",
+            "3",
+            "--port",
+            str(port),
+            "--base-port",
+            str(base_port),
+            "--data-dir",
+            str(workdir / "data"),
+            "--config",
+            str(config),
+            "--json",
+        ],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         preexec_fn=child_preexec,
-    )  # fmt: skip
+    )
     assert up.stdout is not None
     line = up.stdout.readline()
     if not line:
@@ -313,9 +333,15 @@ async def test_rules_apply_shows_a_diff_and_applies_a_file(
 async def cli(*args: str) -> subprocess.CompletedProcess[str]:
     """`shardlimit rules ...` in a child process."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cluster.cli", "rules", *args, env=_env(),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "cluster.cli",
+        "rules",
+        *args,
+        env=_env(),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await proc.communicate()
     assert proc.returncode is not None
     return subprocess.CompletedProcess(list(args), proc.returncode, out.decode(), err.decode())
@@ -371,10 +397,11 @@ async def test_node_add_through_one_router_while_load_flows_through_the_others(
     n4 = cluster.spare_node("n4")
     bodies = _bodies(tmp_path / "bodies.jsonl")
     loads = [
-        await start_loadgen(router + "/v1/check", connections=32, body="",
-                            bodies_file=bodies, per_key=True)
+        await start_loadgen(
+            router + "/v1/check", connections=32, body="", bodies_file=bodies, per_key=True
+        )
         for router in (b, c)
-    ]  # fmt: skip
+    ]
 
     async def flowing() -> bool:
         return min([await _checks_served(cluster, r) for r in (b, c)]) >= 300

