@@ -16,6 +16,7 @@ from cluster.model import answers
 from cluster.model.errors import FieldError, Problems, ValidationError
 from cluster.model.limits import expired_quotas, format_amount
 from cluster.web.problem import Problem, invalid, json_body, problem_middleware
+from router.check_bodies import decode_batch, decode_check
 from router.cluster_rules import Change, UnknownRule
 from router.config import RouterConfig
 from router.decisions import ratelimit_headers
@@ -30,7 +31,6 @@ from router.request_ids import raise_if_refused
 from router.requests import (
     if_match,
     parse_authz,
-    parse_batch,
     parse_check,
     parse_key,
     parse_refund,
@@ -55,9 +55,7 @@ RING_VIEW: web.AppKey[RingView] = web.AppKey("ring_view")
 
 async def post_check(request: web.Request) -> web.Response:
     router = router_of(request)
-    body = await json_body(request)
-    problems = Problems()
-    parsed = problems.result(parse_check(body, router.rules, problems))
+    parsed = decode_check(await request.read(), router.rules)
     result = await router.check(parsed)
     raise_if_refused(result)
     status = 200 if result.allowed else 429
@@ -66,10 +64,7 @@ async def post_check(request: web.Request) -> web.Response:
 
 async def post_batch(request: web.Request) -> web.Response:
     router = router_of(request)
-    body = await json_body(request)
-    problems = Problems()
-    checks, all_or_nothing = parse_batch(body, router.rules, problems)
-    problems.raise_if_any()
+    checks, all_or_nothing = decode_batch(await request.read(), router.rules)
     return json_response(await router.batch(checks, all_or_nothing))
 
 

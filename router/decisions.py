@@ -8,9 +8,10 @@ from typing import Any
 from cluster.model import answers
 from cluster.model.algorithms import BY_NAME, NONE
 from cluster.model.limits import LimitSpec, format_amount
-from cluster.model.ratelimit_headers import LimitState, header_values
+from cluster.model.ratelimit_headers import HeaderPlan, LimitState, header_values
 from cluster.wire import Checked, LimitRow
 from router.requests import CheckRequest
+from router.rules import Rule
 
 
 def _opt(value: int) -> int | None:
@@ -32,12 +33,21 @@ _VIEW_FIELDS: dict[str, Callable[[LimitSpec, LimitRow], Any]] = {
 
 
 def _limit_view(spec: LimitSpec, row: LimitRow) -> answers.LimitState:
-    extra = {name: _VIEW_FIELDS[name](spec, row) for name in BY_NAME[spec.algorithm].view_fields}
+    view_fields = BY_NAME[spec.algorithm].view_fields
+    limit, remaining, reset = row.limit, row.remaining, row.reset_after_ms
+    if not view_fields:
+        return answers.LimitState(
+            algorithm=spec.algorithm,
+            limit=None if limit == NONE else limit,
+            remaining=None if remaining == NONE else remaining,
+            reset_after_ms=None if reset == NONE else reset,
+        )
+    extra = {name: _VIEW_FIELDS[name](spec, row) for name in view_fields}
     return answers.LimitState(
         algorithm=spec.algorithm,
-        limit=_opt(row.limit),
-        remaining=_opt(row.remaining),
-        reset_after_ms=_opt(row.reset_after_ms),
+        limit=_opt(limit),
+        remaining=_opt(remaining),
+        reset_after_ms=_opt(reset),
         **extra,
     )
 
@@ -55,7 +65,7 @@ def decision(request: CheckRequest, node: str, result: Checked) -> answers.Decis
             f"{len(rows)} limit(s), not {len(request.rule.limits)}: a request_id names one check"
         )
     allowed = result.allowed
-    denied_by = [i for i, row in enumerate(rows) if row.ok == 0]
+    denied_by = [] if allowed else [i for i, row in enumerate(rows) if row.ok == 0]
     retry: int | None = None
     if not allowed:
         waits = [rows[i].retry_after_ms for i in denied_by]
@@ -99,8 +109,26 @@ def degraded_decision(request: CheckRequest, node: str, reason: str) -> answers.
     )
 
 
+# Header plans by rule, kept with their rule (a rule replaced by a reload gets its own).
+_PLANS_MAX = 4096
+_plans: dict[int, tuple[Rule, HeaderPlan]] = {}
+
+
+def _plan(rule: Rule) -> HeaderPlan:
+    entry = _plans.get(id(rule))
+    if entry is not None and entry[0] is rule:
+        return entry[1]
+    if len(_plans) >= _PLANS_MAX:
+        _plans.clear()
+    plan = HeaderPlan(rule.public_name or "inline", rule.limits)
+    _plans[id(rule)] = (rule, plan)
+    return plan
+
+
 def ratelimit_headers(request: CheckRequest, body: answers.Decision) -> dict[str, str]:
     """RateLimit-Policy / RateLimit / Retry-After (cluster/model/ratelimit_headers.py)."""
-    states = [LimitState(view.limit, view.remaining, view.reset_after_ms) for view in body.limits]
     retry = None if body.allowed else body.retry_after_ms
+    if len(body.limits) == len(request.rule.limits):
+        return _plan(request.rule).values(body.limits, retry)
+    states = [LimitState(view.limit, view.remaining, view.reset_after_ms) for view in body.limits]
     return header_values(request.rule.public_name or "inline", request.rule.limits, states, retry)

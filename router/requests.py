@@ -30,6 +30,8 @@ from cluster.web.problem import Problem, invalid
 from router.rules import Rule, RuleBook, make_rule
 
 MAX_BATCH = 1000
+NO_AMOUNT = object()  # a check without "amount" (null is an amount, and a wrong one)
+_ZERO = Decimal(0)
 _CHECK_FIELDS = {"key", "rule", "limits", "cost", "amount", "request_id", "dry_run", "on_failure"}
 _REFUND_FIELDS = {"key", "rule", "limits", "request_id"}
 
@@ -57,7 +59,7 @@ class CheckRequest(msgspec.Struct, frozen=True):  # built per check: cheaper tha
             "check",
             self.key,
             self.rule.name,
-            list(self.rule.wire),
+            self.rule.wire_list or list(self.rule.wire),
             list(self.amounts),
             self.cost,
             self.request_id,
@@ -95,7 +97,9 @@ def parse_key(value: Any, path: str, problems: Problems) -> str:
     if not isinstance(value, str) or not value:
         problems.add(path, "is required: a non-empty string")
         return ""
-    if len(value.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
+    # At most 4 bytes per character: short keys need no encoding to be measured.
+    too_long = len(value) * 4 > MAX_KEY_BYTES
+    if too_long and len(value.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
         problems.add(path, f"must be at most {MAX_KEY_BYTES} bytes")
         return ""
     return value
@@ -126,7 +130,13 @@ def _inline_key(inline: Any, on_failure: Any) -> tuple[Any, ...] | None:
 def _resolve_rule(
     body: dict[str, Any], path: str, rules: RuleBook, problems: Problems
 ) -> Rule | None:
-    name, inline = body.get("rule"), body.get("limits")
+    inline, on_failure = body.get("limits"), body.get("on_failure")
+    return rule_of(body.get("rule"), inline, on_failure, path, rules, problems)
+
+
+def rule_of(
+    name: Any, inline: Any, on_failure: Any, path: str, rules: RuleBook, problems: Problems
+) -> Rule | None:
     if name is not None and inline is not None:
         problems.add(path, "give either 'rule' or 'limits', not both")
         return None
@@ -141,7 +151,6 @@ def _resolve_rule(
         if rule is None:
             problems.add(f"{path}rule", f"unknown rule '{name}'")
         return rule
-    on_failure = body.get("on_failure")
     cache_key = _inline_key(inline, on_failure)
     cached = _inline_rules.get(cache_key) if cache_key is not None else None
     if cached is not None:
@@ -177,8 +186,35 @@ def parse_check(
     before = len(problems.errors)
     _unknown_fields(body, _CHECK_FIELDS, path, problems)
     key = parse_key(body.get("key"), f"{path}key", problems)
-    rule = _resolve_rule(body, path, rules, problems)
-    cost_raw = body.get("cost", 1)
+    rule = rule_of(
+        body.get("rule"), body.get("limits"), body.get("on_failure"), path, rules, problems
+    )
+    return check_of(
+        before,
+        key,
+        rule,
+        body.get("cost", 1),
+        body.get("amount", NO_AMOUNT),
+        body.get("request_id"),
+        body.get("dry_run", False),
+        path,
+        problems,
+    )
+
+
+def check_of(
+    before: int,
+    key: str,
+    rule: Rule | None,
+    cost_raw: Any,
+    amount_raw: Any,
+    request_id: Any,
+    dry_run: Any,
+    path: str,
+    problems: Problems,
+) -> CheckRequest | None:
+    """The check from its key, rule and other fields' JSON values; None when a problem
+    was reported since `before` (the count of problems when this check began)."""
     cost = 0
     if not isinstance(cost_raw, int) or isinstance(cost_raw, bool):
         problems.add(f"{path}cost", "must be a non-negative integer")
@@ -186,37 +222,45 @@ def parse_check(
         problems.add(f"{path}cost", f"must be between 0 and {MAX_COUNT}")
     else:
         cost = cost_raw
-    amount: Decimal | None = Decimal(0)
-    if "amount" in body:
-        amount = parse_decimal(body["amount"], f"{path}amount", problems)
+    amount: Decimal | None = _ZERO
+    if amount_raw is not NO_AMOUNT:
+        amount = parse_decimal(amount_raw, f"{path}amount", problems)
         if amount is not None and amount < 0:
             problems.add(f"{path}amount", "must not be negative")
             amount = None
-    request_id = body.get("request_id")
     if request_id is not None and not (
         isinstance(request_id, str) and REQUEST_ID.match(request_id)
     ):
         problems.add(
             f"{path}request_id", "must be 1-128 characters of A-Z a-z 0-9 _ . : @ ~ + = / -"
         )
-    dry_run = body.get("dry_run", False)
     if not isinstance(dry_run, bool):
         problems.add(f"{path}dry_run", "must be true or false")
-    amounts: list[int] = []
+    amounts: tuple[int, ...] = ()
     if rule is not None and amount is not None:
-        for spec in rule.limits:
-            minor = 0
-            if spec.algorithm in ("calendar", "quota"):
-                converted = to_minor_units(amount, spec.amount_scale, f"{path}amount", problems)
-                minor = converted or 0
-            amounts.append(minor)
+        if amount_raw is NO_AMOUNT:
+            amounts = rule_zero_amounts(rule)
+        else:
+            minors: list[int] = []
+            for spec in rule.limits:
+                minor = 0
+                if spec.algorithm in ("calendar", "quota"):
+                    converted = to_minor_units(amount, spec.amount_scale, f"{path}amount", problems)
+                    minor = converted or 0
+                minors.append(minor)
+            amounts = tuple(minors)
     if len(problems.errors) != before or rule is None or amount is None:
         return None
     fingerprint = None
     if request_id is not None:
         inline = list(rule.wire) if rule.name == INLINE_SCOPE else None
         fingerprint = request_fingerprint(rule.name, inline, cost, amount)
-    return CheckRequest(key, rule, cost, tuple(amounts), request_id, dry_run, fingerprint)
+    return CheckRequest(key, rule, cost, amounts, request_id, dry_run, fingerprint)
+
+
+def rule_zero_amounts(rule: Rule) -> tuple[int, ...]:
+    """The amounts of a check without `amount`: zero minor units for every limit."""
+    return (0,) * len(rule.limits)
 
 
 def parse_batch(body: Any, rules: RuleBook, problems: Problems) -> tuple[list[CheckRequest], bool]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,8 @@ class Rule:
     cache_denials: bool = False
     # `shadow: true`: decided and counted as usual, but a denial is answered as allowed.
     shadow: bool = False
+    # `wire` as the list an op carries, shared by every op of the rule (never mutated).
+    wire_list: list[list[Any]] = field(default_factory=list, compare=False, repr=False)
 
     @property
     def public_name(self) -> str | None:
@@ -77,15 +79,17 @@ def make_rule(
     shadow: bool = False,
 ) -> Rule:
     subs = split_limits(limits, spread) if spread > 1 else ()
+    wire = tuple(spec.to_wire() for spec in limits)
     return Rule(
         name=name,
         limits=limits,
         on_failure=on_failure or default_on_failure(limits),
-        wire=tuple(spec.to_wire() for spec in limits),
+        wire=wire,
         spread=spread,
         sub_wires=tuple(tuple(spec.to_wire() for spec in sub) for sub in subs),
         cache_denials=cache_denials,
         shadow=shadow,
+        wire_list=list(wire),
     )
 
 

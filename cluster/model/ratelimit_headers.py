@@ -17,10 +17,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from cluster.model.limits import LimitSpec
 
-__all__ = ["LimitState", "header_values", "retry_after_seconds", "window_seconds"]
+__all__ = ["HeaderPlan", "LimitState", "header_values", "retry_after_seconds", "window_seconds"]
 
 _NOMINAL_PERIOD_S = {
     "minute": 60,
@@ -100,3 +101,62 @@ def header_values(
     if retry_after_ms is not None:
         headers["Retry-After"] = str(retry_after_seconds(retry_after_ms))
     return headers
+
+
+class _Limited(Protocol):
+    limit: int | None
+    remaining: int | None
+    reset_after_ms: int | None
+
+
+class HeaderPlan:
+    """header_values for one rule's limits, with every per-limit part that does not
+    depend on the decision worked out once."""
+
+    __slots__ = ("_buckets", "_names", "_policy", "_quotas", "_windows")
+
+    def __init__(self, prefix: str, specs: Sequence[LimitSpec]) -> None:
+        self._names = [f'"{prefix}.{index}"' for index in range(len(specs))]
+        self._windows = []
+        self._buckets: list[int | None] = []
+        for spec in specs:
+            window = window_seconds(spec)
+            self._windows.append("" if window is None else f";w={window}")
+            bucket = spec.algorithm in ("token_bucket", "leaky_bucket") and spec.rate > 0
+            self._buckets.append(
+                max(1, math.ceil(spec.window_ms / spec.rate / 1000)) if bucket else None
+            )
+        # The policy when the node reports each limit as configured (nearly always).
+        self._quotas = [spec.limit for spec in specs]
+        self._policy = self._policy_of(self._quotas)
+
+    def _policy_of(self, limits: Sequence[int | None]) -> str:
+        return ", ".join(
+            f"{name};q={limit}{window}"
+            for name, limit, window in zip(self._names, limits, self._windows, strict=True)
+            if limit is not None
+        )
+
+    def values(self, states: Sequence[_Limited], retry_after_ms: int | None) -> dict[str, str]:
+        """The same headers as header_values(prefix, specs, states, retry_after_ms)."""
+        if len(states) != len(self._names):
+            raise ValueError("one state per limit")
+        limits = [state.limit for state in states]
+        policy = self._policy if limits == self._quotas else self._policy_of(limits)
+        fields: list[str] = []
+        for name, unit_s, state in zip(self._names, self._buckets, states, strict=True):
+            limit, remaining, reset_ms = state.limit, state.remaining, state.reset_after_ms
+            if limit is None or remaining is None or reset_ms is None:
+                continue
+            t = math.ceil(reset_ms / 1000)
+            if unit_s is not None and remaining < limit:
+                t = min(t, unit_s)
+            fields.append(f"{name};r={remaining};t={t}")
+        headers: dict[str, str] = {}
+        if policy:
+            headers["RateLimit-Policy"] = policy
+        if fields:
+            headers["RateLimit"] = ", ".join(fields)
+        if retry_after_ms is not None:
+            headers["Retry-After"] = str(retry_after_seconds(retry_after_ms))
+        return headers
