@@ -60,7 +60,7 @@ def _loads(raw: bytes) -> Any:
 
 
 def _raw(value: msgspec.Raw, absent: Any) -> Any:
-    return orjson.loads(value) if value else absent
+    return orjson.loads(bytes(value)) if value else absent
 
 
 # Inline limits repeat byte for byte from check to check: each distinct text of
@@ -72,11 +72,12 @@ _inline: dict[bytes, Rule] = {}
 def _rule(body: _Check, rules: RuleBook, problems: Problems) -> Rule | None:
     if not body.limits or body.rule is not None:
         return rule_of(body.rule, _raw(body.limits, None), None, "", rules, problems)
-    text = bytes(body.limits) + b"\0" + bytes(body.on_failure)
+    limits = bytes(body.limits)
+    text = limits + b"\0" + bytes(body.on_failure)
     rule = _inline.get(text)
     if rule is None:
         on_failure = _raw(body.on_failure, None)
-        rule = rule_of(None, _raw(body.limits, None), on_failure, "", rules, problems)
+        rule = rule_of(None, orjson.loads(limits), on_failure, "", rules, problems)
         if rule is not None and not problems.errors:
             if len(_inline) >= _INLINE_MAX:
                 _inline.clear()
