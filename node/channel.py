@@ -76,6 +76,17 @@ class _Peer(asyncio.Protocol):
         except ValueError as exc:
             self._refuse(str(exc))
             return
+        pipe = self.state.store.pipe if len(bodies) > 1 else None
+        if pipe is None:
+            self._messages(bodies)
+            return
+        pipe.cork()
+        try:
+            self._messages(bodies)
+        finally:
+            pipe.uncork()
+
+    def _messages(self, bodies: list[bytes]) -> None:
         for body in bodies:
             try:
                 message = wire.decode_channel_in(body)

@@ -83,6 +83,7 @@ class _RespProtocol(asyncio.Protocol):
         self.reader = hiredis.Reader()
         self.pending: deque[_Pending] = deque()
         self.lost: Exception | None = None
+        self.corked: list[bytes] | None = None  # writes held for one write (cork/uncork)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -117,13 +118,26 @@ class _RespProtocol(asyncio.Protocol):
         assert self.transport is not None
         future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
         self.pending.append(_Pending(future, count))
-        self.transport.write(payload)
+        self._write(payload)
         return future
 
     def send_calling(self, payload: bytes, count: int, replied: Replied) -> None:
         assert self.transport is not None
         self.pending.append(_Pending(None, count, replied))
-        self.transport.write(payload)
+        self._write(payload)
+
+    def _write(self, payload: bytes) -> None:
+        # In order with `pending` either way: held writes keep their order.
+        if self.corked is not None:
+            self.corked.append(payload)
+        else:
+            assert self.transport is not None
+            self.transport.write(payload)
+
+    def uncork(self) -> None:
+        held, self.corked = self.corked, None
+        if held and self.transport is not None and self.lost is None:
+            self.transport.write(b"".join(held))
 
 
 class RespPipe:
@@ -221,6 +235,18 @@ class RespPipe:
             return False
         protocol.send_calling(self._pack(commands), len(commands), replied)
         return True
+
+    def cork(self) -> None:
+        """Hold send_now()'s writes until uncork(): pipelines started together (say,
+        every frame of one channel read) reach Redis in one write."""
+        protocol = self._protocol
+        if protocol is not None and protocol.lost is None and protocol.corked is None:
+            protocol.corked = []
+
+    def uncork(self) -> None:
+        protocol = self._protocol
+        if protocol is not None:
+            protocol.uncork()
 
     async def close(self) -> None:
         protocol, self._protocol = self._protocol, None

@@ -115,17 +115,31 @@ class CounterStore:
             self._scripts[(entry, codes)] = script
         return script
 
-    def _op_limit_args(self, op: Op, now_ms: int) -> list[list[int]]:
-        """The 8 script arguments of each of an op's limits."""
-        return [
-            self._limit_args(spec, amount, now_ms, op.quota_ttl_ms)
-            for spec, amount in zip(op.limits, op.amounts, strict=True)
-        ]
+    def _op_limit_args(
+        self, op: Op, now_ms: int, memo: dict[tuple[int, int, int], list[int]] | None = None
+    ) -> list[list[int]]:
+        """The 8 script arguments of each of an op's limits. `memo`: those already
+        worked out for this `now_ms`, by (id of the cached LimitSpec, amount, quota TTL)."""
+        if memo is None:
+            return [
+                self._limit_args(spec, amount, now_ms, op.quota_ttl_ms)
+                for spec, amount in zip(op.limits, op.amounts, strict=True)
+            ]
+        out: list[list[int]] = []
+        for spec, amount in zip(op.limits, op.amounts, strict=True):
+            memo_key = (id(spec), amount, op.quota_ttl_ms)
+            args = memo.get(memo_key)
+            if args is None:
+                args = memo[memo_key] = self._limit_args(spec, amount, now_ms, op.quota_ttl_ms)
+            out.append(args)
+        return out
 
-    def _check_entry(self, op: Op, now_ms: int) -> tuple[list[str], list[Any]]:
+    def _check_entry(
+        self, op: Op, now_ms: int, memo: dict[tuple[int, int, int], list[int]] | None = None
+    ) -> tuple[list[str], list[Any]]:
         """A check's KEYS and its packed entry for batch.lua."""
         keys = [counter_key(op.scope, spec.shape, op.key) for spec in op.limits]
-        limits = self._op_limit_args(op, now_ms)
+        limits = self._op_limit_args(op, now_ms, memo)
         ttl, hold_ms, entry = 0, 0, ""
         if op.request_id is not None:
             keys.append(record_key(op.scope, op.request_id, op.key))
@@ -146,8 +160,11 @@ class CounterStore:
         keys: list[str] = []
         entries: list[list[Any]] = []
         codes: set[int] = set()
+        # The ops of a batch mostly share their limits: each one's arguments packed once
+        # (the specs stay referenced by the ops meanwhile, so their ids are not reused).
+        memo: dict[tuple[int, int, int], list[int]] = {}
         for op in checks:
-            op_keys, entry = self._check_entry(op, now_ms)
+            op_keys, entry = self._check_entry(op, now_ms, memo)
             keys += op_keys
             entries.append(entry)
             codes.update(BY_NAME[spec.algorithm].code for spec in op.limits)

@@ -190,8 +190,7 @@ class Router:
         quota_ttl = self.config.quota_ttl_ms
         ops = [request.to_op(ttl, quota_ttl_ms=quota_ttl) for request in requests]
         attempts = [self.view.send(r.key, op) for r, op in zip(requests, ops, strict=True)]
-        if attempts:
-            await asyncio.wait([attempt.future for attempt in attempts])
+        await _all_done([attempt.future for attempt in attempts])
         results: list[answers.Decision | None] = [None] * len(requests)
         follow_up: list[int] = []
         for index, (request, attempt) in enumerate(zip(requests, attempts, strict=True)):
@@ -217,6 +216,25 @@ class Router:
     def render_metrics(self) -> bytes:
         """The Prometheus exposition of this router (router/metrics.py)."""
         return self.metrics.render()
+
+
+async def _all_done(futures: list[asyncio.Future[wire.Result]]) -> None:
+    """Wait until every future is done (asyncio.wait without its set and removals)."""
+    left = sum(1 for future in futures if not future.done())
+    if not left:
+        return
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def one_done(_future: asyncio.Future[wire.Result]) -> None:
+        nonlocal left
+        left -= 1
+        if not left and not gate.done():
+            gate.set_result(None)
+
+    for future in futures:
+        if not future.done():
+            future.add_done_callback(one_done)
+    await gate
 
 
 def _not_expected(result: wire.Result) -> str:
