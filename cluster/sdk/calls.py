@@ -4,6 +4,7 @@ typed result or an exception. Both clients send calls and hand answers here."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ from cluster.sdk.results import (
     QuotaAdjustment,
     RefundResult,
     RuleInfo,
+    decision_of,
+    decisions_of,
     parse_decision,
     parse_decisions,
     parse_quota_adjustment,
@@ -81,6 +84,7 @@ class _Call(Generic[_T]):
     path: str
     body: bytes | None
     parse: Callable[[dict[str, Any]], _T]
+    decode: Callable[[bytes], _T] | None = None  # a 200's text straight to the result
 
 
 def _json(value: Any) -> bytes:
@@ -93,20 +97,25 @@ def _json(value: Any) -> bytes:
 
 
 def _check_call(body: dict[str, Any]) -> _Call[Decision]:
-    return _Call("POST", "/v1/check", _json(body), parse_decision)
+    return _Call("POST", "/v1/check", _json(body), parse_decision, decision_of)
 
 
 def _batch_call(checks: Sequence[dict[str, Any]], all_or_nothing: bool) -> _Call[list[Decision]]:
     body = {"checks": list(checks), "all_or_nothing": all_or_nothing}
     expected = len(checks)
 
-    def parse(data: dict[str, Any]) -> list[Decision]:
-        decisions = parse_decisions(data)
+    def counted(decisions: list[Decision]) -> list[Decision]:
         if len(decisions) != expected:
             raise ValueError(f"{len(decisions)} results for {expected} checks")
         return decisions
 
-    return _Call("POST", "/v1/check/batch", _json(body), parse)
+    return _Call(
+        "POST",
+        "/v1/check/batch",
+        _json(body),
+        lambda data: counted(parse_decisions(data)),
+        lambda raw: counted(decisions_of(raw)),
+    )
 
 
 def _refund_call(
@@ -143,6 +152,9 @@ def _rule_call(name: str) -> _Call[RuleInfo]:
 
 def _result(call: _Call[_T], status: int, raw: bytes) -> _T:
     """The single transport boundary: an HTTP answer -> a typed result or an exception."""
+    if status == 200 and call.decode is not None:
+        with contextlib.suppress(msgspec.DecodeError, ValueError, TypeError, ArithmeticError):
+            return call.decode(raw)  # else the general path below says what is wrong
     try:
         data = orjson.loads(raw) if raw else None
     except orjson.JSONDecodeError:

@@ -141,10 +141,28 @@ def parse_decision(data: dict[str, Any]) -> Decision:
     return _from_body(msgspec.convert(data, answers.Decision))
 
 
+_DECISION = msgspec.json.Decoder(answers.Decision)
+_BATCH = msgspec.json.Decoder(answers.BatchResult)
+
+
+def decision_of(raw: bytes) -> Decision:
+    """parse_decision straight from the JSON text (raises msgspec's errors)."""
+    return _from_body(_DECISION.decode(raw))
+
+
+def decisions_of(raw: bytes) -> list[Decision]:
+    """parse_decisions straight from the JSON text (raises msgspec's errors)."""
+    return _decisions(_BATCH.decode(raw))
+
+
 def parse_decisions(data: dict[str, Any]) -> list[Decision]:
     """A batch's decisions; raises RequestIdReused when a check was refused for that."""
+    return _decisions(msgspec.convert(data, answers.BatchResult))
+
+
+def _decisions(batch: answers.BatchResult) -> list[Decision]:
     outcomes: list[Decision | RequestIdReused] = []
-    for body in msgspec.convert(data, answers.BatchResult).results:
+    for body in batch.results:
         if body.problem is UNSET:
             outcomes.append(_from_body(body))
         else:
