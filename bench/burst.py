@@ -103,8 +103,11 @@ def read_held(
     for attempt in range(attempts):
         if attempt:
             time.sleep(0.5)
-        pending = [key for chunk in _chunks(pending, READ_BATCH)
-                   for key in _read_chunk(router, workload, chunk, held)]  # fmt: skip
+        pending = [
+            key
+            for chunk in _chunks(pending, READ_BATCH)
+            for key in _read_chunk(router, workload, chunk, held)
+        ]
         if not pending:
             break
     return held, len(pending)
@@ -152,9 +155,13 @@ def one_run(router: str, workload: Workload, connections: int) -> dict[str, Any]
     started = time.time()
     with CpuWindow() as cpu:
         load = run_loadgen_sync(
-            f"{router}/v1/check", connections=connections, body=template,
-            requests=workload.requests, keys=workload.keys, per_key=True,
-        )  # fmt: skip
+            f"{router}/v1/check",
+            connections=connections,
+            body=template,
+            requests=workload.requests,
+            keys=workload.keys,
+            per_key=True,
+        )
     held, unreadable = read_held(router, workload, prefix)
     return summarize(workload, connections, load, held, unreadable) | {
         "crossed_utc_midnight": _crossed_utc_midnight(started),

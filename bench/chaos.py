@@ -63,8 +63,13 @@ def _reasons(answers: Iterable[Answer]) -> dict[str, int]:
 async def fault_figures(root: Path, fault: Fault, args: argparse.Namespace) -> dict[str, Any]:
     cluster = await ChaosCluster.start(root / fault)
     try:
-        sizes = FaultSizes(warm_answers=3000, fault_answers=500, post_answers=500,
-                           min_fault_s=args.fault_seconds, min_post_s=2.0)  # fmt: skip
+        sizes = FaultSizes(
+            warm_answers=3000,
+            fault_answers=500,
+            post_answers=500,
+            min_fault_s=args.fault_seconds,
+            min_post_s=2.0,
+        )
         run = await run_fault(
             cluster, fault, concurrency=args.concurrency, sizes=sizes, read_usage=False
         )

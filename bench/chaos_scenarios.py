@@ -47,12 +47,24 @@ MAX_AMOUNT_MINOR = 100_000_000_00
 RULES: dict[str, Any] = {
     "rules": {
         WINDOW: {"limits": [{"algorithm": "fixed_window", "limit": LIMIT, "window": "3660d"}]},
-        QUOTA: {"limits": [{"algorithm": "calendar", "period": "year", "timezone": "UTC",
-                            "max_count": LIMIT}]},
-        MONEY: {"limits": [{"algorithm": "calendar", "period": "year", "timezone": "UTC",
-                            "max_count": LIMIT, "max_amount": "100000000.00"}]},
+        QUOTA: {
+            "limits": [
+                {"algorithm": "calendar", "period": "year", "timezone": "UTC", "max_count": LIMIT}
+            ]
+        },
+        MONEY: {
+            "limits": [
+                {
+                    "algorithm": "calendar",
+                    "period": "year",
+                    "timezone": "UTC",
+                    "max_count": LIMIT,
+                    "max_amount": "100000000.00",
+                }
+            ]
+        },
     }
-}  # fmt: skip
+}
 Fault = Literal["redis_kill", "node_kill", "node_stop"]
 FAULTS: tuple[Fault, ...] = ("redis_kill", "node_kill", "node_stop")
 
@@ -95,10 +107,18 @@ class ChaosCluster:
         node_deadline: str = "1s",
         aon_hold: str = "10s",
     ) -> ChaosCluster:
-        settings = {"rules_file": str(_write_rules(root)), "node_deadline": node_deadline,
-                    "aon_hold": aon_hold}  # fmt: skip
-        options = scratch_options(nodes, data_dir=root, appendfsync=appendfsync,
-                                  log_level="WARNING", router_settings=settings)  # fmt: skip
+        settings = {
+            "rules_file": str(_write_rules(root)),
+            "node_deadline": node_deadline,
+            "aon_hold": aon_hold,
+        }
+        options = scratch_options(
+            nodes,
+            data_dir=root,
+            appendfsync=appendfsync,
+            log_level="WARNING",
+            router_settings=settings,
+        )
         local = LocalCluster(options, ADMIN_TOKEN, CLUSTER_TOKEN)
         local.start()  # blocks this loop for a moment: no load runs yet
         http = aiohttp.ClientSession(
@@ -251,8 +271,17 @@ class CheckLoad:
             received = now()
             try:
                 body = orjson.loads(raw)
-                answer = Answer(key, rule, body["node"], sent, received, status,
-                                body["allowed"], body["degraded"], body.get("degraded_reason"))  # fmt: skip
+                answer = Answer(
+                    key,
+                    rule,
+                    body["node"],
+                    sent,
+                    received,
+                    status,
+                    body["allowed"],
+                    body["degraded"],
+                    body.get("degraded_reason"),
+                )
             except (orjson.JSONDecodeError, KeyError, TypeError):
                 self.problems.append(f"{key}: HTTP {status} {raw[:200]!r}")
                 continue
@@ -390,10 +419,24 @@ async def run_fault(
     finally:
         await load.stop()
     readyz_after = await cluster.get("/readyz")
-    run = FaultRun(fault, victim, list(load.answers), list(load.problems), fault_at,
-                   open_seen_at, heal_started_at, heal_at, recovered_at, post_from,
-                   requests_at_open, requests_at_heal, failures_at_open, readyz, cluster_state,
-                   readyz_after)  # fmt: skip
+    run = FaultRun(
+        fault,
+        victim,
+        list(load.answers),
+        list(load.problems),
+        fault_at,
+        open_seen_at,
+        heal_started_at,
+        heal_at,
+        recovered_at,
+        post_from,
+        requests_at_open,
+        requests_at_heal,
+        failures_at_open,
+        readyz,
+        cluster_state,
+        readyz_after,
+    )
     run.owners = {k: node for node, node_keys in by_node.items() for k in node_keys}
     for key in keys if read_usage else ():
         for rule in (WINDOW, QUOTA):
@@ -558,11 +601,14 @@ async def run_router_kill(
         while not killed.is_set():
             batch = next(counter)
             batches[batch] = batch_keys(batch)
-            body = {"all_or_nothing": True,
-                    "checks": [{"key": k, "rule": WINDOW} for k in batches[batch]]}  # fmt: skip
+            body = {
+                "all_or_nothing": True,
+                "checks": [{"key": k, "rule": WINDOW} for k in batches[batch]],
+            }
             try:
-                async with cluster.http.post(cluster.router_url + "/v1/check/batch",
-                                             json=body) as resp:  # fmt: skip
+                async with cluster.http.post(
+                    cluster.router_url + "/v1/check/batch", json=body
+                ) as resp:
                     data = await resp.json(content_type=None)
                     status = resp.status
             except (aiohttp.ClientError, TimeoutError):
@@ -596,8 +642,17 @@ async def run_router_kill(
     keys = [k for ks in batches.values() for k in ks]
     usage = {k: (await cluster.usage(k, WINDOW))[0] for k in keys}
     owners = {k: cluster.owner(k) for k in keys}
-    return AonRun(batches, answered_at_kill, held_batches, set(held), len(held), usage, owners,
-                  given_back_s, problems)  # fmt: skip
+    return AonRun(
+        batches,
+        answered_at_kill,
+        held_batches,
+        set(held),
+        len(held),
+        usage,
+        owners,
+        given_back_s,
+        problems,
+    )
 
 
 # -- figures ---------------------------------------------------------------------
@@ -611,5 +666,9 @@ def percentiles_ms(values: list[float]) -> dict[str, float | int | None]:
     def at(q: float) -> float:
         return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 2)
 
-    return {"n": len(ordered), "p50_ms": at(0.5), "p99_ms": at(0.99),
-            "max_ms": round(ordered[-1] * 1000, 2)}  # fmt: skip
+    return {
+        "n": len(ordered),
+        "p50_ms": at(0.5),
+        "p99_ms": at(0.99),
+        "max_ms": round(ordered[-1] * 1000, 2),
+    }

@@ -44,17 +44,23 @@ def _throughput(ax: Axes, results: dict[str, Any]) -> None:
     pairs: list[tuple[str, float, str]] = []
     if "single" in results:
         r = results["single"]
-        pairs += [("router\n/v1/check", r["router_checks_per_s"], MISSED),
-                  ("trivial\naiohttp", r["trivial_requests_per_s"], BASE)]  # fmt: skip
+        pairs += [
+            ("router\n/v1/check", r["router_checks_per_s"], MISSED),
+            ("trivial\naiohttp", r["trivial_requests_per_s"], BASE),
+        ]
     if "batch" in results:
         r = results["batch"]
-        pairs += [("router\nbatch", r["router_decisions_per_s"], MISSED),
-                  ("redis\nEVALSHA", r["redis_evalsha_per_s"], BASE)]  # fmt: skip
+        pairs += [
+            ("router\nbatch", r["router_decisions_per_s"], MISSED),
+            ("redis\nEVALSHA", r["redis_evalsha_per_s"], BASE),
+        ]
     if "sdk" in results:
         r = results["sdk"]
-        pairs += [("SDK", r["sdk_decisions_per_s"], MISSED),
-                  ("limits\ncoredis", r["limits_decisions_per_s"], BASE),
-                  ("limits\nredis-py", r["limits_redispy_decisions_per_s"], BASE)]  # fmt: skip
+        pairs += [
+            ("SDK", r["sdk_decisions_per_s"], MISSED),
+            ("limits\ncoredis", r["limits_decisions_per_s"], BASE),
+            ("limits\nredis-py", r["limits_redispy_decisions_per_s"], BASE),
+        ]
     if not pairs:
         _not_run(ax, "throughput, side by side")
         return
@@ -116,8 +122,10 @@ def _memory(ax: Axes, results: dict[str, Any]) -> None:
 def _cpu(ax: Axes, results: dict[str, Any]) -> None:
     windows: list[tuple[str, dict[str, Any]]] = []
     if "single" in results:
-        windows += [("single\nrouter", results["single"]["runs"]["router"][0]["cpu"]),
-                    ("single\ntrivial", results["single"]["runs"]["trivial"][0]["cpu"])]  # fmt: skip
+        windows += [
+            ("single\nrouter", results["single"]["runs"]["router"][0]["cpu"]),
+            ("single\ntrivial", results["single"]["runs"]["trivial"][0]["cpu"]),
+        ]
     if "batch" in results:
         windows.append(("batch\nrouter", results["batch"]["runs"]["router"][0]["cpu"]))
     if "latency" in results:
@@ -153,8 +161,10 @@ def draw(results: dict[str, Any], path: Path) -> None:
     _scaling(axes[1][0], results)
     _memory(axes[1][1], results)
     _cpu(axes[1][2], results)
-    fig.suptitle(f"shardlimit make bench, {results.get('started', '')} "
-                 f"({results.get('seconds', '?')} s, 2 cores shared)")  # fmt: skip
+    fig.suptitle(
+        f"shardlimit make bench, {results.get('started', '')} "
+        f"({results.get('seconds', '?')} s, 2 cores shared)"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

@@ -68,9 +68,14 @@ def ratio(a: float, b: float) -> float | None:
 def run_module_json(module: str, *args: str, timeout: float = 600) -> dict[str, Any]:
     """`python -m module args`: its stdout is one JSON document."""
     out = subprocess.run(
-        python_module(module, *args), check=True, capture_output=True, text=True,
-        env=python_env(), timeout=timeout, preexec_fn=child_preexec,
-    ).stdout  # fmt: skip
+        python_module(module, *args),
+        check=True,
+        capture_output=True,
+        text=True,
+        env=python_env(),
+        timeout=timeout,
+        preexec_fn=child_preexec,
+    ).stdout
     result: dict[str, Any] = json.loads(out[out.index("{") :])
     return result
 
@@ -95,8 +100,10 @@ def single_check(router: str, trivial: str, s: Settings) -> dict[str, Any]:
     runs: dict[str, list[dict[str, Any]]] = {"router": [], "trivial": []}
     for r, side in abba(s.rounds, ["router", "trivial"]):
         result = with_cpu(partial(run_wrk, urls[side], script, s.wrk_single()))
-        note(f"single: round {r} {side}: {result['served_decisions_per_s']:,.0f} checks/s "
-             f"({result['degraded']} degraded, {result['other_status']} other status)")  # fmt: skip
+        note(
+            f"single: round {r} {side}: {result['served_decisions_per_s']:,.0f} checks/s "
+            f"({result['degraded']} degraded, {result['other_status']} other status)"
+        )
         runs[side].append({"round": r, **result})
     router_rate = mean(x["served_decisions_per_s"] for x in runs["router"])
     trivial_rate = mean(x["served_decisions_per_s"] for x in runs["trivial"])
@@ -126,14 +133,19 @@ def batch_load(router: str, s: Settings) -> dict[str, Any]:
 
 def batch_vs_redis(router: str, s: Settings) -> dict[str, Any]:
     note(f"batch: warming up ({s.warmup_seconds:g} s)")
-    run_wrk(router + "/v1/check/batch", batch_script(s.keys, s.batch_size),
-            replace(s.batch, seconds=s.warmup_seconds))  # fmt: skip
+    run_wrk(
+        router + "/v1/check/batch",
+        batch_script(s.keys, s.batch_size),
+        replace(s.batch, seconds=s.warmup_seconds),
+    )
     runs: dict[str, list[dict[str, Any]]] = {"router": [], "redis": []}
     for r, side in abba(s.rounds, ["router", "redis"]):
         if side == "router":
             result = with_cpu(partial(batch_load, router, s))
-            note(f"batch: round {r} router: {result['served_decisions_per_s']:,.0f} decisions/s "
-                 f"({result['degraded']} degraded)")  # fmt: skip
+            note(
+                f"batch: round {r} router: {result['served_decisions_per_s']:,.0f} decisions/s "
+                f"({result['degraded']} degraded)"
+            )
         else:
             result = with_cpu(partial(evalsha_benchmark, s.redis_requests, s.keys))
             note(f"batch: round {r} redis-benchmark EVALSHA: {result['requests_per_s']:,.0f}/s")
@@ -160,8 +172,7 @@ def batch_vs_redis(router: str, s: Settings) -> dict[str, Any]:
 
 
 def sdk_vs_limits(router: str, s: Settings) -> dict[str, Any]:
-    common = ["--callers", str(s.sdk_callers), "--seconds", f"{s.seconds:g}",
-              "--keys", str(s.keys)]  # fmt: skip
+    common = ["--callers", str(s.sdk_callers), "--seconds", f"{s.seconds:g}", "--keys", str(s.keys)]
     runs: dict[str, list[dict[str, Any]]] = {"sdk": [], "limits": [], "limits_redispy": []}
     with bare_redis() as server:
         flush = redis.Redis(port=server.port)
@@ -213,14 +224,24 @@ def _open_loop_pair(router: str, trivial: str, s: Settings, rate: float) -> dict
     (the lower p99): a floor disturbed by other work on the shared machine would make
     the "over the floor" figures look better than they are."""
     config = OpenLoopConfig(url=router, rate=rate, seconds=s.seconds, keys=s.keys)
-    args = ["--rate", f"{rate:g}", "--seconds", f"{s.seconds:g}", "--warmup",
-            f"{config.warmup:g}", "--keys", str(s.keys)]  # fmt: skip
+    args = [
+        "--rate",
+        f"{rate:g}",
+        "--seconds",
+        f"{s.seconds:g}",
+        "--warmup",
+        f"{config.warmup:g}",
+        "--keys",
+        str(s.keys),
+    ]
     floors: list[dict[str, Any]] = []
     router_result: dict[str, Any] = {}
     for side, url in (("floor", trivial), ("router", router), ("floor", trivial)):
         got = with_cpu(partial(run_module_json, "bench.openloop", "--url", url, *args))
-        note(f"latency at {rate:g}/s: {side}: p50 {got['p50_ms']} ms, p99 {got['p99_ms']} ms, "
-             f"p999 {got['p999_ms']} ms ({got['degraded']} degraded)")  # fmt: skip
+        note(
+            f"latency at {rate:g}/s: {side}: p50 {got['p50_ms']} ms, p99 {got['p99_ms']} ms, "
+            f"p999 {got['p999_ms']} ms ({got['degraded']} degraded)"
+        )
         if side == "router":
             router_result = got
         else:

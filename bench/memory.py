@@ -81,7 +81,7 @@ async def _measure(keys: int, tmp: Path, binary: str) -> dict[str, Any]:
                 ops = [
                     parse_op(WireOp("check", f"user:{i}", "api", [spec.to_wire()], [0], cost=1))
                     for i in range(start, min(keys, start + 2000))
-                ]  # fmt: skip
+                ]
                 results = await store.run(ops)
                 failed = [r for r in results if isinstance(r, Exception)]
                 assert not failed, failed[:1]

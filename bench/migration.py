@@ -106,10 +106,16 @@ async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     # Raw MIGRATE is measured just before and just after the cluster runs: on a shared
     # machine one measurement alone can land in a quiet or a busy moment.
     raw_before = raw_migrate(args.keys, tmp, args.migrate_batch, "raw-before")
-    env = dict(os.environ, SHARDLIMIT_CLUSTER_TOKEN=TOKEN, SHARDLIMIT_ADMIN_TOKEN=TOKEN,
-               SHARDLIMIT_LOG_LEVEL="WARNING")  # fmt: skip
-    servers = {f"n{i}": RedisProcess(port=free_port(), data_dir=tmp / f"r{i}", aof=False)
-               for i in range(1, 5)}  # fmt: skip
+    env = dict(
+        os.environ,
+        SHARDLIMIT_CLUSTER_TOKEN=TOKEN,
+        SHARDLIMIT_ADMIN_TOKEN=TOKEN,
+        SHARDLIMIT_LOG_LEVEL="WARNING",
+    )
+    servers = {
+        f"n{i}": RedisProcess(port=free_port(), data_dir=tmp / f"r{i}", aof=False)
+        for i in range(1, 5)
+    }
     procs: list[ChildProcess] = []
     try:
         for server in servers.values():
@@ -127,12 +133,17 @@ async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         router_port = free_port()
         router = f"http://127.0.0.1:{router_port}"
         config = {
-            "router": {"port": router_port, "data_dir": str(tmp / "router"),
-                       "node_deadline": "1s", "reshard_step_keys": args.step,
-                       "reshard_rate": args.reshard_rate, "reshard_busy_pct": args.busy_pct,
-                       "reshard_parallel": args.parallel},
+            "router": {
+                "port": router_port,
+                "data_dir": str(tmp / "router"),
+                "node_deadline": "1s",
+                "reshard_step_keys": args.step,
+                "reshard_rate": args.reshard_rate,
+                "reshard_busy_pct": args.busy_pct,
+                "reshard_parallel": args.parallel,
+            },
             "cluster": {"partitioner": args.partitioner, "nodes": [s.to_dict() for s in specs[:3]]},
-        }  # fmt: skip
+        }
         (tmp / "cluster.yaml").write_text(yaml.safe_dump(config))
         procs.append(router_process("router", tmp / "cluster.yaml", router, env=env))
         await procs[-1].start_async()
@@ -140,8 +151,9 @@ async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         headers = {"Authorization": f"Bearer {TOKEN}"}
         async with aiohttp.ClientSession() as http:
             asked = time.monotonic()
-            async with http.post(router + "/v1/cluster/nodes", json=specs[3].to_dict(),
-                                 headers=headers) as resp:  # fmt: skip
+            async with http.post(
+                router + "/v1/cluster/nodes", json=specs[3].to_dict(), headers=headers
+            ) as resp:
                 assert resp.status == 202, await resp.text()
             stop = asyncio.Event()
             probe = asyncio.create_task(latency_probe(router, 3600, args.rate, stop))
@@ -200,11 +212,13 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=200_000)
     parser.add_argument("--partitioner", choices=("ring", "slots"), default="ring")
     parser.add_argument("--step", type=int, default=20_000, help="keys examined per copy step")
-    parser.add_argument("--reshard-rate", type=int, default=0,
-                        help="keys/s budget of the copy (0: none)")  # fmt: skip
+    parser.add_argument(
+        "--reshard-rate", type=int, default=0, help="keys/s budget of the copy (0: none)"
+    )
     parser.add_argument("--parallel", type=int, default=1, help="sources copying at once")
-    parser.add_argument("--busy-pct", type=int, default=50,
-                        help="most of a source Redis' time the copy may take")  # fmt: skip
+    parser.add_argument(
+        "--busy-pct", type=int, default=50, help="most of a source Redis' time the copy may take"
+    )
     parser.add_argument("--migrate-batch", type=int, default=1000)
     parser.add_argument("--rate", type=float, default=200.0)
     parser.add_argument("--probe-seconds", type=float, default=3.0)

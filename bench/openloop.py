@@ -55,8 +55,10 @@ def encode_requests(config: OpenLoopConfig) -> list[bytes]:
     out = []
     for _ in range(config.distinct_requests):
         body = b'{"key":"user:%d","limits":%s}' % (rng.randrange(config.keys), CHECK_LIMITS)
-        head = (b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
-                b"Content-Length: %d\r\n\r\n") % (config.path.encode(), host, len(body))  # fmt: skip
+        head = (
+            b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n"
+        ) % (config.path.encode(), host, len(body))
         out.append(head + body)
     return out
 
@@ -342,8 +344,14 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--keys", type=int, default=100_000)
     args = parser.parse_args()
-    config = OpenLoopConfig(url=args.url, rate=args.rate, seconds=args.seconds,
-                            warmup=args.warmup, keys=args.keys, path=args.path)  # fmt: skip
+    config = OpenLoopConfig(
+        url=args.url,
+        rate=args.rate,
+        seconds=args.seconds,
+        warmup=args.warmup,
+        keys=args.keys,
+        path=args.path,
+    )
     install_fast_loop()
     gc.collect()
     gc.disable()  # no collector pauses inside the measurement

@@ -83,8 +83,21 @@ async def profile(
 ) -> dict[str, Any]:
     def start_spy(name: str, pid: int) -> subprocess.Popen[bytes]:
         output = str(out_dir / f"{name}.txt")
-        args = [PY_SPY, "record", "--nonblocking", "--format", "raw", "--rate", "250",
-                "--duration", str(int(seconds)), "--pid", str(pid), "--output", output]  # fmt: skip
+        args = [
+            PY_SPY,
+            "record",
+            "--nonblocking",
+            "--format",
+            "raw",
+            "--rate",
+            "250",
+            "--duration",
+            str(int(seconds)),
+            "--pid",
+            str(pid),
+            "--output",
+            output,
+        ]
         return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     spies = {name: start_spy(name, pid) for name, pid in pids.items()}

@@ -28,10 +28,30 @@ def evalsha_benchmark(
         port = str(server.port)
         sha = subprocess.run(
             [cli, "-p", port, "SCRIPT", "LOAD", INCR_SCRIPT],
-            check=True, capture_output=True, text=True, timeout=30, preexec_fn=child_preexec,
-        ).stdout.strip()  # fmt: skip
-        args = [bench, "-p", port, "-P", str(pipeline), "-c", str(clients), "-n", str(requests),
-                "-r", str(keys), "--csv", "EVALSHA", sha, "1", "key:__rand_int__"]  # fmt: skip
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            preexec_fn=child_preexec,
+        ).stdout.strip()
+        args = [
+            bench,
+            "-p",
+            port,
+            "-P",
+            str(pipeline),
+            "-c",
+            str(clients),
+            "-n",
+            str(requests),
+            "-r",
+            str(keys),
+            "--csv",
+            "EVALSHA",
+            sha,
+            "1",
+            "key:__rand_int__",
+        ]
         out = subprocess.run(
             args, check=True, capture_output=True, text=True, timeout=300, preexec_fn=child_preexec
         )

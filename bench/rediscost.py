@@ -48,7 +48,7 @@ async def _per_decision(
         ops = [
             parse_op(WireOp("check", f"user:{i}", "api", [wire], [0], cost=1))
             for i in range(start, min(decisions, start + batch))
-        ]  # fmt: skip
+        ]
         results = await store.run(ops)
         failed = [r for r in results if isinstance(r, Exception)]
         assert not failed, failed[:1]

@@ -57,9 +57,19 @@ from cluster.local.redis_proc import redis_server_binary
 
 RESULTS = Path(__file__).parent / "results"
 PIECES = (
-    "single", "batch", "sdk", "latency", "quick", "profile", "burst", "memory", "rediscost",
-    "scaling", "migration", "hotkey",
-)  # fmt: skip
+    "single",
+    "batch",
+    "sdk",
+    "latency",
+    "quick",
+    "profile",
+    "burst",
+    "memory",
+    "rediscost",
+    "scaling",
+    "migration",
+    "hotkey",
+)
 ON_SHARED_CLUSTER = {"single", "batch", "sdk", "latency", "quick", "profile", "burst"}
 NEEDS_TRIVIAL = {"single", "latency"}
 TOOLS = {
@@ -99,9 +109,11 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--batch-connections", type=int, default=2, help="wrk connections, batch")
     parser.add_argument("--rate", type=float, default=1000.0, help="open-loop checks/s")
     parser.add_argument(
-        "--extra-rates", type=_rates, default=(3000.0,),
+        "--extra-rates",
+        type=_rates,
+        default=(3000.0,),
         help="further open-loop rates for the latency piece, e.g. 3000,5000 ('' for none)",
-    )  # fmt: skip
+    )
     parser.add_argument("--memory-keys", type=int, default=100_000)
     parser.add_argument("--migration-keys", type=int, default=200_000)
     parser.add_argument("--results", type=Path, default=RESULTS, help="output directory")
@@ -201,10 +213,18 @@ class Suite:
         assert self._cluster is not None
         node_port = self._cluster.node_url(0).rsplit(":", 1)[1]
         return run_module_json(
-            "bench.profile", "--router", router, "--data-dir", str(self._cluster.data_dir),
-            "--node-port", node_port, "--seconds", str(self.args.seconds),
-            "--rate", str(self.args.rate),
-        )  # fmt: skip
+            "bench.profile",
+            "--router",
+            router,
+            "--data-dir",
+            str(self._cluster.data_dir),
+            "--node-port",
+            node_port,
+            "--seconds",
+            str(self.args.seconds),
+            "--rate",
+            str(self.args.rate),
+        )
 
 
 def run_pieces(args: argparse.Namespace, pieces: list[str], results: dict[str, Any]) -> None:
@@ -297,8 +317,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     pieces = [p for p in (args.only or PIECES) if p not in args.skip]
     missing = missing_tools(pieces)
     if missing:
-        print(f"bench: missing {', '.join(missing)}: run `make bench-deps` "
-              "(apt-get install wrk redis-tools redis-server)", file=sys.stderr)  # fmt: skip
+        print(
+            f"bench: missing {', '.join(missing)}: run `make bench-deps` "
+            "(apt-get install wrk redis-tools redis-server)",
+            file=sys.stderr,
+        )
         return 2
     started = time.monotonic()
     results: dict[str, Any] = {

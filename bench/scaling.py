@@ -24,11 +24,16 @@ def scaling(s: Settings, node_counts: tuple[int, ...] = (1, 2, 4)) -> dict[str, 
         note(f"scaling: starting a cluster of {nodes} node(s)")
         with scratch_cluster(nodes, log_level="WARNING") as local:
             router = local.router_url
-            run_wrk(router + "/v1/check/batch", batch_script(s.keys, s.batch_size),
-                    replace(s.batch, seconds=s.warmup_seconds))  # fmt: skip
+            run_wrk(
+                router + "/v1/check/batch",
+                batch_script(s.keys, s.batch_size),
+                replace(s.batch, seconds=s.warmup_seconds),
+            )
             result = with_cpu(partial(batch_load, router, s))
-        note(f"scaling: {nodes} node(s): {result['served_decisions_per_s']:,.0f} decisions/s "
-             f"({result['degraded']} degraded)")  # fmt: skip
+        note(
+            f"scaling: {nodes} node(s): {result['served_decisions_per_s']:,.0f} decisions/s "
+            f"({result['degraded']} degraded)"
+        )
         runs[str(nodes)] = result
     base = runs[str(node_counts[0])]["served_decisions_per_s"]
     return {

@@ -119,9 +119,16 @@ def run_wrk(url: str, script: str, settings: WrkSettings) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="sl-wrk-") as tmp:
         path = Path(tmp) / "load.lua"
         path.write_text(script)
-        args = [wrk, f"-t{settings.threads}", f"-c{settings.connections}",
-                f"-d{settings.seconds:g}s", f"--timeout={settings.timeout_s:g}s",
-                "-s", str(path), url]  # fmt: skip
+        args = [
+            wrk,
+            f"-t{settings.threads}",
+            f"-c{settings.connections}",
+            f"-d{settings.seconds:g}s",
+            f"--timeout={settings.timeout_s:g}s",
+            "-s",
+            str(path),
+            url,
+        ]
         done = subprocess.run(
             args,
             capture_output=True,

@@ -180,8 +180,9 @@ class RespPipe:
         if pool.connection_class is UnixDomainSocketConnection:
             return cls(path=kwargs["path"], **common)
         if pool.connection_class is Connection:
-            return cls(host=kwargs.get("host", "localhost"), port=int(kwargs.get("port", 6379)),
-                       **common)  # fmt: skip
+            return cls(
+                host=kwargs.get("host", "localhost"), port=int(kwargs.get("port", 6379)), **common
+            )
         return None
 
     async def _connect(self) -> _RespProtocol:

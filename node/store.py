@@ -169,8 +169,10 @@ class CounterStore:
             entries.append(entry)
             codes.update(BY_NAME[spec.algorithm].code for spec in op.limits)
         args: list[int | str | bytes] = [
-            self.offset_ms * 1000, deadline_ms, msgspec.msgpack.encode(entries)
-        ]  # fmt: skip
+            self.offset_ms * 1000,
+            deadline_ms,
+            msgspec.msgpack.encode(entries),
+        ]
         return self._script_for("batch.lua", codes), keys, args
 
     def _undo_call(self, op: Op, packed: bytes, now_ms: int) -> ScriptCall:
@@ -181,8 +183,12 @@ class CounterStore:
         if op.request_id is not None:
             keys += [record_key(op.scope, op.request_id, op.key), HOLDS_KEY]
         args: list[int | str | bytes] = [
-            self.offset_ms * 1000, len(op.limits), int(has_record), *limit_args, packed
-        ]  # fmt: skip
+            self.offset_ms * 1000,
+            len(op.limits),
+            int(has_record),
+            *limit_args,
+            packed,
+        ]
         return self._script("undo.lua", op), keys, args
 
     def _call(self, op: Op, now_ms: int) -> ScriptCall:
@@ -199,8 +205,12 @@ class CounterStore:
         keys = [record, *(counter_key(op.scope, spec.shape, op.key) for spec in op.limits)]
         limit_args = [value for limit in self._op_limit_args(op, now_ms) for value in limit]
         args: list[int | str | bytes] = [
-            self.offset_ms * 1000, len(op.limits), int(op.void), *limit_args, 0
-        ]  # fmt: skip
+            self.offset_ms * 1000,
+            len(op.limits),
+            int(op.void),
+            *limit_args,
+            0,
+        ]
         return self._script("refund.lua", op), keys, args
 
     def _adjust_call(self, op: Op, now_ms: int) -> ScriptCall:
@@ -213,9 +223,11 @@ class CounterStore:
         ]
         ttl = op.record_ttl_ms or self.default_record_ttl_ms
         args: list[int | str | bytes] = [
-            self.offset_ms * 1000, ttl, *self._limit_args(spec, 0, now_ms, op.quota_ttl_ms),
+            self.offset_ms * 1000,
+            ttl,
+            *self._limit_args(spec, 0, now_ms, op.quota_ttl_ms),
             *op.adjust,
-        ]  # fmt: skip
+        ]
         return self._script("adjust.lua", op), keys, args
 
     async def decide(self, batch: str, decision: str, holds: Sequence[str] = ()) -> str:

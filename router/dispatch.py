@@ -373,8 +373,7 @@ class NodeChannel:
             if loop.time() > give_up_at:
                 # Not taken back: the one case where a degraded answer did consume.
                 self.late_undo_failures += 1
-                log.error("node %s: a late check could not be taken back: %s", self.spec.id,
-                          error)  # fmt: skip
+                log.error("node %s: a late check could not be taken back: %s", self.spec.id, error)
                 return
             await asyncio.sleep(RECOVERY_PROBE_S)  # retry cadence while the node is down
 

@@ -53,8 +53,10 @@ class _Connection(asyncio.Protocol):
         if self.tls and not self.received:
             # With TLS 1.3 a server checks our certificate after our side of the
             # handshake is done: its refusal arrives as a close, before any answer.
-            return ("node closed the TLS connection before answering (a node that requires "
-                    "client certificates does so when it does not accept ours)")  # fmt: skip
+            return (
+                "node closed the TLS connection before answering (a node that requires "
+                "client certificates does so when it does not accept ours)"
+            )
         return "node closed the connection"
 
     def data_received(self, data: bytes) -> None:
@@ -179,8 +181,9 @@ class HttpPool:
     ) -> None:
         url = urlsplit(base_url)
         if url.scheme not in ("http", "https") or url.hostname is None:
-            raise ValueError(f"node URL must be http://host:port or https://host:port, "
-                             f"not {base_url!r}")  # fmt: skip
+            raise ValueError(
+                f"node URL must be http://host:port or https://host:port, not {base_url!r}"
+            )
         self.host = url.hostname
         self.tls: ssl.SSLContext | None = None
         if url.scheme == "https":

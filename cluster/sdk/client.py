@@ -205,8 +205,12 @@ class AsyncClient:
         set_amount: Amount | None = None,
     ) -> QuotaAdjustment:
         """Restock a quota key (needs the admin token); applied once per request_id."""
-        changes = {"delta": delta, "set": set, "delta_amount": delta_amount,
-                   "set_amount": set_amount}  # fmt: skip
+        changes = {
+            "delta": delta,
+            "set": set,
+            "delta_amount": delta_amount,
+            "set_amount": set_amount,
+        }
         return await self._send(_quota_adjust_call(key, rule, request_id, changes))
 
     async def rule(self, name: str) -> RuleInfo:
@@ -404,8 +408,12 @@ class Client:
         set_amount: Amount | None = None,
     ) -> QuotaAdjustment:
         """Restock a quota key (needs the admin token); applied once per request_id."""
-        changes = {"delta": delta, "set": set, "delta_amount": delta_amount,
-                   "set_amount": set_amount}  # fmt: skip
+        changes = {
+            "delta": delta,
+            "set": set,
+            "delta_amount": delta_amount,
+            "set_amount": set_amount,
+        }
         return self._send(_quota_adjust_call(key, rule, request_id, changes))
 
     def rule(self, name: str) -> RuleInfo:
