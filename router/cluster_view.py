@@ -20,6 +20,7 @@ from cluster.model.partition import Partitioner, new_partitioner, partitioner_fr
 from cluster.model.topology import Topology
 from router.config import RouterConfig
 from router.dispatch import NodeChannel, NodeUnavailable, Reason
+from router.op_group import OpGroup, Outcome
 
 log = logging.getLogger("shardlimit.router")
 MAX_MOVED_RETRIES = 5
@@ -35,6 +36,16 @@ class Attempt(NamedTuple):
     node_id: str
     epoch: int
     future: asyncio.Future[wire.Result]
+
+
+class GroupAttempt(NamedTuple):
+    """Ops (their indexes in the caller's list) queued together for the node that owned
+    their keys under topology `epoch`."""
+
+    node_id: str
+    epoch: int
+    indexes: list[int]
+    group: OpGroup
 
 
 class ClusterView:
@@ -275,20 +286,46 @@ class ClusterView:
         node_id = self.owner(key)
         return Attempt(node_id, self.topology.epoch, self.channels[node_id].submit(op))
 
+    def send_many(self, keys: list[str], ops: list[wire.Op]) -> list[GroupAttempt]:
+        """Queue `ops[i]` for the owner of `keys[i]` now, one OpGroup per node."""
+        owner = self.topology.partitioner.owner
+        by_node: dict[str, list[int]] = {}
+        for index, key in enumerate(keys):
+            node_id = owner(key)
+            indexes = by_node.get(node_id)
+            if indexes is None:
+                by_node[node_id] = [index]
+            else:
+                indexes.append(index)
+        epoch = self.topology.epoch
+        return [
+            GroupAttempt(
+                node_id,
+                epoch,
+                indexes,
+                self.channels[node_id].submit_group([ops[i] for i in indexes]),
+            )
+            for node_id, indexes in by_node.items()
+        ]
+
     def settled(self, attempt: Attempt) -> bool:
-        """The attempt has an outcome `execute` would not send again: no move, no expiry,
-        no timeout of a node that is still up."""
+        """The attempt has an outcome `execute` would not send again."""
         future = attempt.future
         if not future.done():
             return False
         failure = future.exception()
-        if failure is not None:
+        return self.settled_outcome(attempt.node_id, failure or future.result())
+
+    def settled_outcome(self, node_id: str, outcome: Outcome) -> bool:
+        """An outcome from `node_id` that `execute` would not send again: no move, no
+        expiry, no timeout of a node that is still up."""
+        if isinstance(outcome, BaseException):
             return not (
-                isinstance(failure, NodeUnavailable)
-                and failure.reason is Reason.TIMEOUT
-                and self.channels[attempt.node_id].state == "up"
+                isinstance(outcome, NodeUnavailable)
+                and outcome.reason is Reason.TIMEOUT
+                and self.channels[node_id].state == "up"
             )
-        return not isinstance(future.result(), wire.Moved | wire.Expired)
+        return not isinstance(outcome, wire.Moved | wire.Expired)
 
     async def execute(
         self, key: str, op: wire.Op, first: Attempt | None = None

@@ -38,6 +38,7 @@ from cluster import wire
 from cluster.model.nodes import NodeSpec
 from cluster.wire import HEALTH_PATH, READY_PATH
 from router.link import Done, NodeLink
+from router.op_group import OpGroup, Sink
 from router.transport import HttpPool
 
 log = logging.getLogger("shardlimit.dispatch")
@@ -110,7 +111,7 @@ class Breaker:
         return True
 
 
-Pending = tuple[wire.Op, "asyncio.Future[wire.Result]"]
+Pending = tuple[wire.Op, Sink]
 
 
 def _ignore(_value: float) -> None:
@@ -211,6 +212,30 @@ class NodeChannel:
             self._pending.append((op, future))
             self._schedule()
         return future
+
+    def submit_group(self, ops: list[wire.Op]) -> OpGroup:
+        """Queue `ops` as `submit` would each, their outcomes gathered in one OpGroup."""
+        group = OpGroup(len(ops))
+        if self.breaker.is_open:
+            for index in range(len(ops)):
+                group.settle(
+                    index,
+                    NodeUnavailable(f"node {self.spec.id} is down ({CIRCUIT_OPEN})", Reason.DOWN),
+                )
+            return group
+        room = max(0, self.queue_max - len(self._pending))
+        self._pending.extend((op, group.slot(i)) for i, op in enumerate(ops[:room]))
+        for index in range(room, len(ops)):
+            self.overloaded += 1
+            group.settle(
+                index,
+                NodeUnavailable(
+                    f"node {self.spec.id}: {self.queue_max} checks already queued",
+                    Reason.OVERLOADED,
+                ),
+            )
+        self._schedule()
+        return group
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         """A background task of this channel: kept referenced, cancelled by close()."""

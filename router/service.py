@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import Any
 
 import msgspec
 
@@ -19,6 +20,7 @@ from router.decisions import ReplayMismatch, decision, degraded_decision
 from router.denial_cache import DenialCache
 from router.dispatch import NodeUnavailable, Reason
 from router.metrics import RouterMetrics
+from router.op_group import Outcome
 from router.quota_adjust import AdjustRequest, run_adjust
 from router.request_ids import reused_decision
 from router.requests import CheckRequest, RefundRequest
@@ -184,31 +186,33 @@ class Router:
             # need no node: one check at a time.
             bodies = await asyncio.gather(*(self.check(request) for request in requests))
             return answers.BatchResult(allowed=all(b.allowed for b in bodies), results=list(bodies))
-        # Every check is queued at once, without a task each; only those whose first
-        # answer needs a follow-up (moved, expired, timed out) go on as tasks.
+        # Every check is queued at once, one future per node rather than per check;
+        # only those whose first answer needs a follow-up (moved, expired, timed out) go
+        # on as tasks.
         ttl = self.config.idempotency_ttl_ms
         quota_ttl = self.config.quota_ttl_ms
         ops = [request.to_op(ttl, quota_ttl_ms=quota_ttl) for request in requests]
-        attempts = [self.view.send(r.key, op) for r, op in zip(requests, ops, strict=True)]
-        await _all_done([attempt.future for attempt in attempts])
+        sent = self.view.send_many([request.key for request in requests], ops)
+        await _all_done([attempt.group.future for attempt in sent])
         results: list[answers.Decision | None] = [None] * len(requests)
-        follow_up: list[int] = []
-        for index, (request, attempt) in enumerate(zip(requests, attempts, strict=True)):
-            if not self.view.settled(attempt):
-                follow_up.append(index)
-                continue
-            failure = attempt.future.exception()
-            if isinstance(failure, NodeUnavailable):
-                results[index] = self._conclude(request, self.view.owner(request.key), failure)
-            elif failure is not None:
-                raise failure
-            else:
-                results[index] = self._conclude(request, attempt.node_id, attempt.future.result())
+        follow_up: list[tuple[int, Attempt]] = []
+        for attempt in sent:
+            node_id = attempt.node_id
+            for index, outcome in zip(attempt.indexes, attempt.group.future.result(), strict=True):
+                request = requests[index]
+                if not self.view.settled_outcome(node_id, outcome):
+                    follow_up.append((index, Attempt(node_id, attempt.epoch, _resolved(outcome))))
+                elif isinstance(outcome, NodeUnavailable):
+                    results[index] = self._conclude(request, self.view.owner(request.key), outcome)
+                elif isinstance(outcome, BaseException):
+                    raise outcome
+                else:
+                    results[index] = self._conclude(request, node_id, outcome)
         if follow_up:
             later = await asyncio.gather(
-                *(self._decide(requests[i], ops[i], attempts[i]) for i in follow_up)
+                *(self._decide(requests[i], ops[i], first) for i, first in follow_up)
             )
-            for index, body in zip(follow_up, later, strict=True):
+            for (index, _first), body in zip(follow_up, later, strict=True):
                 results[index] = body
         done = [body for body in results if body is not None]
         return answers.BatchResult(allowed=all(r.allowed for r in done), results=done)
@@ -218,14 +222,14 @@ class Router:
         return self.metrics.render()
 
 
-async def _all_done(futures: list[asyncio.Future[wire.Result]]) -> None:
+async def _all_done(futures: list[asyncio.Future[Any]]) -> None:
     """Wait until every future is done (asyncio.wait without its set and removals)."""
     left = sum(1 for future in futures if not future.done())
     if not left:
         return
     gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-    def one_done(_future: asyncio.Future[wire.Result]) -> None:
+    def one_done(_future: asyncio.Future[Any]) -> None:
         nonlocal left
         left -= 1
         if not left and not gate.done():
@@ -235,6 +239,16 @@ async def _all_done(futures: list[asyncio.Future[wire.Result]]) -> None:
         if not future.done():
             future.add_done_callback(one_done)
     await gate
+
+
+def _resolved(outcome: Outcome) -> asyncio.Future[wire.Result]:
+    """A future already holding `outcome`, for `execute` to take as its first attempt."""
+    future: asyncio.Future[wire.Result] = asyncio.get_running_loop().create_future()
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
+    return future
 
 
 def _not_expected(result: wire.Result) -> str:
