@@ -15,7 +15,6 @@ from aiohttp import web
 from cluster.model.errors import FieldError, ValidationError
 from cluster.web.problem import Problem, invalid
 from router.cluster_rules import RulesConflict, RulesUnavailable, UnknownRule
-from router.decisions import ReplayMismatch
 from router.dispatch import NodeUnavailable
 from router.quota_adjust import AdjustRefused
 from router.resharding import ReshardError
@@ -49,7 +48,6 @@ def _rules_unavailable(exc: RulesUnavailable) -> Problem:
 # The first class that matches answers.
 PROBLEMS: list[tuple[type[Exception], Callable[[Any], Problem]]] = [
     (NodeUnavailable, _node_unavailable),
-    (ReplayMismatch, lambda exc: Problem(409, "request-id-reused", str(exc))),
     (RulesConflict, _rules_conflict),
     (RulesUnavailable, _rules_unavailable),
     (UnknownRule, lambda exc: Problem(404, "unknown-rule", f"no rule named '{exc}'")),
