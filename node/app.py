@@ -21,7 +21,7 @@ from cluster.model.keys import (
 )
 from cluster.model.topology import Topology
 from cluster.web.auth import bearer_matches
-from cluster.web.problem import problem, problem_middleware, read_json
+from cluster.web.problem import json_response, problem, problem_middleware, read_json
 from node import decisions
 from node.batches import MAX_OPS, run_batch
 from node.boundary import redis_boundary
@@ -73,10 +73,6 @@ def internal(
     return wrap
 
 
-def _json(data: Any, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
-
-
 def _reply(state: NodeState, results: list[wire.Result]) -> web.Response:
     reply = wire.BatchReply(state.epoch, state.node_id, state.liveness.port, results)
     return web.Response(body=wire.encode(reply), content_type=wire.CONTENT_TYPE)
@@ -116,14 +112,14 @@ async def put_topology(request: web.Request, state: NodeState, body: Any) -> web
     refused = await install_topology(state, topology)
     if refused is not None:
         return problem(409, refused.kind, refused.detail)
-    return _json({"epoch": state.epoch})
+    return json_response({"epoch": state.epoch})
 
 
 @internal()
 async def get_topology(request: web.Request, state: NodeState, body: Any) -> web.Response:
     if state.topology is None:
         return problem(404, "no-topology", "this node has no topology yet")
-    return _json(state.topology.to_dict())
+    return json_response(state.topology.to_dict())
 
 
 @internal(wire.ExportKeys, slug="bad-keys")
@@ -145,7 +141,7 @@ async def export_keys(
     ):
         return problem(409, "not-moving", "only keys this node no longer serves can be exported")
     entries = await state.migrator.export(keys, reverted=ownership.reverts)
-    return _json({"entries": encode_entries(entries)})
+    return json_response({"entries": encode_entries(entries)})
 
 
 @internal(wire.ImportKeys, slug="bad-import")
@@ -163,7 +159,7 @@ async def import_keys(
         return problem(400, "bad-import", str(exc))
     reverting = state.ownership.reverts is not None
     restored = await state.migrator.import_entries(migration, entries, replace=reverting)
-    return _json({"restored": restored, "received": len(entries)})
+    return json_response({"restored": restored, "received": len(entries)})
 
 
 @internal(wire.MigrateStep, slug="bad-step")
@@ -186,7 +182,7 @@ async def migrate_step(
     except PeerError as exc:
         return problem(503, "peer-unavailable", str(exc))
     state.metrics.keys_copied.inc(step["moved"])
-    return _json(step)
+    return json_response(step)
 
 
 @internal()
@@ -198,7 +194,7 @@ async def stats(request: web.Request, state: NodeState, body: Any) -> web.Respon
     redis_version = str((await state.redis.info("server")).get("redis_version", ""))
     kwargs = state.redis.connection_pool.connection_kwargs
     address = {"host": kwargs.get("host"), "port": kwargs.get("port"), "db": kwargs.get("db", 0)}
-    return _json(
+    return json_response(
         {
             "node": state.node_id,
             "epoch": state.epoch,
@@ -220,7 +216,7 @@ async def stats(request: web.Request, state: NodeState, body: Any) -> web.Respon
 async def get_rules(request: web.Request, state: NodeState, body: Any) -> web.Response:
     """The cluster's rules document as this node holds it (version 0: none yet)."""
     version, doc = await state.redis.hmget(RULES_KEY, ["version", "doc"])
-    return _json({"version": int(version or 0), "rules": orjson.loads(doc) if doc else {}})
+    return json_response({"version": int(version or 0), "rules": orjson.loads(doc) if doc else {}})
 
 
 @internal(wire.RulesDocument, slug="bad-rules")
@@ -232,7 +228,7 @@ async def put_rules(
     stored, held = await state.rules_script(
         keys=[RULES_KEY], args=[body.version, orjson.dumps(body.rules).decode()]
     )
-    return _json({"stored": stored == 1, "version": held})
+    return json_response({"stored": stored == 1, "version": held})
 
 
 @internal(wire.ClockOffset, slug="bad-offset")
@@ -241,7 +237,7 @@ async def set_clock(request: web.Request, state: NodeState, body: wire.ClockOffs
     if not state.test_mode:
         return problem(404, "not-found", "not found")
     state.store.offset_ms = body.offset_ms
-    return _json({"offset_ms": body.offset_ms})
+    return json_response({"offset_ms": body.offset_ms})
 
 
 @internal(wire.MigrationCleanup, slug="bad-migration")
@@ -252,7 +248,7 @@ async def drop_markers(
     if state.ownership is not None and state.ownership.migration_id == migration:
         return problem(409, "migration-running", "that migration is still in progress here")
     dropped = await state.migrator.drop_markers(migration)
-    return _json({"dropped": dropped})
+    return json_response({"dropped": dropped})
 
 
 @internal(wire.Lease, slug="bad-lease")
@@ -264,13 +260,13 @@ async def lease(request: web.Request, state: NodeState, body: wire.Lease) -> web
     held = await state.lease_script(
         keys=[lease_key(body.name)], args=[body.action, body.token, body.ttl_ms]
     )
-    return _json({"held": held == 1})
+    return json_response({"held": held == 1})
 
 
 async def healthz(request: web.Request) -> web.Response:
     state = request.app[STATE]
     live, channel = state.liveness.port, state.channel_port
-    return _json({"status": "ok", "node": state.node_id, "live": live, "channel": channel})
+    return json_response({"status": "ok", "node": state.node_id, "live": live, "channel": channel})
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -282,7 +278,7 @@ async def metrics(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     state = request.app[STATE]
     await state.redis.ping()
-    return _json({"status": "ready", "node": state.node_id, "epoch": state.epoch})
+    return json_response({"status": "ready", "node": state.node_id, "epoch": state.epoch})
 
 
 @internal(wire.Decision, slug="bad-decision")
@@ -300,14 +296,14 @@ async def decide(request: web.Request, state: NodeState, body: wire.Decision) ->
         left = await state.store.settled(batch, holds)
         if left < 0:
             return _handed_over(state)
-        return _json({"batch": batch, "unsettled": left})
+        return json_response({"batch": batch, "unsettled": left})
     wanted = body.decision
     if wanted is None:
         return problem(400, "bad-decision", "decision must be 'commit' or 'abort'")
     stored = await state.store.decide(batch, wanted, holds)
     if stored == "fenced":
         return _handed_over(state)
-    return _json({"batch": batch, "decision": stored})
+    return json_response({"batch": batch, "decision": stored})
 
 
 def _handed_over(state: NodeState) -> web.Response:
@@ -329,7 +325,7 @@ async def hand_over_decisions(
         handed = await decisions.hand_over(state, heir, url.rstrip("/"))
     except PeerError as exc:
         return problem(503, "peer-unavailable", f"{heir} did not take the records: {exc}")
-    return _json({"handed": handed, "heir": heir})
+    return json_response({"handed": handed, "heir": heir})
 
 
 @internal(wire.Entries, slug="bad-decisions")
@@ -339,7 +335,7 @@ async def adopt_decisions(
     entries = decisions.parse_entries(body.entries)
     if isinstance(entries, str):
         return problem(400, "bad-decisions", entries)
-    return _json({"adopted": await decisions.adopt(state, entries)})
+    return json_response({"adopted": await decisions.adopt(state, entries)})
 
 
 @internal(wire.Holds, slug="bad-holds")
@@ -348,7 +344,7 @@ async def settle_holds(request: web.Request, state: NodeState, body: wire.Holds)
     done = await state.holds.settle_for_peer(body.holds)
     if isinstance(done, str):
         return problem(400, "bad-holds", done)
-    return _json({"settled": done})
+    return json_response({"settled": done})
 
 
 @internal(wire.Holds, slug="bad-holds")
@@ -357,7 +353,7 @@ async def adopt_holds(request: web.Request, state: NodeState, body: wire.Holds) 
     added = await state.holds.adopt(body.holds)
     if isinstance(added, str):
         return problem(400, "bad-holds", added)
-    return _json({"adopted": added})
+    return json_response({"adopted": added})
 
 
 async def _on_startup(app: web.Application) -> None:

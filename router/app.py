@@ -15,14 +15,14 @@ from cluster import wire
 from cluster.model import answers
 from cluster.model.errors import FieldError, Problems, ValidationError
 from cluster.model.limits import expired_quotas, format_amount
-from cluster.web.problem import Problem, invalid, json_body, problem_middleware
+from cluster.web.problem import Problem, invalid, json_body, json_response, problem_middleware
 from router.check_bodies import decode_batch, decode_check
 from router.cluster_rules import Change, UnknownRule
 from router.config import RouterConfig
 from router.decisions import ratelimit_headers
 from router.dispatch import NodeUnavailable
 from router.errors import problem_answers
-from router.handler_tools import ROUTER, admin_only, json_response, router_of
+from router.handler_tools import ROUTER, admin_only, router_of
 from router.membership import abort_migration, add_node, remove_node, resume_migration
 from router.metrics import endpoint_of
 from router.openapi import openapi_document

@@ -1,14 +1,11 @@
-"""What every router handler uses: the Router behind the app, the admin-token guard
-and JSON answers (msgspec Structs or plain data)."""
+"""What every router handler uses: the Router behind the app and the admin-token guard
+(JSON answers: cluster.web.problem.json_response, shared with the nodes)."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
-from typing import Any
 
-import msgspec
-import orjson
 from aiohttp import web
 
 from cluster.web.auth import bearer_matches
@@ -22,13 +19,6 @@ Handler = Callable[[web.Request], Awaitable[web.Response]]
 
 def router_of(request: web.Request) -> Router:
     return request.app[ROUTER]
-
-
-def json_response(
-    data: Any, status: int = 200, headers: dict[str, str] | None = None
-) -> web.Response:
-    body = msgspec.json.encode(data) if isinstance(data, msgspec.Struct) else orjson.dumps(data)
-    return web.Response(body=body, status=status, content_type="application/json", headers=headers)
 
 
 def need_admin() -> Problem:

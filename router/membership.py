@@ -13,10 +13,10 @@ from aiohttp import web
 from cluster import wire
 from cluster.model.errors import FieldError
 from cluster.model.nodes import NodeSpec
-from cluster.web.problem import Problem, invalid, json_body
+from cluster.web.problem import Problem, invalid, json_body, json_response
 from router.cluster_view import ClusterView
 from router.dispatch import NodeUnavailable
-from router.handler_tools import admin_only, json_response, router_of
+from router.handler_tools import admin_only, router_of
 from router.requests import new_node
 from router.resharding import Change, MigrationBlocked, ReshardError
 from router.service import Router

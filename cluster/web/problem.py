@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import orjson
 from aiohttp import web
 
@@ -23,6 +24,14 @@ _TITLES = {
     500: "Internal Server Error",
     503: "Service Unavailable",
 }
+
+
+def json_response(
+    data: Any, status: int = 200, headers: dict[str, str] | None = None
+) -> web.Response:
+    """A JSON answer from a msgspec Struct or plain data."""
+    body = msgspec.json.encode(data) if isinstance(data, msgspec.Struct) else orjson.dumps(data)
+    return web.Response(body=body, status=status, content_type="application/json", headers=headers)
 
 
 class Problem(Exception):
