@@ -26,7 +26,6 @@ from node.store import (
     adjust_result,
     check_result,
     commit_result,
-    is_expired,
     refund_result,
 )
 
@@ -218,10 +217,10 @@ def _spawn(
 
 
 def _result(op: Op, out: Any) -> wire.Result:
+    if op.kind == "check" and type(out) is list:
+        return check_result(out)
     if isinstance(out, Exception):
         return wire.Failed(str(out))
-    if op.kind == "check":
-        return wire.Expired() if is_expired(out) else check_result(out)
     if op.kind == "commit":
         return commit_result(out)
     if op.kind == "undo":

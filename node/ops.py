@@ -40,22 +40,48 @@ class Op(msgspec.Struct, frozen=True):  # a Struct: built once per op, ~10x chea
     fingerprint: str = ""  # a check's request fingerprint ("": none, replays unchecked)
 
 
-_limit_cache: dict[str, LimitSpec] = {}
+_encoder = msgspec.msgpack.Encoder()
+# Rules repeat: each distinct wire form of a list of limits is validated once. The key is
+# that list's msgpack form: exact to the type (True, 1 and 1.0 differ) and cheap to make.
+_limits_cache: dict[bytes, tuple[LimitSpec, ...]] = {}
+_LIMITS_CACHE_MAX = 10_000
+# Scopes repeat as well (rule names): each one matched once.
+_scopes: set[str] = {INLINE_SCOPE}
+_SCOPES_MAX = 10_000
 
 
 def _limit(wire: Any) -> LimitSpec:
-    # Rules repeat: validate each distinct wire form once.
-    cache_key = repr(wire)
-    spec = _limit_cache.get(cache_key)
-    if spec is None:
-        try:
-            spec = LimitSpec.from_wire(wire)
-        except (ValueError, TypeError) as exc:
-            raise BadOp(f"bad limit: {exc}") from exc
-        if len(_limit_cache) > 10_000:
-            _limit_cache.clear()
-        _limit_cache[cache_key] = spec
-    return spec
+    try:
+        return LimitSpec.from_wire(wire)
+    except (ValueError, TypeError) as exc:
+        raise BadOp(f"bad limit: {exc}") from exc
+
+
+def _limits(wire: list[list[Any]]) -> tuple[LimitSpec, ...]:
+    """The validated specs (the same tuple for the same wire form: node/store.py keys
+    what it works out per rule by it)."""
+    cache_key = _encoder.encode(wire)
+    specs = _limits_cache.get(cache_key)
+    if specs is None:
+        if not wire or len(wire) > 16:
+            raise BadOp("limits must be a list of 1..16 limits")
+        specs = tuple(_limit(w) for w in wire)
+        if len(_limits_cache) >= _LIMITS_CACHE_MAX:
+            _limits_cache.clear()
+        _limits_cache[cache_key] = specs
+    return specs
+
+
+def _valid_scope(scope: str) -> bool:
+    if scope in _scopes:
+        return True
+    if not RULE_NAME.match(scope):
+        return False
+    if len(_scopes) >= _SCOPES_MAX:
+        _scopes.clear()
+        _scopes.add(INLINE_SCOPE)
+    _scopes.add(scope)
+    return True
 
 
 def parse_op(wire: WireOp) -> Op:
@@ -65,14 +91,13 @@ def parse_op(wire: WireOp) -> Op:
     if (wire.kind == "undo") != (wire.undo is not None):
         raise BadOp("an undo op, and only an undo op, carries undo entries")
     key = wire.key
-    if not key or len(key.encode()) > MAX_KEY_BYTES:
+    # At most 4 bytes per character: short keys need no encoding to be measured.
+    if not key or (len(key) * 4 > MAX_KEY_BYTES and len(key.encode()) > MAX_KEY_BYTES):
         raise BadOp("key must be a non-empty string of at most 512 bytes")
     scope = wire.scope
-    if not (scope == INLINE_SCOPE or RULE_NAME.match(scope)):
+    if not _valid_scope(scope):
         raise BadOp("bad scope")
-    if not wire.limits or len(wire.limits) > 16:
-        raise BadOp("limits must be a list of 1..16 limits")
-    limits = tuple(_limit(w) for w in wire.limits)
+    limits = _limits(wire.limits)
     if len(wire.amounts) != len(limits):
         raise BadOp("amounts must hold one non-negative integer per limit")
     request_id = wire.request_id
@@ -94,23 +119,23 @@ def parse_op(wire: WireOp) -> Op:
     ):
         raise BadOp("bad batch or coordinator")
     return Op(
-        kind=wire.kind,
-        key=key,
-        scope=scope,
-        limits=limits,
-        amounts=tuple(wire.amounts),
-        cost=wire.cost,
-        request_id=request_id,
-        dry_run=wire.dry_run,
-        void=wire.void,
-        record_ttl_ms=wire.record_ttl_ms,
-        hold_ms=wire.hold_ms,
-        batch=batch,
-        coordinator=coordinator,
-        undo=wire.undo,
-        quota_ttl_ms=wire.quota_ttl_ms,
-        adjust=_adjust(wire),
-        fingerprint=_fingerprint(wire),
+        wire.kind,
+        key,
+        scope,
+        limits,
+        tuple(wire.amounts),
+        wire.cost,
+        request_id,
+        wire.dry_run,
+        wire.void,
+        wire.record_ttl_ms,
+        wire.hold_ms,
+        batch,
+        coordinator,
+        wire.undo,
+        wire.quota_ttl_ms,
+        _adjust(wire) if wire.adjust is not None or wire.kind == "adjust" else None,
+        _fingerprint(wire) if wire.fingerprint is not None else "",
     )
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 from cluster.model.nodes import NodeSpec
 from cluster.model.partition import Partitioner, partitioner_from_dict
 from cluster.model.topology import Topology
+
+_ROLES_MAX = 100_000  # keys whose role is kept (about 10 MB at most)
 
 
 class Role(Enum):
@@ -25,6 +27,11 @@ class Ownership:
     # The migration this one undoes (an abort): the keys it copied are handed back, and
     # a new owner's own copy of a moving key may be stale (see node/migration.py).
     reverts: str | None = None
+    # role() per key, worked out once per topology (this object is rebuilt for every
+    # new one): the partitioners hash each key (MD5 on a ring), keys repeat.
+    _roles: dict[str, tuple[Role, str | None]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @classmethod
     def build(cls, node_id: str, topology: Topology) -> Ownership:
@@ -44,6 +51,15 @@ class Ownership:
 
     def role(self, key: str) -> tuple[Role, str | None]:
         """(role, node to import from)."""
+        known = self._roles.get(key)
+        if known is None:
+            known = self._role(key)
+            if len(self._roles) >= _ROLES_MAX:
+                self._roles.clear()
+            self._roles[key] = known
+        return known
+
+    def _role(self, key: str) -> tuple[Role, str | None]:
         if self.topology.partitioner.owner(key) != self.node_id:
             return Role.MOVED, None
         if self.previous is not None:

@@ -28,6 +28,7 @@ from cluster.wire import (
     AdjustStatus,
     Checked,
     Committed,
+    Expired,
     LimitRow,
     Refunded,
     RefundStatus,
@@ -47,6 +48,27 @@ def _ignore(_seconds: float) -> None:
     pass
 
 
+# Algorithms whose script arguments depend on the clock (calendar: period starts).
+_CLOCKED = frozenset({BY_NAME["calendar"].code})
+_RULES_MAX = 10_000
+_ARGS_MAX = 256
+
+
+class _Rule:
+    """What a check needs of its scope and limits, worked out once for them: its counter
+    keys' prefixes, its algorithm codes, and (unless they depend on the clock) its limits'
+    script arguments per (amounts, quota TTL)."""
+
+    __slots__ = ("args", "clocked", "codes", "limits", "prefixes")
+
+    def __init__(self, scope: str, limits: tuple[LimitSpec, ...]) -> None:
+        self.limits = limits  # held: the cache is keyed by its id
+        self.prefixes = [counter_key(scope, spec.shape, "") for spec in limits]
+        self.codes = frozenset(BY_NAME[spec.algorithm].code for spec in limits)
+        self.clocked = not self.codes.isdisjoint(_CLOCKED)
+        self.args: dict[tuple[tuple[int, ...], int], list[list[int]]] = {}
+
+
 class CounterStore:
     """Runs a batch of operations as ONE Redis pipeline of script calls."""
 
@@ -62,6 +84,9 @@ class CounterStore:
         # client's kind of connection allows it; redis-py's pipeline otherwise (TLS).
         self.pipe = RespPipe.for_client(client) if raw_pipe else None
         self._scripts: dict[tuple[str, tuple[int, ...]], AsyncScript] = {}
+        # By scope and the id of an op's limits (node/ops.py hands out one tuple per
+        # distinct wire form; the _Rule holds it, so the id is not reused meanwhile).
+        self._rules: dict[tuple[str, int], _Rule] = {}
         self.commit_script = client.register_script(read_lua("commit.lua"))
         self.decide_script = client.register_script(read_lua("decide.lua"))
         self.settled_script = client.register_script(read_lua("settled.lua"))
@@ -115,31 +140,48 @@ class CounterStore:
             self._scripts[(entry, codes)] = script
         return script
 
-    def _op_limit_args(
-        self, op: Op, now_ms: int, memo: dict[tuple[int, int, int], list[int]] | None = None
+    def _op_limit_args(self, op: Op, now_ms: int) -> list[list[int]]:
+        """The 8 script arguments of each of an op's limits."""
+        return [
+            self._limit_args(spec, amount, now_ms, op.quota_ttl_ms)
+            for spec, amount in zip(op.limits, op.amounts, strict=True)
+        ]
+
+    def _rule(self, op: Op) -> _Rule:
+        rule = self._rules.get((op.scope, id(op.limits)))
+        if rule is None or rule.limits is not op.limits:
+            if len(self._rules) >= _RULES_MAX:
+                self._rules.clear()
+            rule = self._rules[(op.scope, id(op.limits))] = _Rule(op.scope, op.limits)
+        return rule
+
+    def _rule_args(
+        self, rule: _Rule, op: Op, now_ms: int, memo: dict[Any, list[list[int]]]
     ) -> list[list[int]]:
-        """The 8 script arguments of each of an op's limits. `memo`: those already
-        worked out for this `now_ms`, by (id of the cached LimitSpec, amount, quota TTL)."""
-        if memo is None:
-            return [
-                self._limit_args(spec, amount, now_ms, op.quota_ttl_ms)
-                for spec, amount in zip(op.limits, op.amounts, strict=True)
-            ]
-        out: list[list[int]] = []
-        for spec, amount in zip(op.limits, op.amounts, strict=True):
-            memo_key = (id(spec), amount, op.quota_ttl_ms)
-            args = memo.get(memo_key)
-            if args is None:
-                args = memo[memo_key] = self._limit_args(spec, amount, now_ms, op.quota_ttl_ms)
-            out.append(args)
-        return out
+        """The 8 script arguments of each of an op's limits: kept with the rule unless
+        they depend on the clock, else worked out once per batch (`memo`: this now_ms)."""
+        if rule.clocked:
+            memo_key: Any = (id(op.limits), op.amounts, op.quota_ttl_ms)
+            cache = memo
+        else:
+            memo_key = (op.amounts, op.quota_ttl_ms)
+            cache = rule.args
+        args = cache.get(memo_key)
+        if args is None:
+            args = self._op_limit_args(op, now_ms)
+            if len(cache) >= _ARGS_MAX and cache is rule.args:
+                cache.clear()
+            cache[memo_key] = args
+        return args
 
     def _check_entry(
-        self, op: Op, now_ms: int, memo: dict[tuple[int, int, int], list[int]] | None = None
-    ) -> tuple[list[str], list[Any]]:
-        """A check's KEYS and its packed entry for batch.lua."""
-        keys = [counter_key(op.scope, spec.shape, op.key) for spec in op.limits]
-        limits = self._op_limit_args(op, now_ms, memo)
+        self, op: Op, now_ms: int, memo: dict[Any, list[list[int]]]
+    ) -> tuple[list[str], list[Any], _Rule]:
+        """A check's KEYS and its packed entry for batch.lua, and its rule."""
+        rule = self._rule(op)
+        key = op.key
+        keys = [prefix + key for prefix in rule.prefixes]
+        limits = self._rule_args(rule, op, now_ms, memo)
         ttl, hold_ms, entry = 0, 0, ""
         if op.request_id is not None:
             keys.append(record_key(op.scope, op.request_id, op.key))
@@ -153,27 +195,30 @@ class CounterStore:
                 hold_ms, entry = op.hold_ms, orjson.dumps(hold).decode()
                 keys.append(HOLDS_KEY)
         fingerprint = op.fingerprint
-        return keys, [len(keys), op.cost, int(op.dry_run), ttl, hold_ms, entry, limits, fingerprint]
+        entry_args = [len(keys), op.cost, int(op.dry_run), ttl, hold_ms, entry, limits, fingerprint]
+        return keys, entry_args, rule
 
     def _batch_call(self, checks: list[Op], now_ms: int, deadline_ms: int) -> ScriptCall:
         """ONE EVALSHA for every check of a batch (node/lua/batch.lua)."""
         keys: list[str] = []
         entries: list[list[Any]] = []
-        codes: set[int] = set()
-        # The ops of a batch mostly share their limits: each one's arguments packed once
-        # (the specs stay referenced by the ops meanwhile, so their ids are not reused).
-        memo: dict[tuple[int, int, int], list[int]] = {}
+        codes: frozenset[int] = frozenset()
+        # The ops of a batch mostly share their limits: arguments that depend on the
+        # clock are packed once per batch (the ops hold their limits meanwhile, so
+        # their ids are not reused).
+        memo: dict[Any, list[list[int]]] = {}
         for op in checks:
-            op_keys, entry = self._check_entry(op, now_ms, memo)
+            op_keys, entry, rule = self._check_entry(op, now_ms, memo)
             keys += op_keys
             entries.append(entry)
-            codes.update(BY_NAME[spec.algorithm].code for spec in op.limits)
+            if not rule.codes <= codes:
+                codes = codes | rule.codes
         args: list[int | str | bytes] = [
             self.offset_ms * 1000,
             deadline_ms,
             msgspec.msgpack.encode(entries),
         ]
-        return self._script_for("batch.lua", codes), keys, args
+        return self._script_for("batch.lua", set(codes)), keys, args
 
     def _undo_call(self, op: Op, packed: bytes, now_ms: int) -> ScriptCall:
         """undo.lua: take back what a check consumed, as its undo entries say."""
@@ -402,8 +447,9 @@ def is_expired(raw: Any) -> bool:
 
 def _packed_undo(raw: list[Any]) -> bytes | None:
     """A check reply's trailing undo entries (present when it consumed)."""
-    extra = raw[3 + 8 * raw[2] :]
-    return extra[0] if extra and isinstance(extra[0], bytes) else None
+    end = 3 + 8 * raw[2]
+    extra = raw[end] if len(raw) > end else None
+    return extra if isinstance(extra, bytes) else None
 
 
 def undo_entries(op: Op, raw: Any) -> bytes | None:
@@ -413,11 +459,21 @@ def undo_entries(op: Op, raw: Any) -> bytes | None:
     return _packed_undo(raw)
 
 
-def check_result(raw: list[Any]) -> Checked | Reused:
+_EXPIRED = Expired()
+_REUSED = Reused()
+
+
+def check_result(raw: list[Any]) -> Checked | Reused | Expired:
     """batch.lua's reply for one check -> its wire result (with its undo entries)."""
-    if raw == REUSED_REPLY:
-        return Reused()
+    if len(raw) == 1:
+        if raw == EXPIRED_REPLY:
+            return _EXPIRED
+        if raw == REUSED_REPLY:
+            return _REUSED
     n = raw[2]
+    if n == 1:  # the common case: one limit, its row and perhaps its undo entries
+        undo = raw[11] if len(raw) > 11 and isinstance(raw[11], bytes) else None
+        return Checked(raw[0] == 1, raw[1] == 1, [LimitRow(*raw[3:11])], undo)
     rows = [LimitRow(*raw[3 + 8 * i : 11 + 8 * i]) for i in range(n)]
     return Checked(raw[0] == 1, raw[1] == 1, rows, _packed_undo(raw))
 
