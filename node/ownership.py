@@ -18,6 +18,11 @@ class Role(Enum):
     MOVED = "moved"  # another node serves it
 
 
+# Shared by every key of their role: the cache holds no tuple of its own for them.
+_OWN: tuple[Role, str | None] = (Role.OWN, None)
+_MOVED: tuple[Role, str | None] = (Role.MOVED, None)
+
+
 @dataclass(frozen=True)
 class Ownership:
     node_id: str
@@ -61,12 +66,12 @@ class Ownership:
 
     def _role(self, key: str) -> tuple[Role, str | None]:
         if self.topology.partitioner.owner(key) != self.node_id:
-            return Role.MOVED, None
+            return _MOVED
         if self.previous is not None:
             source = self.previous.owner(key)
             if source != self.node_id:
                 return Role.IMPORT, source
-        return Role.OWN, None
+        return _OWN
 
     def moving_away(self, key: str) -> str | None:
         """The new owner if this node held `key` before the migration and no longer does."""
