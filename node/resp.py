@@ -218,6 +218,9 @@ class RespPipe:
 
     @staticmethod
     def _pack(commands: Sequence[Command]) -> bytes:
+        if len(commands) == 1:  # the common case: one script call
+            command = commands[0]
+            return _pack_command(command if isinstance(command, tuple) else tuple(command))
         return b"".join(_pack_command(tuple(command)) for command in commands)
 
     async def execute(self, commands: Sequence[Command]) -> list[Any]:

@@ -87,6 +87,7 @@ class CounterStore:
         # By scope and the id of an op's limits (node/ops.py hands out one tuple per
         # distinct wire form; the _Rule holds it, so the id is not reused meanwhile).
         self._rules: dict[tuple[str, int], _Rule] = {}
+        self._batch_scripts: dict[frozenset[int], AsyncScript] = {}
         self.commit_script = client.register_script(read_lua("commit.lua"))
         self.decide_script = client.register_script(read_lua("decide.lua"))
         self.settled_script = client.register_script(read_lua("settled.lua"))
@@ -218,7 +219,10 @@ class CounterStore:
             deadline_ms,
             msgspec.msgpack.encode(entries),
         ]
-        return self._script_for("batch.lua", set(codes)), keys, args
+        script = self._batch_scripts.get(codes)
+        if script is None:
+            script = self._batch_scripts[codes] = self._script_for("batch.lua", set(codes))
+        return script, keys, args
 
     def _undo_call(self, op: Op, packed: bytes, now_ms: int) -> ScriptCall:
         """undo.lua: take back what a check consumed, as its undo entries say."""
@@ -334,7 +338,7 @@ class CounterStore:
         if any(isinstance(r, NoScriptError) for r in replies):
             return None
         results = _assemble(plan, replies)
-        return None if any(r == SKEWED_REPLY for r in results) else results
+        return None if SKEWED_REPLY in results else results
 
     async def complete(self, plan: Plan, replies: list[Any]) -> list[Any]:
         """run()'s results from the plan's replies, sending again what did not run."""
@@ -424,6 +428,9 @@ def _commands(calls: list[ScriptCall]) -> list[tuple[Any, ...]]:
 
 
 def _assemble(plan: Plan, replies: list[Any]) -> list[Any]:
+    if not plan.others:  # the common case: checks only, one batch.lua call
+        batch = replies[0]
+        return [batch] * len(plan.ops) if isinstance(batch, Exception) else list(batch)
     results: list[Any] = [None] * len(plan.ops)
     at = 0
     if plan.checks:
