@@ -66,7 +66,7 @@ class _Rule:
         self.prefixes = [counter_key(scope, spec.shape, "") for spec in limits]
         self.codes = frozenset(BY_NAME[spec.algorithm].code for spec in limits)
         self.clocked = not self.codes.isdisjoint(_CLOCKED)
-        self.args: dict[tuple[tuple[int, ...], int], list[list[int]]] = {}
+        self.args: dict[tuple[tuple[int, ...], int], list[int]] = {}
 
 
 class CounterStore:
@@ -156,11 +156,10 @@ class CounterStore:
             rule = self._rules[(op.scope, id(op.limits))] = _Rule(op.scope, op.limits)
         return rule
 
-    def _rule_args(
-        self, rule: _Rule, op: Op, now_ms: int, memo: dict[Any, list[list[int]]]
-    ) -> list[list[int]]:
-        """The 8 script arguments of each of an op's limits: kept with the rule unless
-        they depend on the clock, else worked out once per batch (`memo`: this now_ms)."""
+    def _rule_args(self, rule: _Rule, op: Op, now_ms: int, memo: dict[Any, list[int]]) -> list[int]:
+        """The 8 script arguments of each of an op's limits, one after the other: kept
+        with the rule unless they depend on the clock, else worked out once per batch
+        (`memo`: this now_ms)."""
         if rule.clocked:
             memo_key: Any = (id(op.limits), op.amounts, op.quota_ttl_ms)
             cache = memo
@@ -169,35 +168,43 @@ class CounterStore:
             cache = rule.args
         args = cache.get(memo_key)
         if args is None:
-            args = self._op_limit_args(op, now_ms)
+            args = [value for limit in self._op_limit_args(op, now_ms) for value in limit]
             if len(cache) >= _ARGS_MAX and cache is rule.args:
                 cache.clear()
             cache[memo_key] = args
         return args
 
     def _check_entry(
-        self, op: Op, now_ms: int, memo: dict[Any, list[list[int]]]
+        self, op: Op, now_ms: int, memo: dict[Any, list[int]]
     ) -> tuple[list[str], list[Any], _Rule]:
         """A check's KEYS and its packed entry for batch.lua, and its rule."""
-        rule = self._rule(op)
+        rule = self._rules.get((op.scope, id(op.limits)))
+        if rule is None or rule.limits is not op.limits:
+            rule = self._rule(op)
         key = op.key
         keys = [prefix + key for prefix in rule.prefixes]
-        limits = self._rule_args(rule, op, now_ms, memo)
+        limits = None if rule.clocked else rule.args.get((op.amounts, op.quota_ttl_ms))
+        if limits is None:
+            limits = self._rule_args(rule, op, now_ms, memo)
         ttl, hold_ms, entry = 0, 0, ""
         if op.request_id is not None:
             keys.append(record_key(op.scope, op.request_id, op.key))
             ttl = op.record_ttl_ms or self.default_record_ttl_ms
             if op.hold_ms:
                 # What the sweeper needs to give the decision back: its refund call.
-                flat = [value for limit in limits for value in limit]
-                hold: dict[str, Any] = {"k": [keys[-1], *keys[:-1]], "a": flat}
+                hold: dict[str, Any] = {"k": [keys[-1], *keys[:-1]], "a": limits}
                 if op.batch is not None:
                     hold["b"], hold["c"] = op.batch, op.coordinator
                 hold_ms, entry = op.hold_ms, orjson.dumps(hold).decode()
                 keys.append(HOLDS_KEY)
-        fingerprint = op.fingerprint
-        entry_args = [len(keys), op.cost, int(op.dry_run), ttl, hold_ms, entry, limits, fingerprint]
-        return keys, entry_args, rule
+        nkeys, cost, dry_run, fingerprint, n = (
+            len(keys),
+            op.cost,
+            int(op.dry_run),
+            op.fingerprint,
+            len(op.limits),
+        )
+        return keys, [nkeys, cost, dry_run, ttl, hold_ms, entry, fingerprint, n, *limits], rule
 
     def _batch_call(self, checks: list[Op], now_ms: int, deadline_ms: int) -> ScriptCall:
         """ONE EVALSHA for every check of a batch (node/lua/batch.lua)."""
@@ -207,7 +214,7 @@ class CounterStore:
         # The ops of a batch mostly share their limits: arguments that depend on the
         # clock are packed once per batch (the ops hold their limits meanwhile, so
         # their ids are not reused).
-        memo: dict[Any, list[list[int]]] = {}
+        memo: dict[Any, list[int]] = {}
         for op in checks:
             op_keys, entry, rule = self._check_entry(op, now_ms, memo)
             keys += op_keys
@@ -314,7 +321,8 @@ class CounterStore:
             (checks if op.kind == "check" else others).append(i)
         calls = [self._call(ops[i], now_ms) for i in others]
         if checks:
-            calls.insert(0, self._batch_call([ops[i] for i in checks], now_ms, deadline_ms))
+            checked = ops if not others else [ops[i] for i in checks]
+            calls.insert(0, self._batch_call(checked, now_ms, deadline_ms))
         return Plan(ops, deadline_ms, checks, others, calls)
 
     def send_now(self, plan: Plan, replied: Callable[[list[Any] | Exception], None]) -> bool:

@@ -5,8 +5,9 @@
 --       idempotency record key, then (when it holds) the node's holds set.
 -- ARGV: offset_us, deadline_ms (real Unix ms; 0 = none), then the checks packed
 --       with msgpack: a list of {nkeys, cost, dry_run (0/1), record_ttl_ms,
---       hold_ms, hold_entry or "", limits, fingerprint or ""}, limits being a list
---       of {algorithm code, amount (minor units), p1..p6}.
+--       hold_ms, hold_entry or "", fingerprint or "", n, then per limit its
+--       algorithm code, amount (minor units), p1..p6}: one flat list per check, as
+--       unpacking nested lists costs Redis more than reading the values.
 -- Returns one reply per check, in order:
 --   {allowed, replayed, n, then per limit: ok, limit, remaining, reset_after_ms,
 --    retry_after_ms, delay_ms, max_amount, amount_remaining} with -1 for "none",
@@ -24,8 +25,7 @@ local t = clock(offset)
 local expired = deadline > 0 and t.us - offset > deadline * 1000
 
 local function check(first, c)
-  local limits = c[7]
-  local n = #limits
+  local n = c[8]
   local cost, dry_run, record_ttl = c[2], c[3] == 1, c[4]
   local record_key = record_ttl > 0 and KEYS[first + n] or nil
 
@@ -34,7 +34,7 @@ local function check(first, c)
     if stored then
       local record = cmsgpack.unpack(stored)
       -- A record from before fingerprints (or a check sent without one) replays as is.
-      local fp = c[8] or ''
+      local fp = c[7] or ''
       if fp ~= '' and (record.fp or '') ~= '' and record.fp ~= fp then return { -3 } end
       local out = record.result
       out[2] = 1
@@ -45,9 +45,9 @@ local function check(first, c)
   local evaluated = {}
   local allowed = true
   for i = 1, n do
-    local l = limits[i]
-    local r = ALG[l[1]].eval(KEYS[first + i - 1], { l[3], l[4], l[5], l[6], l[7], l[8] },
-      t, cost, l[2])
+    local b = 8 * i -- c[b + 1]: the limit's algorithm code, c[b + 2]: amount, then p1..p6
+    local r = ALG[c[b + 1]].eval(KEYS[first + i - 1],
+      { c[b + 3], c[b + 4], c[b + 5], c[b + 6], c[b + 7], c[b + 8] }, t, cost, c[b + 2])
     if r == nil then return { -2 } end
     evaluated[i] = r
     if not r.ok then allowed = false end
@@ -59,7 +59,7 @@ local function check(first, c)
     local r = evaluated[i]
     if allowed and not dry_run and r.consumes then
       local u = r.commit()
-      local entry = { KEYS[first + i - 1], limits[i][1] }
+      local entry = { KEYS[first + i - 1], c[8 * i + 1] }
       for j = 1, #u do entry[j + 2] = u[j] end
       undo[#undo + 1] = entry
     end
@@ -85,7 +85,7 @@ local function check(first, c)
   end
 
   if record_key and not dry_run then
-    local record = { result = out, undo = undo, refunded = 0, held = 0, fp = c[8] or '' }
+    local record = { result = out, undo = undo, refunded = 0, held = 0, fp = c[7] or '' }
     local hold_ms = c[5]
     if hold_ms > 0 and #undo > 0 then
       local entry = c[6]
