@@ -16,7 +16,14 @@ from cluster.model import answers
 from cluster.model.errors import FieldError, Problems, ValidationError
 from cluster.model.limits import expired_quotas, format_amount
 from cluster.web.problem import Problem, invalid, json_body, json_response, problem_middleware
-from router.check_bodies import decode_batch, decode_check
+from router.check_answers import (
+    BATCH_PATH,
+    CHECK_PATH,
+    MAX_BODY,
+    JsonAnswer,
+    batch_answer,
+    check_answer,
+)
 from router.cluster_rules import Change, UnknownRule
 from router.config import RouterConfig
 from router.decisions import ratelimit_headers
@@ -27,7 +34,6 @@ from router.membership import abort_migration, add_node, remove_node, resume_mig
 from router.metrics import endpoint_of
 from router.openapi import openapi_document
 from router.quota_adjust import parse_adjust
-from router.request_ids import raise_if_refused
 from router.requests import (
     if_match,
     parse_authz,
@@ -45,7 +51,6 @@ from router.ui import asset as ui_asset
 __all__ = ["ENVOY", "ROUTER", "create_app"]
 
 log = logging.getLogger("shardlimit.router")
-MAX_BODY = 1024 * 1024
 
 # The Envoy rate-limit gRPC listener (router/envoy.py), present when grpc_port is set.
 ENVOY: web.AppKey[Any] = web.AppKey("envoy")
@@ -53,19 +58,21 @@ ENVOY: web.AppKey[Any] = web.AppKey("envoy")
 RING_VIEW: web.AppKey[RingView] = web.AppKey("ring_view")
 
 
+def _json(answer: JsonAnswer) -> web.Response:
+    return web.Response(
+        body=answer.body,
+        status=answer.status,
+        content_type="application/json",
+        headers=answer.headers,
+    )
+
+
 async def post_check(request: web.Request) -> web.Response:
-    router = router_of(request)
-    parsed = decode_check(await request.read(), router.rules)
-    result = await router.check(parsed)
-    raise_if_refused(result)
-    status = 200 if result.allowed else 429
-    return json_response(result, status, ratelimit_headers(parsed, result))
+    return _json(await check_answer(router_of(request), await request.read()))
 
 
 async def post_batch(request: web.Request) -> web.Response:
-    router = router_of(request)
-    checks, all_or_nothing = decode_batch(await request.read(), router.rules)
-    return json_response(await router.batch(checks, all_or_nothing))
+    return _json(await batch_answer(router_of(request), await request.read()))
 
 
 async def post_refund(request: web.Request) -> web.Response:
@@ -335,8 +342,8 @@ def create_app(
     router = Router(config, admin_token, cluster_token)
     app[ROUTER] = router
     app[RING_VIEW] = RingView()
-    app.router.add_post("/v1/check", post_check)
-    app.router.add_post("/v1/check/batch", post_batch)
+    app.router.add_post(CHECK_PATH, post_check)
+    app.router.add_post(BATCH_PATH, post_batch)
     app.router.add_post("/v1/refund", post_refund)
     app.router.add_post("/v1/quota/adjust", post_quota_adjust)
     app.router.add_get("/v1/usage", get_usage)

@@ -2,7 +2,8 @@
 
 Handlers and the modules under them raise their own exceptions, or `Problem` where
 the answer is specific to one endpoint; `problem_answers` is the only place that
-turns an exception into a status and a problem type.
+turns an exception into a status and a problem type (for the aiohttp handlers through the
+middleware, for router/front.py through `problem_of`).
 """
 
 from __future__ import annotations
@@ -58,10 +59,17 @@ PROBLEMS: list[tuple[type[Exception], Callable[[Any], Problem]]] = [
 
 
 def as_problem(exc: Exception) -> Problem | None:
+    """The answer to a domain error; None for anything else."""
     for kind, translate in PROBLEMS:
         if isinstance(exc, kind):
             return translate(exc)
     return None
+
+
+def problem_of(exc: Exception) -> Problem | None:
+    """The answer to anything a handler raises: a Problem is its own, a domain error is
+    translated; None for anything else (a bug: the caller logs it and answers 500)."""
+    return exc if isinstance(exc, Problem) else as_problem(exc)
 
 
 @web.middleware

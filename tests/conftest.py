@@ -16,11 +16,13 @@ from aiohttp import web
 
 from cluster.local.redis_proc import RedisProcess, free_port
 from cluster.model.nodes import NodeSpec
+from cluster.web.serve import FrontFactory, start_site
 from node.app import create_app as create_node_app
 from node.config import NodeConfig
 from router.app import ROUTER
 from router.app import create_app as create_router_app
 from router.config import RouterConfig
+from router.front import front_for
 from router.service import Router
 
 ADMIN = "test-admin-token"
@@ -56,12 +58,13 @@ def redis_servers(redis_pool: list[RedisProcess]) -> list[RedisProcess]:
     return redis_pool
 
 
-async def _start(app: web.Application) -> tuple[web.AppRunner, int]:
+async def _start(
+    app: web.Application, front: FrontFactory | None = None
+) -> tuple[web.AppRunner, int]:
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     port = free_port()
-    site = web.TCPSite(runner, "127.0.0.1", port)
-    await site.start()
+    await start_site(runner, "127.0.0.1", port, front=front)
     return runner, port
 
 
@@ -149,7 +152,7 @@ async def start_cluster(
         rules_poll_ms=50,
     )
     router_app = create_router_app(config, ADMIN, CLUSTER)
-    runner, port = await _start(router_app)
+    runner, port = await _start(router_app, front_for(router_app))
     runners.append(runner)
     http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
     cluster = Cluster(

@@ -209,6 +209,7 @@ def cmd_router(args: argparse.Namespace) -> int:
     from cluster.web.tls import TlsError
     from router.app import ROUTER, create_app
     from router.config import load_config
+    from router.front import front_for
 
     try:
         config = load_config(args.config)
@@ -237,7 +238,12 @@ def cmd_router(args: argparse.Namespace) -> int:
         return _refuse("router", str(exc))
     try:
         run_app(
-            app, config.host, config.port, on_hup=app[ROUTER].reload_rules, ssl_context=server_ssl
+            app,
+            config.host,
+            config.port,
+            on_hup=app[ROUTER].reload_rules,
+            ssl_context=server_ssl,
+            front=front_for(app),
         )
     except CannotListenError as exc:
         return _refuse("router", str(exc))

@@ -11,6 +11,7 @@ from aiohttp import web
 from cluster.model.errors import FieldError
 
 PROBLEM_TYPE = "https://shardlimit.dev/problems/"
+PROBLEM_CONTENT_TYPE = "application/problem+json"
 _TITLES = {
     400: "Bad Request",
     401: "Unauthorized",
@@ -30,8 +31,14 @@ def json_response(
     data: Any, status: int = 200, headers: dict[str, str] | None = None
 ) -> web.Response:
     """A JSON answer from a msgspec Struct or plain data."""
-    body = msgspec.json.encode(data) if isinstance(data, msgspec.Struct) else orjson.dumps(data)
-    return web.Response(body=body, status=status, content_type="application/json", headers=headers)
+    return web.Response(
+        body=json_bytes(data), status=status, content_type="application/json", headers=headers
+    )
+
+
+def json_bytes(data: Any) -> bytes:
+    """The JSON of a msgspec Struct or plain data."""
+    return msgspec.json.encode(data) if isinstance(data, msgspec.Struct) else orjson.dumps(data)
 
 
 class Problem(Exception):
@@ -56,6 +63,9 @@ class Problem(Exception):
     def response(self) -> web.Response:
         return problem(self.status, self.slug, self.detail, self.errors, self.headers)
 
+    def body(self) -> bytes:
+        return problem_body(self.status, self.slug, self.detail, self.errors)
+
 
 def invalid(errors: list[FieldError]) -> Problem:
     """A 400 validation problem naming each field."""
@@ -70,6 +80,17 @@ def problem(
     errors: list[FieldError] | None = None,
     headers: dict[str, str] | None = None,
 ) -> web.Response:
+    return web.Response(
+        status=status,
+        body=problem_body(status, slug, detail, errors),
+        content_type=PROBLEM_CONTENT_TYPE,
+        headers=headers,
+    )
+
+
+def problem_body(
+    status: int, slug: str, detail: str, errors: list[FieldError] | None = None
+) -> bytes:
     body: dict[str, Any] = {
         "type": PROBLEM_TYPE + slug,
         "title": _TITLES.get(status, "Error"),
@@ -78,12 +99,12 @@ def problem(
     }
     if errors:
         body["errors"] = [e.to_dict() for e in errors]
-    return web.Response(
-        status=status,
-        body=orjson.dumps(body),
-        content_type="application/problem+json",
-        headers=headers,
-    )
+    return orjson.dumps(body)
+
+
+def internal_error() -> Problem:
+    """The answer to an error nothing translates (logged where it is caught)."""
+    return Problem(500, "internal", "internal error; the request may be retried")
 
 
 @web.middleware
@@ -104,7 +125,7 @@ async def problem_middleware(request: web.Request, handler: Any) -> web.StreamRe
         return problem(exc.status, "http", exc.reason or exc.text or "error", headers=kept)
     except Exception:
         request.app.logger.exception("unhandled error on %s %s", request.method, request.path)
-        return problem(500, "internal", "internal error; the request may be retried")
+        return internal_error().response()
 
 
 async def json_body(request: web.Request) -> Any:

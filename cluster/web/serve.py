@@ -9,6 +9,7 @@ import logging
 import signal
 import ssl
 from collections.abc import Callable
+from typing import Protocol
 
 from aiohttp import web
 
@@ -19,11 +20,77 @@ class CannotListenError(RuntimeError):
     """The listener could not be bound (the port is taken, the address is not ours)."""
 
 
-def install_fast_loop() -> None:
-    with contextlib.suppress(ImportError):
-        import uvloop
+class Front(Protocol):
+    """A protocol factory serving some requests itself and handing connections to
+    aiohttp's server for the rest (the router's, router/front.py)."""
 
-        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    def __call__(self) -> asyncio.BaseProtocol: ...
+
+    async def shutdown(self, grace_s: float) -> None:
+        """Stop taking requests, let the answers in flight be written, close."""
+
+
+# Given aiohttp's web.Server (calling it makes aiohttp's protocol for one connection).
+FrontFactory = Callable[[web.Server], Front]
+
+
+class FrontSite(web.TCPSite):
+    """A TCP site whose connections start with a Front rather than aiohttp's protocol."""
+
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        front: Front,
+        host: str,
+        port: int,
+        *,
+        ssl_context: ssl.SSLContext | None,
+        backlog: int,
+    ) -> None:
+        super().__init__(
+            runner, host, port, ssl_context=ssl_context, backlog=backlog, reuse_address=True
+        )
+        self.front = front
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)
+        self._server = await asyncio.get_running_loop().create_server(
+            self.front,
+            self._host,
+            self._port,
+            ssl=self._ssl_context,
+            backlog=self._backlog,
+            reuse_address=self._reuse_address,
+            reuse_port=self._reuse_port,
+        )
+        self._bound_port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        await super().stop()  # the listener first, as aiohttp's own sites
+        await self.front.shutdown(self._runner._shutdown_timeout)
+
+
+async def start_site(
+    runner: web.BaseRunner,
+    host: str,
+    port: int,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+    front: FrontFactory | None = None,
+    backlog: int = 1024,
+) -> web.TCPSite:
+    """Listen on host:port for the set-up `runner`, through `front` when given."""
+    if front is None:
+        site = web.TCPSite(
+            runner, host, port, backlog=backlog, reuse_address=True, ssl_context=ssl_context
+        )
+    else:
+        assert runner.server is not None
+        site = FrontSite(
+            runner, front(runner.server), host, port, ssl_context=ssl_context, backlog=backlog
+        )
+    await site.start()
+    return site
 
 
 async def _serve(
@@ -32,15 +99,13 @@ async def _serve(
     port: int,
     on_hup: Callable[[], None] | None,
     ssl_context: ssl.SSLContext | None,
+    front: FrontFactory | None,
 ) -> None:
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     try:  # cleaned up also when the port cannot be bound
-        site = web.TCPSite(
-            runner, host, port, backlog=1024, reuse_address=True, ssl_context=ssl_context
-        )
         try:
-            await site.start()
+            await start_site(runner, host, port, ssl_context=ssl_context, front=front)
         except OSError as exc:
             raise CannotListenError(f"cannot listen on {host}:{port}: {exc}") from exc
         scheme = "http" if ssl_context is None else "https"
@@ -66,8 +131,16 @@ def run_app(
     port: int,
     on_hup: Callable[[], None] | None = None,
     ssl_context: ssl.SSLContext | None = None,
+    front: FrontFactory | None = None,
 ) -> None:
-    """Serve `app` until SIGINT/SIGTERM; HTTPS when given a server `ssl_context`.
-    CannotListenError when it cannot bind its listener."""
+    """Serve `app` until SIGINT/SIGTERM; HTTPS when given a server `ssl_context`; through
+    `front` when given (see Front). CannotListenError when it cannot bind its listener."""
     install_fast_loop()
-    asyncio.run(_serve(app, host, port, on_hup, ssl_context))
+    asyncio.run(_serve(app, host, port, on_hup, ssl_context, front))
+
+
+def install_fast_loop() -> None:
+    with contextlib.suppress(ImportError):
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())

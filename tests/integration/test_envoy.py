@@ -31,6 +31,7 @@ from router.app import ENVOY, ROUTER
 from router.app import create_app as create_router_app
 from router.config import RouterConfig, parse_config
 from router.envoy_config import limit_key, parse_text, scope_name
+from router.front import front_for
 from tests.conftest import ADMIN, CLUSTER, PINNED_MS, RULES, Cluster, _start, eventually
 from tests.system.test_cli_up import consecutive_free_ports
 
@@ -264,7 +265,7 @@ async def start_envoy(
         envoy_config=envoy_file,
     )
     router_app = create_router_app(config, ADMIN, CLUSTER)
-    runner, port = await _start(router_app)
+    runner, port = await _start(router_app, front_for(router_app))
     runners.append(runner)
     cluster = Cluster(
         router_url=f"http://127.0.0.1:{port}",

@@ -20,6 +20,7 @@ from node.config import NodeConfig
 from router.app import ROUTER
 from router.app import create_app as create_router_app
 from router.config import RouterConfig
+from router.front import front_for
 from tests.conftest import ADMIN, CLUSTER, _start, eventually
 
 CALENDAR = {"algorithm": "calendar", "period": "day", "timezone": "UTC", "max_count": 100}
@@ -69,7 +70,7 @@ async def test_sigstopped_node_degrades_fast_and_recovers(
             await eventually(n3_up, within=20)
         config = RouterConfig(data_dir=tmp_path / "router", nodes=specs)
         app = create_router_app(config, ADMIN, CLUSTER)
-        router_runner, router_port = await _start(app)
+        router_runner, router_port = await _start(app, front_for(app))
         runners.append(router_runner)
         router = app[ROUTER]
         async with aiohttp.ClientSession() as http:

@@ -1,0 +1,233 @@
+"""The router's lean HTTP front (router/front.py) over raw sockets: the same bytes as
+aiohttp for /v1/check and /v1/check/batch, HTTP/1.1 semantics, and the hand-over of
+everything else to aiohttp on the same connection."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import orjson
+import pytest
+import redis
+import trustme
+from aiohttp import web
+
+from cluster.local.redis_proc import RedisProcess, free_port
+from cluster.web.serve import start_site
+from router.app import create_app
+from router.config import RouterConfig
+from router.front import front_for
+from tests.conftest import CLUSTER, Cluster, cluster_with_rules
+
+cluster = cluster_with_rules(
+    """
+rules:
+  stock:
+    limits:
+      - {algorithm: quota, limit: 2}
+"""
+)
+
+OK = {"key": "k1", "rule": "stock", "cost": 1}
+DATE = re.compile(rb"\r\nDate: [^\r]*\r\n")
+
+
+async def _read_answer(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    found = re.search(rb"\r\nContent-Length: (\d+)\r\n", head)
+    length = int(found.group(1)) if found else 0
+    return head + await reader.readexactly(length)
+
+
+async def exchange(
+    port: int, data: bytes, answers: int = 1, context: ssl.SSLContext | None = None
+) -> list[bytes]:
+    """Send `data` on a new connection; the next `answers` answers, Date masked."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+    try:
+        writer.write(data)
+        got = [await asyncio.wait_for(_read_answer(reader), 10) for _ in range(answers)]
+    finally:
+        writer.close()
+    return [DATE.sub(b"\r\nDate: -\r\n", answer) for answer in got]
+
+
+def post(path: str, body: bytes, extra: str = "", version: str = "1.1") -> bytes:
+    head = f"POST {path} HTTP/{version}\r\nHost: t\r\n{extra}Content-Length: {len(body)}\r\n\r\n"
+    return head.encode() + body
+
+
+def check(body: object, extra: str = "") -> bytes:
+    return post("/v1/check", orjson.dumps(body), extra)
+
+
+def _port(url: str) -> int:
+    return int(url.rsplit(":", 1)[1])
+
+
+def _flush(servers: list[RedisProcess]) -> None:
+    for server in servers:
+        client = redis.Redis(port=server.port)
+        client.flushall()
+        client.close()
+
+
+@pytest.fixture
+async def aiohttp_port(cluster: Cluster) -> int:
+    """The same router app, also on a plain aiohttp listener."""
+    port = free_port()
+    await start_site(cluster.runners[-1], "127.0.0.1", port)
+    return port
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/check", OK),  # 200 and its RateLimit headers
+        ("/v1/check", {"key": "k1", "rule": "stock", "cost": 3}),  # 429, Retry-After
+        ("/v1/check", {"key": "k1", "rule": "stock", "cost": "x"}),  # 400 field problem
+        ("/v1/check", {"key": "k1", "rule": "nope"}),  # 404 unknown rule
+        ("/v1/check", b"{not json"),  # 400 malformed
+        ("/v1/check/batch", {"checks": [OK, {**OK, "cost": 5}]}),
+        ("/v1/check/batch", {"checks": []}),
+        ("/v1/check", b"x" * (1024 * 1024 + 1)),  # 413 (aiohttp answers it)
+        ("/v1/check/nope", OK),  # 404 (aiohttp answers it)
+    ],
+)
+async def test_answers_are_byte_for_byte_aiohttp_s(
+    cluster: Cluster, aiohttp_port: int, path: str, body: object
+) -> None:
+    raw = body if isinstance(body, bytes) else orjson.dumps(body)
+    front = await exchange(_port(cluster.router_url), post(path, raw))
+    _flush(cluster.redis)
+    plain = await exchange(aiohttp_port, post(path, raw))
+    assert front == plain
+    assert re.match(rb"HTTP/1.1 (200|4\d\d) ", front[0])
+
+
+async def test_get_is_405_as_aiohttp(cluster: Cluster, aiohttp_port: int) -> None:
+    request = b"GET /v1/check HTTP/1.1\r\nHost: t\r\n\r\n"
+    front = await exchange(_port(cluster.router_url), request)
+    assert front == await exchange(aiohttp_port, request)
+    assert front[0].startswith(b"HTTP/1.1 405 ")
+
+
+async def test_pipelined_requests_are_answered_in_order(cluster: Cluster) -> None:
+    costs = [1 + i % 3 for i in range(20)]
+    bodies = [{"key": f"p{i}", "rule": "stock", "cost": cost} for i, cost in enumerate(costs)]
+    answers = await exchange(
+        _port(cluster.router_url), b"".join(check(b) for b in bodies), answers=len(bodies)
+    )
+    for body, cost, answer in zip(bodies, costs, answers, strict=True):
+        status = 200 if cost <= 2 else 429
+        assert answer.startswith(f"HTTP/1.1 {status} ".encode())
+        assert orjson.loads(answer.split(b"\r\n\r\n", 1)[1])["key"] == body["key"]
+
+
+async def test_a_connection_is_handed_to_aiohttp_at_its_first_other_request(
+    cluster: Cluster,
+) -> None:
+    rules = b"GET /v1/rules HTTP/1.1\r\nHost: t\r\n\r\n"
+    answers = await exchange(
+        _port(cluster.router_url), check(OK) + rules + check(OK) + check(OK), answers=4
+    )
+    assert [a.split(b" ", 2)[1] for a in answers] == [b"200", b"200", b"200", b"429"]
+    assert b'"stock"' in answers[1]
+
+
+async def test_connection_close_and_http_1_0(cluster: Cluster) -> None:
+    port = _port(cluster.router_url)
+    for request, connection in [
+        (check(OK, "Connection: close\r\n"), b"Connection: close\r\n"),
+        (post("/v1/check", orjson.dumps(OK), version="1.0"), None),
+    ]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(request + request)  # the second is never answered
+        answer = await asyncio.wait_for(reader.read(), 10)  # up to the close
+        writer.close()
+        assert answer.count(b"HTTP/1.") == 1
+        if connection:
+            assert connection in answer
+    keep = post("/v1/check", orjson.dumps(OK), "Connection: keep-alive\r\n", version="1.0")
+    answers = await exchange(port, keep + keep, answers=2)
+    assert all(a.startswith(b"HTTP/1.0 ") and b"Connection: keep-alive" in a for a in answers)
+
+
+async def test_a_chunked_body(cluster: Cluster) -> None:
+    body = orjson.dumps(OK)
+    chunked = (
+        b"POST /v1/check HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + b"%x\r\n%s\r\n" % (5, body[:5])
+        + b"%x\r\n%s\r\n" % (len(body) - 5, body[5:])
+        + b"0\r\n\r\n"
+    )
+    [answer] = await exchange(_port(cluster.router_url), chunked)
+    assert answer.startswith(b"HTTP/1.1 200 ")
+
+
+async def test_a_malformed_request_gets_400_and_the_router_keeps_serving(
+    cluster: Cluster, aiohttp_port: int
+) -> None:
+    port = _port(cluster.router_url)
+    for bad in (
+        b"GARBAGE\r\n\r\n",
+        check(OK) + b"POST /v1/check HTTP/1.1\r\nHost: t\r\nContent-Length: x\r\n\r\n",
+    ):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(bad)
+        answer = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+        assert b"HTTP/1.1 400 " in answer or b"HTTP/1.0 400 " in answer
+    [answer] = await exchange(port, check({**OK, "key": "after"}))
+    assert answer.startswith(b"HTTP/1.1 200 ")
+
+
+async def test_the_front_answers_partial_requests_split_anywhere(cluster: Cluster) -> None:
+    data = check(OK) + b"GET /v1/rules HTTP/1.1\r\nHost: t\r\n\r\n" + check(OK)
+    for cut in (1, 20, len(check(OK)) - 1, len(check(OK)) + 3):
+        _flush(cluster.redis)
+        reader, writer = await asyncio.open_connection("127.0.0.1", _port(cluster.router_url))
+        writer.write(data[:cut])
+        await writer.drain()
+        await asyncio.sleep(0.02)
+        writer.write(data[cut:])
+        statuses = [
+            (await asyncio.wait_for(_read_answer(reader), 10)).split(b" ", 2)[1] for _ in range(3)
+        ]
+        writer.close()
+        assert statuses == [b"200", b"200", b"200"]
+
+
+@pytest.fixture
+async def tls_router(cluster: Cluster, tmp_path: Path) -> AsyncIterator[tuple[int, ssl.SSLContext]]:
+    """A second router of the same cluster, on HTTPS through the front."""
+    ca = trustme.CA()
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server)
+    client = ssl.create_default_context()
+    ca.configure_trust(client)
+    config = RouterConfig(
+        data_dir=tmp_path / "tls-router",
+        nodes=list(cluster.router.view.topology.nodes),
+        rules_file=cluster.rules_file,
+    )
+    app = create_app(config, None, CLUSTER)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    port = free_port()
+    await start_site(runner, "127.0.0.1", port, ssl_context=server, front=front_for(app))
+    yield port, client
+    await runner.cleanup()
+
+
+async def test_tls_through_the_front_and_its_hand_over(
+    tls_router: tuple[int, ssl.SSLContext],
+) -> None:
+    port, context = tls_router
+    rules = b"GET /v1/rules HTTP/1.1\r\nHost: t\r\n\r\n"
+    answers = await exchange(port, check(OK) + rules + check(OK), 3, context)
+    assert [a.split(b" ", 2)[1] for a in answers] == [b"200", b"200", b"200"]
