@@ -23,6 +23,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from typing import cast
 
 import httptools
 from aiohttp import web
@@ -167,9 +168,8 @@ class FrontConnection(asyncio.Protocol):
     # asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        tcp_keepalive(transport)
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
+        tcp_keepalive(self.transport)
         self.front.connections.add(self)
         if self.front.closing:
             self.stop()

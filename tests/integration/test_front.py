@@ -33,6 +33,9 @@ rules:
 )
 
 OK = {"key": "k1", "rule": "stock", "cost": 1}
+# Each test on asyncio's loop and on uvloop's, whose TCP and TLS transports the router
+# runs on (tests/conftest.py).
+BOTH_LOOPS = True
 DATE = re.compile(rb"\r\nDate: [^\r]*\r\n")
 
 
