@@ -256,17 +256,6 @@ async def eventually(condition: Callable[[], Awaitable[bool]], within: float = 1
     await asyncio.wait_for(poll(), within)
 
 
-def pytest_asyncio_loop_factories(
-    config: pytest.Config, item: pytest.Item
-) -> dict[str, Callable[[], asyncio.AbstractEventLoop]] | None:
-    """The tests of a module with `BOTH_LOOPS = True` run on asyncio's loop and on uvloop's."""
-    if not getattr(getattr(item, "module", None), "BOTH_LOOPS", False):
-        return None
-    import uvloop
-
-    return {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
-
-
 ROOMS = ("unit", "integration", "system")
 
 
