@@ -47,7 +47,7 @@ from router.service import Router
 __all__ = ["FrontConnection", "FrontServer", "front_for"]
 
 KEEPALIVE_S = 75.0  # aiohttp's keepalive_timeout, which the router's runner keeps
-SWEEP_S = 1.0
+SWEEP_S = 1.0  # idle connections are closed between keepalive_s and this later
 MAX_OWED = 64  # answers owed on one connection before it stops reading
 
 Endpoint = Callable[[Router, bytes], Awaitable[JsonAnswer]]
@@ -55,8 +55,16 @@ _ENDPOINTS: dict[bytes, tuple[str, Endpoint]] = {
     CHECK_PATH.encode(): (CHECK_PATH, check_answer),
     BATCH_PATH.encode(): (BATCH_PATH, batch_answer),
 }
-# Request headers whose meaning only aiohttp implements (Transfer-Encoding: see on_header).
-_AIOHTTP_HEADERS = frozenset((b"expect", b"upgrade", b"content-encoding"))
+# Requests whose meaning only aiohttp implements, or that aiohttp may refuse, go to
+# aiohttp: these headers, a Transfer-Encoding other than chunked, a duplicate of a
+# header aiohttp takes once (web_protocol/_http_parser), or headers near its limits.
+_AIOHTTP_HEADERS = frozenset((b"expect", b"upgrade", b"content-encoding", b"sec-websocket-key1"))
+_SINGLETONS = frozenset(
+    (b"content-length", b"content-location", b"content-range", b"content-type", b"etag")
+    + (b"host", b"max-forwards", b"server", b"transfer-encoding", b"user-agent")
+)
+_MAX_FIELD = 8190  # aiohttp's max_field_size
+_MAX_HEADERS = 128  # aiohttp's max_headers
 
 
 class _HandOver(Exception):
@@ -84,8 +92,15 @@ class _Owed:
 class FrontServer:
     """The protocol factory given to `loop.create_server`, and its connections."""
 
-    def __init__(self, server: web.Server, router: Router, logger: logging.Logger) -> None:
+    def __init__(
+        self,
+        server: web.Server,
+        router: Router,
+        logger: logging.Logger,
+        keepalive_s: float = KEEPALIVE_S,
+    ) -> None:
         self.server = server
+        self.keepalive_s = keepalive_s
         self.router = router
         self.logger = logger
         self.loop = asyncio.get_running_loop()
@@ -100,7 +115,7 @@ class FrontServer:
         return FrontConnection(self)
 
     def _sweep(self) -> None:
-        idle_since = self.loop.time() - KEEPALIVE_S
+        idle_since = self.loop.time() - self.keepalive_s
         for connection in list(self.connections):
             connection.close_if_idle(idle_since)
         self._sweeper = self.loop.call_later(SWEEP_S, self._sweep)
@@ -128,11 +143,13 @@ class FrontServer:
                 connection.abort()
 
 
-def front_for(app: web.Application) -> Callable[[web.Server], FrontServer]:
+def front_for(
+    app: web.Application, keepalive_s: float = KEEPALIVE_S
+) -> Callable[[web.Server], FrontServer]:
     """The `front` of cluster.web.serve for the router `app`."""
 
     def build(server: web.Server) -> FrontServer:
-        return FrontServer(server, app[ROUTER], app.logger)
+        return FrontServer(server, app[ROUTER], app.logger, keepalive_s)
 
     return build
 
@@ -155,7 +172,8 @@ class FrontConnection(asyncio.Protocol):
         self.url = b""
         self.body: list[bytes] = []
         self.body_size = 0
-        self.has_host = False
+        self.seen: set[bytes] = set()  # the singleton headers of the request
+        self.headers = 0
         self.for_aiohttp = False
         self.leftover: bytes | None = None  # set once handing over: what aiohttp gets
         self.closing = False  # takes no more requests; closes once its answers are written
@@ -222,7 +240,8 @@ class FrontConnection(asyncio.Protocol):
         self.url = b""
         self.body = []
         self.body_size = 0
-        self.has_host = False
+        self.seen.clear()
+        self.headers = 0
         self.for_aiohttp = False
 
     def on_url(self, url: bytes) -> None:
@@ -230,10 +249,21 @@ class FrontConnection(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         name = name.lower()
-        if name == b"host":
-            self.has_host = True
-        elif name in _AIOHTTP_HEADERS or (
-            name == b"transfer-encoding" and value.strip().lower() != b"chunked"
+        seen = self.seen
+        if name in _SINGLETONS:
+            if name in seen or (
+                name == b"transfer-encoding" and value.strip().lower() != b"chunked"
+            ):
+                self.for_aiohttp = True
+            seen.add(name)
+        elif name in _AIOHTTP_HEADERS:
+            self.for_aiohttp = True
+        self.headers += 1
+        if (
+            len(value) >= _MAX_FIELD
+            or len(name) >= _MAX_FIELD
+            or self.headers >= _MAX_HEADERS
+            or b"\0" in value
         ):
             self.for_aiohttp = True
 
@@ -243,7 +273,7 @@ class FrontConnection(asyncio.Protocol):
             self.for_aiohttp
             or self.parser.get_method() != b"POST"
             or self.url not in _ENDPOINTS
-            or not ((version == "1.1" and self.has_host) or version == "1.0")
+            or not ((version == "1.1" and b"host" in self.seen) or version == "1.0")
         ):
             raise _HandOver
 

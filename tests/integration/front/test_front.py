@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import re
 import ssl
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -112,11 +113,41 @@ async def test_answers_are_byte_for_byte_aiohttp_s(
     assert re.match(rb"HTTP/1.1 (200|4\d\d) ", front[0])
 
 
-async def test_get_is_405_as_aiohttp(cluster: Cluster, aiohttp_port: int) -> None:
-    request = b"GET /v1/check HTTP/1.1\r\nHost: t\r\n\r\n"
-    front = await exchange(_port(cluster.router_url), request)
-    assert front == await exchange(aiohttp_port, request)
-    assert front[0].startswith(b"HTTP/1.1 405 ")
+@pytest.mark.parametrize(
+    ("request_bytes", "answers", "status"),
+    [
+        (b"GET /v1/check HTTP/1.1\r\nHost: t\r\n\r\n", 1, b"405"),
+        (check(OK, "Expect: 100-continue\r\n"), 2, b"100"),
+        (check(OK, "Host: u\r\n"), 1, b"400"),  # a second Host
+        (check(OK, "Content-Type: a\r\nContent-Type: b\r\n"), 1, b"400"),
+        (check(OK, "X-Long: " + "x" * 9000 + "\r\n"), 1, b"400"),
+        (check(OK, "Content-Encoding: gzip\r\n"), 1, b"500"),  # as aiohttp does today
+        (check(OK).replace(b"Host: t\r\n", b""), 1, b"400"),  # HTTP/1.1 needs a Host
+    ],
+)
+async def test_what_aiohttp_judges_is_answered_by_aiohttp(
+    cluster: Cluster, aiohttp_port: int, request_bytes: bytes, answers: int, status: bytes
+) -> None:
+    front = await exchange(_port(cluster.router_url), request_bytes, answers)
+    _flush(cluster.redis)
+    assert front == await exchange(aiohttp_port, request_bytes, answers)
+    assert front[0].split(b" ", 2)[1] == status
+
+
+async def test_idle_connections_are_closed_after_the_keepalive_timeout(
+    cluster: Cluster,
+) -> None:
+    runner = cluster.runners[-1]
+    assert isinstance(runner, web.AppRunner)
+    port = free_port()
+    await start_site(runner, "127.0.0.1", port, front=front_for(runner.app, keepalive_s=0.3))
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(check(OK))
+    assert (await asyncio.wait_for(_read_answer(reader), 10)).startswith(b"HTTP/1.1 200 ")
+    started = time.monotonic()
+    assert await asyncio.wait_for(reader.read(), 10) == b""  # closed by the router
+    assert 0.2 < time.monotonic() - started < 5
+    writer.close()
 
 
 async def test_pipelined_requests_are_answered_in_order(cluster: Cluster) -> None:
