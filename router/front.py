@@ -60,8 +60,8 @@ _ENDPOINTS: dict[bytes, tuple[str, Endpoint]] = {
 # header aiohttp takes once (web_protocol/_http_parser), or headers near its limits.
 _AIOHTTP_HEADERS = frozenset((b"expect", b"upgrade", b"content-encoding", b"sec-websocket-key1"))
 _SINGLETONS = frozenset(
-    (b"content-length", b"content-location", b"content-range", b"content-type", b"etag")
-    + (b"host", b"max-forwards", b"server", b"transfer-encoding", b"user-agent")
+    b"content-length content-location content-range content-type etag host max-forwards "
+    b"server transfer-encoding user-agent".split()
 )
 _MAX_FIELD = 8190  # aiohttp's max_field_size
 _MAX_HEADERS = 128  # aiohttp's max_headers
