@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import signal
 import ssl
 import time
 from collections.abc import AsyncIterator
@@ -265,3 +266,41 @@ async def test_tls_through_the_front_and_its_hand_over(
     rules = b"GET /v1/rules HTTP/1.1\r\nHost: t\r\n\r\n"
     answers = await exchange(port, check(OK) + rules + check(OK), 3, context)
     assert [a.split(b" ", 2)[1] for a in answers] == [b"200", b"200", b"200"]
+
+
+async def test_a_graceful_stop_writes_the_answers_in_flight_and_closes_idle_connections(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    config = RouterConfig(
+        data_dir=tmp_path / "second-router",
+        nodes=list(cluster.router.view.topology.nodes),
+        rules_file=cluster.rules_file,
+    )
+    app = create_app(config, None, CLUSTER)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    port = free_port()
+    await start_site(runner, "127.0.0.1", port, front=front_for(app))
+    idle_reader, idle_writer = await asyncio.open_connection("127.0.0.1", port)
+    idle_writer.write(check(OK))
+    await asyncio.wait_for(_read_answer(idle_reader), 10)
+    owner = int(cluster.router.view.owner("slow")[1:]) - 1
+    redis_proc = cluster.redis[owner].proc
+    assert redis_proc is not None
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    redis_proc.send_signal(signal.SIGSTOP)  # the check stays in flight
+    try:
+        writer.write(check({**OK, "key": "slow"}))
+        await writer.drain()
+        await asyncio.sleep(0.2)
+        stopping = asyncio.create_task(runner.cleanup())
+        assert await asyncio.wait_for(idle_reader.read(), 10) == b""  # closed at once
+        assert not stopping.done()
+    finally:
+        redis_proc.send_signal(signal.SIGCONT)
+    answer = await asyncio.wait_for(_read_answer(reader), 10)
+    assert answer.startswith(b"HTTP/1.1 200 ")
+    assert await asyncio.wait_for(reader.read(), 10) == b""  # then closed
+    await asyncio.wait_for(stopping, 10)
+    writer.close()
+    idle_writer.close()
