@@ -74,11 +74,11 @@ def problem_of(exc: Exception) -> Problem | None:
 
 @web.middleware
 async def problem_answers(request: web.Request, handler: Any) -> web.StreamResponse:
-    """Translate a domain error raised by a handler into its problem+json answer."""
+    """Answer a Problem or a domain error raised by a handler with its problem+json."""
     try:
         response: web.StreamResponse = await handler(request)
     except Exception as exc:
-        translated = as_problem(exc)
+        translated = problem_of(exc)
         if translated is None:
             raise
         return translated.response()
