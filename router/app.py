@@ -16,14 +16,7 @@ from cluster.model import answers
 from cluster.model.errors import FieldError, Problems, ValidationError
 from cluster.model.limits import expired_quotas, format_amount
 from cluster.web.problem import Problem, invalid, json_body, json_response, problem_middleware
-from router.check_answers import (
-    BATCH_PATH,
-    CHECK_PATH,
-    MAX_BODY,
-    JsonAnswer,
-    batch_answer,
-    check_answer,
-)
+from router.check_answers import MAX_BODY, JsonAnswer, batch_answer, check_answer
 from router.cluster_rules import Change, UnknownRule
 from router.config import RouterConfig
 from router.decisions import ratelimit_headers
@@ -342,8 +335,8 @@ def create_app(
     router = Router(config, admin_token, cluster_token)
     app[ROUTER] = router
     app[RING_VIEW] = RingView()
-    app.router.add_post(CHECK_PATH, post_check)
-    app.router.add_post(BATCH_PATH, post_batch)
+    app.router.add_post("/v1/check", post_check)
+    app.router.add_post("/v1/check/batch", post_batch)
     app.router.add_post("/v1/refund", post_refund)
     app.router.add_post("/v1/quota/adjust", post_quota_adjust)
     app.router.add_get("/v1/usage", get_usage)

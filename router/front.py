@@ -313,9 +313,10 @@ class FrontConnection(asyncio.Protocol):
         owed.data = answer_bytes(
             owed.http10, owed.keep_alive, status, content_type, payload, headers
         )
-        self.router.metrics.responded(path, status, time.perf_counter() - started)
+        elapsed = time.perf_counter() - started  # as the observe middleware: before writing
         if self.owed and owed is self.owed[0]:
             self._write_ready()
+        self.router.metrics.responded(path, status, elapsed)
 
     def _write_ready(self) -> None:
         """Write every answer ready at the head of the queue, in one write."""

@@ -27,11 +27,13 @@ from cluster.model.keys import TOPOLOGY_KEY
 from cluster.model.nodes import NodeSpec
 from cluster.model.partition import new_partitioner
 from cluster.model.topology import Topology
+from cluster.web.serve import FrontFactory, start_site
 from node.app import create_app as create_node_app
 from node.config import NodeConfig
 from router.app import ROUTER
 from router.app import create_app as create_router_app
 from router.config import RouterConfig
+from router.front import front_for
 from tests.conftest import (
     ADMIN,
     CLUSTER,
@@ -53,11 +55,13 @@ from tests.system.test_resharding import (
 )
 
 
-async def _serve(app: web.Application) -> tuple[web.AppRunner, str]:
+async def _serve(
+    app: web.Application, front: FrontFactory | None = None
+) -> tuple[web.AppRunner, str]:
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
+    await start_site(runner, "127.0.0.1", port, front=front)
     return runner, f"http://127.0.0.1:{port}"
 
 
@@ -421,7 +425,7 @@ async def test_a_router_that_missed_a_change_starts_from_the_layout_the_nodes_ho
     data_dir = tmp_path / "router-b"
     config = RouterConfig(data_dir=data_dir, rules_file=cluster.rules_file, nodes=specs)
     app = create_router_app(config, ADMIN, CLUSTER)
-    runner, b_url = await _serve(app)
+    runner, b_url = await _serve(app, front_for(app))
     try:
         b = app[ROUTER]
         assert b.view._poller is not None
