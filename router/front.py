@@ -49,6 +49,9 @@ __all__ = ["FrontConnection", "FrontServer", "front_for"]
 KEEPALIVE_S = 75.0  # aiohttp's keepalive_timeout, which the router's runner keeps
 SWEEP_S = 1.0  # idle connections are closed between keepalive_s and this later
 MAX_OWED = 64  # answers owed on one connection before it stops reading
+# Bytes kept for a hand-over, past which those of completed requests are dropped (a
+# client whose reads never end on a request boundary would otherwise grow them forever).
+REGION_LIMIT = 4 * 1024 * 1024
 
 Endpoint = Callable[[Router, bytes], Awaitable[JsonAnswer]]
 _ENDPOINTS: dict[bytes, tuple[str, Endpoint]] = {
@@ -98,9 +101,11 @@ class FrontServer:
         router: Router,
         logger: logging.Logger,
         keepalive_s: float = KEEPALIVE_S,
+        region_limit: int = REGION_LIMIT,
     ) -> None:
         self.server = server
         self.keepalive_s = keepalive_s
+        self.region_limit = region_limit
         self.router = router
         self.logger = logger
         self.loop = asyncio.get_running_loop()
@@ -167,6 +172,7 @@ class FrontConnection(asyncio.Protocol):
         # Bytes received since a message boundary, and the messages they completed:
         # where a handed-over request starts is found in them (router/front_offsets.py).
         self.region: list[bytes] = []
+        self.region_size = 0
         self.completed = 0
         self.in_message = False
         self.url = b""
@@ -217,8 +223,12 @@ class FrontConnection(asyncio.Protocol):
             return
         if self.in_message:
             self.region.append(data)
+            self.region_size += len(data)
+            if self.region_size > self.front.region_limit and self.completed:
+                self._drop_completed()
         else:
             self.region = [data]
+            self.region_size = len(data)
             self.completed = 0
         try:
             self.parser.feed_data(data)
@@ -371,6 +381,14 @@ class FrontConnection(asyncio.Protocol):
                 self.transport.pause_reading()
 
     # hand-over and closing
+
+    def _drop_completed(self) -> None:
+        """Keep only the region's request in progress."""
+        raw = b"".join(self.region)
+        kept = raw[message_start(raw, self.completed) :]
+        self.region = [kept]
+        self.region_size = len(kept)
+        self.completed = 0
 
     def _start_hand_over(self) -> None:
         raw = b"".join(self.region)

@@ -20,9 +20,9 @@ from aiohttp import web
 
 from cluster.local.redis_proc import RedisProcess, free_port
 from cluster.web.serve import start_site
-from router.app import create_app
+from router.app import ROUTER, create_app
 from router.config import RouterConfig
-from router.front import front_for
+from router.front import FrontServer, front_for
 from tests.conftest import CLUSTER, Cluster, cluster_with_rules
 
 cluster = cluster_with_rules(
@@ -304,3 +304,30 @@ async def test_a_graceful_stop_writes_the_answers_in_flight_and_closes_idle_conn
     await asyncio.wait_for(stopping, 10)
     writer.close()
     idle_writer.close()
+
+
+async def test_a_stream_never_split_on_a_request_boundary_is_served_and_handed_over(
+    cluster: Cluster,
+) -> None:
+    """The bytes kept for a hand-over drop completed requests past a limit (tiny here)."""
+    runner = cluster.runners[-1]
+    assert isinstance(runner, web.AppRunner)
+    app = runner.app
+
+    def front(server: web.Server) -> FrontServer:
+        return FrontServer(server, app[ROUTER], app.logger, region_limit=300)
+
+    port = free_port()
+    await start_site(runner, "127.0.0.1", port, front=front)
+    requests = [check({"key": f"s{i}", "rule": "stock", "cost": 1}) for i in range(30)]
+    data = b"".join(requests) + b"GET /v1/rules HTTP/1.1\r\nHost: t\r\n\r\n" + check(OK)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    step = len(requests[0]) + 7  # never on a boundary
+    for start in range(0, len(data), step):
+        writer.write(data[start : start + step])
+        await writer.drain()
+        await asyncio.sleep(0.002)
+    answers = [await asyncio.wait_for(_read_answer(reader), 10) for _ in range(32)]
+    writer.close()
+    assert [a.split(b" ", 2)[1] for a in answers] == [b"200"] * 32
+    assert b'"rules"' in answers[30]
