@@ -15,6 +15,7 @@ import msgspec
 import orjson
 
 from cluster.model.errors import Problems
+from cluster.model.limits import MAX_COUNT
 from cluster.web.problem import Problem
 from router.requests import (
     MAX_BATCH,
@@ -25,6 +26,7 @@ from router.requests import (
     parse_check,
     parse_key,
     rule_of,
+    rule_zero_amounts,
 )
 from router.rules import Rule, RuleBook
 
@@ -73,7 +75,8 @@ def _rule(body: _Check, rules: RuleBook, problems: Problems) -> Rule | None:
     if not body.limits or body.rule is not None:
         return rule_of(body.rule, _raw(body.limits, None), None, "", rules, problems)
     limits = bytes(body.limits)
-    text = limits + b"\0" + bytes(body.on_failure)
+    # JSON text holds no NUL byte: the two parts cannot run into each other.
+    text = limits + b"\0" + bytes(body.on_failure) if body.on_failure else limits
     rule = _inline.get(text)
     if rule is None:
         on_failure = _raw(body.on_failure, None)
@@ -89,6 +92,16 @@ def _typed_check(body: _Check, rules: RuleBook, problems: Problems) -> CheckRequ
     """The check, or None when it has a problem (reported in `problems`)."""
     key = parse_key(body.key, "key", problems)
     rule = _rule(body, rules, problems)
+    if (
+        rule is not None
+        and key
+        and not body.amount
+        and body.request_id is None
+        and 0 <= body.cost <= MAX_COUNT
+        and not problems.errors
+    ):
+        # The common check (no amount, no request_id): what check_of makes of it.
+        return CheckRequest(key, rule, body.cost, rule_zero_amounts(rule), None, body.dry_run)
     amount = _raw(body.amount, NO_AMOUNT)
     return check_of(0, key, rule, body.cost, amount, body.request_id, body.dry_run, "", problems)
 

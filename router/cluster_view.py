@@ -24,6 +24,10 @@ from router.op_group import OpGroup, Outcome
 
 log = logging.getLogger("shardlimit.router")
 MAX_MOVED_RETRIES = 5
+# Owners looked up under the current topology, by key: hashing a key onto the ring
+# (MD5) costs more than the rest of routing it. Emptied when full or when the topology
+# changes.
+OWNER_CACHE_MAX = 1 << 17
 # An op that expired or timed out on a node that is up was not applied: send it again,
 # up to this many times, before answering degraded.
 MAX_RESENDS = 3
@@ -63,6 +67,8 @@ class ClusterView:
         self.foreign: dict[str, str] = {}
         self.push_failures: dict[str, str] = {}  # node id -> why its last push failed
         self.channels: dict[str, NodeChannel] = {}
+        self._owners: dict[str, str] = {}
+        self._owners_of: Partitioner = self.topology.partitioner
         self._pushes: dict[str, asyncio.Task[bool]] = {}
         self._refresh: asyncio.Task[None] | None = None
         self._poller: asyncio.Task[None] | None = None
@@ -278,8 +284,20 @@ class ClusterView:
         self.push_failures.pop(node_id, None)
         return True
 
+    def _owner_cache(self) -> dict[str, str]:
+        """The owners cache, emptied when the partitioner changed or it is full."""
+        partitioner = self.topology.partitioner
+        if partitioner is not self._owners_of or len(self._owners) >= OWNER_CACHE_MAX:
+            self._owners = {}
+            self._owners_of = partitioner
+        return self._owners
+
     def owner(self, key: str) -> str:
-        return self.topology.partitioner.owner(key)
+        owners = self._owner_cache()
+        node_id = owners.get(key)
+        if node_id is None:
+            node_id = owners[key] = self._owners_of.owner(key)
+        return node_id
 
     def send(self, key: str, op: wire.Op) -> Attempt:
         """Queue `op` for the key's owner now; its answer comes in the attempt's future."""
@@ -288,10 +306,15 @@ class ClusterView:
 
     def send_many(self, keys: list[str], ops: list[wire.Op]) -> list[GroupAttempt]:
         """Queue `ops[i]` for the owner of `keys[i]` now, one OpGroup per node."""
-        owner = self.topology.partitioner.owner
+        if len(self._owners) + len(keys) > OWNER_CACHE_MAX:
+            self._owners = {}
+        owners = self._owner_cache()
+        owner = self._owners_of.owner
         by_node: dict[str, list[int]] = {}
         for index, key in enumerate(keys):
-            node_id = owner(key)
+            node_id = owners.get(key)
+            if node_id is None:
+                node_id = owners[key] = owner(key)
             indexes = by_node.get(node_id)
             if indexes is None:
                 by_node[node_id] = [index]

@@ -56,32 +56,86 @@ class ReplayMismatch(Exception):
     """A replayed decision (same key and request_id) was made for other limits."""
 
 
+class _Views:
+    """What a rule's decisions share, worked out once per rule: its public name and how
+    its node rows become LimitStates."""
+
+    __slots__ = ("algorithm", "public_name", "size", "specs")
+
+    def __init__(self, rule: Rule) -> None:
+        self.public_name = rule.public_name
+        self.specs = rule.limits
+        self.size = len(rule.limits)
+        plain = all(not BY_NAME[spec.algorithm].view_fields for spec in rule.limits)
+        # One plain limit (nearly every rule): built inline by `decision`.
+        self.algorithm = rule.limits[0].algorithm if plain and self.size == 1 else None
+
+    def views(self, rows: list[LimitRow]) -> list[answers.LimitState]:
+        return [_limit_view(spec, row) for spec, row in zip(self.specs, rows, strict=True)]
+
+
+_VIEWS_MAX = 4096
+_views: dict[int, tuple[Rule, _Views]] = {}
+
+
+def _views_of(rule: Rule) -> _Views:
+    entry = _views.get(id(rule))
+    if entry is not None and entry[0] is rule:
+        return entry[1]
+    if len(_views) >= _VIEWS_MAX:
+        _views.clear()
+    views = _Views(rule)
+    _views[id(rule)] = (rule, views)
+    return views
+
+
 def decision(request: CheckRequest, node: str, result: Checked) -> answers.Decision:
     """Raises ReplayMismatch when the request_id was first used with other limits."""
     rows = result.limits
-    if len(rows) != len(request.rule.limits):
+    plan = _views_of(request.rule)
+    if len(rows) != plan.size:
         raise ReplayMismatch(
             f"request_id {request.request_id!r} was first used for key {request.key!r} with "
-            f"{len(rows)} limit(s), not {len(request.rule.limits)}: a request_id names one check"
+            f"{len(rows)} limit(s), not {plan.size}: a request_id names one check"
         )
-    allowed = result.allowed
-    denied_by = [] if allowed else [i for i, row in enumerate(rows) if row.ok == 0]
-    retry: int | None = None
-    if not allowed:
-        waits = [rows[i].retry_after_ms for i in denied_by]
-        # A cost that can never fit has no retry time.
-        retry = None if not waits or NONE in waits else max(waits)
+    if plan.algorithm is not None:
+        row = rows[0]
+        limit, remaining, reset = row.limit, row.remaining, row.reset_after_ms
+        limits = [
+            answers.LimitState(
+                algorithm=plan.algorithm,
+                limit=None if limit == NONE else limit,
+                remaining=None if remaining == NONE else remaining,
+                reset_after_ms=None if reset == NONE else reset,
+            )
+        ]
+    else:
+        limits = plan.views(rows)
+    if result.allowed:
+        return answers.Decision(
+            allowed=True,
+            key=request.key,
+            rule=plan.public_name,
+            node=node,
+            retry_after_ms=None,
+            limits=limits,
+            denied_by=[],
+            replayed=result.replayed,
+            dry_run=request.dry_run,
+        )
+    denied_by = [i for i, row in enumerate(rows) if row.ok == 0]
+    waits = [rows[i].retry_after_ms for i in denied_by]
     return answers.Decision(
-        allowed=allowed,
+        allowed=False,
         key=request.key,
-        rule=request.rule.public_name,
+        rule=plan.public_name,
         node=node,
-        retry_after_ms=retry,
-        limits=[_limit_view(s, r) for s, r in zip(request.rule.limits, rows, strict=True)],
-        denied_by=denied_by if not allowed else [],
+        # A cost that can never fit has no retry time.
+        retry_after_ms=None if not waits or NONE in waits else max(waits),
+        limits=limits,
+        denied_by=denied_by,
         replayed=result.replayed,
         dry_run=request.dry_run,
-        degraded=False,
     )
 
 

@@ -14,12 +14,12 @@ from cluster import wire
 from cluster.model import answers
 from router.allornothing import AllOrNothing
 from router.cluster_rules import ClusterRules
-from router.cluster_view import Attempt, ClusterView
+from router.cluster_view import Attempt, ClusterView, GroupAttempt
 from router.config import RouterConfig
 from router.decisions import ReplayMismatch, decision, degraded_decision
 from router.denial_cache import DenialCache
 from router.dispatch import NodeUnavailable, Reason
-from router.metrics import RouterMetrics
+from router.metrics import RouterMetrics, near_limit
 from router.op_group import Outcome
 from router.quota_adjust import AdjustRequest, run_adjust
 from router.request_ids import reused_decision
@@ -196,18 +196,12 @@ class Router:
         await _all_done([attempt.group.future for attempt in sent])
         results: list[answers.Decision | None] = [None] * len(requests)
         follow_up: list[tuple[int, Attempt]] = []
-        for attempt in sent:
-            node_id = attempt.node_id
-            for index, outcome in zip(attempt.indexes, attempt.group.future.result(), strict=True):
-                request = requests[index]
-                if not self.view.settled_outcome(node_id, outcome):
-                    follow_up.append((index, Attempt(node_id, attempt.epoch, _resolved(outcome))))
-                elif isinstance(outcome, NodeUnavailable):
-                    results[index] = self._conclude(request, self.view.owner(request.key), outcome)
-                elif isinstance(outcome, BaseException):
-                    raise outcome
-                else:
-                    results[index] = self._conclude(request, node_id, outcome)
+        tally = _Tally()
+        try:
+            for attempt in sent:
+                self._first_answers(requests, attempt, results, follow_up, tally)
+        finally:
+            tally.count(self.metrics)
         if follow_up:
             later = await asyncio.gather(
                 *(self._decide(requests[i], ops[i], first) for i, first in follow_up)
@@ -217,9 +211,68 @@ class Router:
         done = [body for body in results if body is not None]
         return answers.BatchResult(allowed=all(r.allowed for r in done), results=done)
 
+    def _first_answers(
+        self,
+        requests: list[CheckRequest],
+        attempt: GroupAttempt,
+        results: list[answers.Decision | None],
+        follow_up: list[tuple[int, Attempt]],
+        tally: _Tally,
+    ) -> None:
+        """Decide the checks of one node's share of a batch from their first answers;
+        those needing a follow-up go into `follow_up`."""
+        node_id = attempt.node_id
+        settled = self.view.settled_outcome
+        for index, outcome in zip(attempt.indexes, attempt.group.future.result(), strict=True):
+            request = requests[index]
+            if type(outcome) is wire.Checked and not request.rule.shadow:
+                # The common answer, as _conclude makes it, counted once per batch.
+                try:
+                    results[index] = decision(request, node_id, outcome)
+                except ReplayMismatch as exc:
+                    results[index] = reused_decision(request, node_id, str(exc))
+                else:
+                    tally.add(request, outcome)
+            elif not settled(node_id, outcome):
+                follow_up.append((index, Attempt(node_id, attempt.epoch, _resolved(outcome))))
+            elif isinstance(outcome, NodeUnavailable):
+                results[index] = self._conclude(request, self.view.owner(request.key), outcome)
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            else:
+                results[index] = self._conclude(request, node_id, outcome)
+
     def render_metrics(self) -> bytes:
         """The Prometheus exposition of this router (router/metrics.py)."""
         return self.metrics.render()
+
+
+class _Tally:
+    """Node decisions of one client batch, counted as RouterMetrics.checked counts them
+    one by one, but with one increment per rule and outcome."""
+
+    __slots__ = ("counts",)
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, str], int] = {}
+
+    def add(self, request: CheckRequest, result: wire.Checked) -> None:
+        rule = request.rule.name
+        counts = self.counts
+        if not result.allowed:
+            counts[rule, "denied"] = counts.get((rule, "denied"), 0) + 1
+            return
+        counts[rule, "allowed"] = counts.get((rule, "allowed"), 0) + 1
+        consumed = (request.cost > 0 or any(request.amounts)) and not request.dry_run
+        if consumed and not result.replayed and near_limit(result.limits):
+            counts[rule, ""] = counts.get((rule, ""), 0) + 1
+
+    def count(self, metrics: RouterMetrics) -> None:
+        for (rule, outcome), count in self.counts.items():
+            if outcome:
+                metrics.decisions(rule, outcome).inc(count)
+            else:
+                metrics.near_limit(rule).inc(count)
 
 
 async def _all_done(futures: list[asyncio.Future[Any]]) -> None:

@@ -56,18 +56,33 @@ class CheckSpec:
     dry_run: bool = False
 
     def to_body(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"key": self.key, "cost": self.cost}
-        if self.rule is not None:
-            body["rule"] = self.rule
-        if self.limits is not None:
-            body["limits"] = [dict(limit) for limit in self.limits]
-        if self.amount is not None:
-            body["amount"] = _amount(self.amount)
-        if self.request_id is not None:
-            body["request_id"] = self.request_id
-        if self.dry_run:
-            body["dry_run"] = True
-        return body
+        return _check_body(
+            self.key, self.rule, self.limits, self.cost, self.amount, self.request_id, self.dry_run
+        )
+
+
+def _check_body(
+    key: str,
+    rule: str | None,
+    limits: Sequence[Mapping[str, Any]] | None,
+    cost: int,
+    amount: Amount | None,
+    request_id: str | None,
+    dry_run: bool,
+) -> dict[str, Any]:
+    """A check's JSON body (what CheckSpec(...).to_body() gives)."""
+    body: dict[str, Any] = {"key": key, "cost": cost}
+    if rule is not None:
+        body["rule"] = rule
+    if limits is not None:
+        body["limits"] = [dict(limit) for limit in limits]
+    if amount is not None:
+        body["amount"] = _amount(amount)
+    if request_id is not None:
+        body["request_id"] = request_id
+    if dry_run:
+        body["dry_run"] = True
+    return body
 
 
 def _amount(value: Amount) -> str:

@@ -28,6 +28,7 @@ from cluster.sdk.calls import (
     _batch_call,
     _bodies,
     _Call,
+    _check_body,
     _check_call,
     _chunks,
     _headers,
@@ -147,7 +148,7 @@ class AsyncClient:
         dry_run: bool = False,
     ) -> Decision:
         """Check (and consume) `cost` and `amount` against a rule or inline limits."""
-        body = CheckSpec(key, rule, limits, cost, amount, request_id, dry_run).to_body()
+        body = _check_body(key, rule, limits, cost, amount, request_id, dry_run)
         if not self.coalesce:
             return await self._send(_check_call(body))
         future: asyncio.Future[Decision] = asyncio.get_running_loop().create_future()

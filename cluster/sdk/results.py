@@ -106,34 +106,48 @@ def _decimal(value: str | UnsetType | None) -> Decimal | None:
 
 
 def _limit_state(view: answers.LimitState) -> LimitState:
+    if (
+        view.delay_ms is UNSET
+        and view.max_amount is UNSET
+        and view.amount_remaining is UNSET
+        and view.period is UNSET
+        and view.timezone is UNSET
+    ):  # a limit without extra fields (nearly all)
+        return LimitState(view.algorithm, view.limit, view.remaining, view.reset_after_ms)
     return LimitState(
-        algorithm=view.algorithm,
-        limit=view.limit,
-        remaining=view.remaining,
-        reset_after_ms=view.reset_after_ms,
-        delay_ms=_given(view.delay_ms),
-        max_amount=_decimal(view.max_amount),
-        amount_remaining=_decimal(view.amount_remaining),
-        period=_given(view.period),
-        timezone=_given(view.timezone),
+        view.algorithm,
+        view.limit,
+        view.remaining,
+        view.reset_after_ms,
+        _given(view.delay_ms),
+        _decimal(view.max_amount),
+        _decimal(view.amount_remaining),
+        _given(view.period),
+        _given(view.timezone),
     )
 
 
 def _from_body(body: answers.Decision) -> Decision:
+    views = body.limits
+    rolled_back, rollback_failed, reason = (
+        body.rolled_back,
+        body.rollback_failed,
+        body.degraded_reason,
+    )
     return Decision(
-        allowed=body.allowed,
-        key=body.key,
-        rule=body.rule,
-        node=body.node,
-        retry_after_ms=body.retry_after_ms,
-        limits=tuple(_limit_state(view) for view in body.limits),
-        denied_by=tuple(body.denied_by),
-        replayed=body.replayed,
-        dry_run=body.dry_run,
-        degraded=body.degraded,
-        rolled_back=bool(_given(body.rolled_back)),
-        rollback_failed=bool(_given(body.rollback_failed)),
-        degraded_reason=_given(body.degraded_reason),
+        body.allowed,
+        body.key,
+        body.rule,
+        body.node,
+        body.retry_after_ms,
+        (_limit_state(views[0]),) if len(views) == 1 else tuple(map(_limit_state, views)),
+        tuple(body.denied_by),
+        body.replayed,
+        body.dry_run,
+        body.degraded,
+        False if rolled_back is UNSET else bool(rolled_back),
+        False if rollback_failed is UNSET else bool(rollback_failed),
+        None if reason is UNSET else reason,
     )
 
 
