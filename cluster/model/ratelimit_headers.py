@@ -141,6 +141,8 @@ class HeaderPlan:
         """The same headers as header_values(prefix, specs, states, retry_after_ms)."""
         if len(states) != len(self._names):
             raise ValueError("one state per limit")
+        if len(states) == 1:
+            return self._one(states[0], retry_after_ms)
         limits = [state.limit for state in states]
         policy = self._policy if limits == self._quotas else self._policy_of(limits)
         fields: list[str] = []
@@ -157,6 +159,23 @@ class HeaderPlan:
             headers["RateLimit-Policy"] = policy
         if fields:
             headers["RateLimit"] = ", ".join(fields)
+        if retry_after_ms is not None:
+            headers["Retry-After"] = str(retry_after_seconds(retry_after_ms))
+        return headers
+
+    def _one(self, state: _Limited, retry_after_ms: int | None) -> dict[str, str]:
+        """values() for a rule of one limit (nearly every rule), without the lists."""
+        headers: dict[str, str] = {}
+        limit, remaining, reset_ms = state.limit, state.remaining, state.reset_after_ms
+        if limit is not None:
+            policy = self._policy if limit == self._quotas[0] else self._policy_of([limit])
+            headers["RateLimit-Policy"] = policy
+            if remaining is not None and reset_ms is not None:
+                t = math.ceil(reset_ms / 1000)
+                unit_s = self._buckets[0]
+                if unit_s is not None and remaining < limit:
+                    t = min(t, unit_s)
+                headers["RateLimit"] = f"{self._names[0]};r={remaining};t={t}"
         if retry_after_ms is not None:
             headers["Retry-After"] = str(retry_after_seconds(retry_after_ms))
         return headers
