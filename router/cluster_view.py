@@ -25,9 +25,10 @@ from router.op_group import OpGroup, Outcome
 log = logging.getLogger("shardlimit.router")
 MAX_MOVED_RETRIES = 5
 # Owners looked up under the current topology, by key: hashing a key onto the ring
-# (MD5) costs more than the rest of routing it. Emptied when full or when the topology
-# changes.
+# (MD5) costs more than the rest of routing it. Emptied when it holds this many keys or
+# this many characters of keys, and when the partitioner changes.
 OWNER_CACHE_MAX = 1 << 17
+OWNER_CACHE_CHARS = 8_000_000
 # An op that expired or timed out on a node that is up was not applied: send it again,
 # up to this many times, before answering degraded.
 MAX_RESENDS = 3
@@ -69,6 +70,7 @@ class ClusterView:
         self.channels: dict[str, NodeChannel] = {}
         self._owners: dict[str, str] = {}
         self._owners_of: Partitioner = self.topology.partitioner
+        self._owner_chars = 0  # characters of the keys in _owners
         self._pushes: dict[str, asyncio.Task[bool]] = {}
         self._refresh: asyncio.Task[None] | None = None
         self._poller: asyncio.Task[None] | None = None
@@ -284,12 +286,18 @@ class ClusterView:
         self.push_failures.pop(node_id, None)
         return True
 
-    def _owner_cache(self) -> dict[str, str]:
-        """The owners cache, emptied when the partitioner changed or it is full."""
+    def _owner_cache(self, room: int = 1) -> dict[str, str]:
+        """The owners cache with room for `room` more keys, emptied when the partitioner
+        changed or it is full."""
         partitioner = self.topology.partitioner
-        if partitioner is not self._owners_of or len(self._owners) >= OWNER_CACHE_MAX:
+        if (
+            partitioner is not self._owners_of
+            or len(self._owners) + room > OWNER_CACHE_MAX
+            or self._owner_chars > OWNER_CACHE_CHARS
+        ):
             self._owners = {}
             self._owners_of = partitioner
+            self._owner_chars = 0
         return self._owners
 
     def owner(self, key: str) -> str:
@@ -297,6 +305,7 @@ class ClusterView:
         node_id = owners.get(key)
         if node_id is None:
             node_id = owners[key] = self._owners_of.owner(key)
+            self._owner_chars += len(key)
         return node_id
 
     def send(self, key: str, op: wire.Op) -> Attempt:
@@ -306,15 +315,14 @@ class ClusterView:
 
     def send_many(self, keys: list[str], ops: list[wire.Op]) -> list[GroupAttempt]:
         """Queue `ops[i]` for the owner of `keys[i]` now, one OpGroup per node."""
-        if len(self._owners) + len(keys) > OWNER_CACHE_MAX:
-            self._owners = {}
-        owners = self._owner_cache()
+        owners = self._owner_cache(len(keys))
         owner = self._owners_of.owner
         by_node: dict[str, list[int]] = {}
         for index, key in enumerate(keys):
             node_id = owners.get(key)
             if node_id is None:
                 node_id = owners[key] = owner(key)
+                self._owner_chars += len(key)
             indexes = by_node.get(node_id)
             if indexes is None:
                 by_node[node_id] = [index]
