@@ -26,7 +26,8 @@ import functools
 import logging
 import ssl
 import time
-from collections.abc import Callable, Coroutine
+from collections import deque
+from collections.abc import Callable, Coroutine, Iterable
 from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit
@@ -38,7 +39,7 @@ from cluster import wire
 from cluster.model.nodes import NodeSpec
 from cluster.wire import HEALTH_PATH, READY_PATH
 from router.link import Done, NodeLink
-from router.op_group import OpGroup, Sink
+from router.op_group import OpGroup
 from router.transport import HttpPool
 
 log = logging.getLogger("shardlimit.dispatch")
@@ -111,11 +112,24 @@ class Breaker:
         return True
 
 
-Pending = tuple[wire.Op, Sink]
+# Queued ops, as runs: a run's outcomes go to one op's own future, or to an OpGroup's
+# slots from `start` on (a group's run may leave in more than one batch).
+Sink = asyncio.Future[wire.Result] | OpGroup
+Pending = tuple[list[wire.Op], Sink, int]
 
 
 def _ignore(_value: float) -> None:
     pass
+
+
+def _fail(runs: Iterable[Pending], error: Callable[[], NodeUnavailable]) -> None:
+    """Every op of `runs` answered with an exception of its own."""
+    for run, sink, start in runs:
+        if isinstance(sink, OpGroup):
+            for index in range(start, start + len(run)):
+                sink.settle(index, error())
+        elif not sink.done():
+            sink.set_exception(error())
 
 
 class NodeChannel:
@@ -156,7 +170,8 @@ class NodeChannel:
         self.coalesce_wait_s = coalesce_wait_s
         self.on_epoch = on_epoch
         self.breaker = Breaker()
-        self._pending: list[Pending] = []
+        self._pending: deque[Pending] = deque()
+        self._queued = 0  # ops in `_pending`
         self._flush_handle: asyncio.Handle | None = None
         self._sent_at: dict[int, float] = {}  # in-flight batch id -> loop time sent
         self._batch_ids = 0
@@ -191,7 +206,7 @@ class NodeChannel:
 
     @property
     def queued(self) -> int:
-        return len(self._pending)
+        return self._queued
 
     def submit(self, op: wire.Op) -> asyncio.Future[wire.Result]:
         loop = asyncio.get_running_loop()
@@ -200,7 +215,7 @@ class NodeChannel:
             future.set_exception(
                 NodeUnavailable(f"node {self.spec.id} is down ({CIRCUIT_OPEN})", Reason.DOWN)
             )
-        elif len(self._pending) >= self.queue_max:
+        elif self._queued >= self.queue_max:
             self.overloaded += 1
             future.set_exception(
                 NodeUnavailable(
@@ -209,7 +224,8 @@ class NodeChannel:
                 )
             )
         else:
-            self._pending.append((op, future))
+            self._pending.append(([op], future, 0))
+            self._queued += 1
             self._schedule()
         return future
 
@@ -223,8 +239,10 @@ class NodeChannel:
                     NodeUnavailable(f"node {self.spec.id} is down ({CIRCUIT_OPEN})", Reason.DOWN),
                 )
             return group
-        room = max(0, self.queue_max - len(self._pending))
-        self._pending.extend((op, group.slot(i)) for i, op in enumerate(ops[:room]))
+        room = max(0, self.queue_max - self._queued)
+        if room:
+            self._pending.append((ops if room >= len(ops) else ops[:room], group, 0))
+            self._queued += min(room, len(ops))
         for index in range(room, len(ops)):
             self.overloaded += 1
             group.settle(
@@ -258,8 +276,7 @@ class NodeChannel:
         self._flush_handle = None
         loop = asyncio.get_running_loop()
         while self._pending and self.inflight < self.max_inflight:
-            batch = self._pending[: self.coalesce_max]
-            del self._pending[: self.coalesce_max]
+            batch = self._take(self.coalesce_max)
             self._batch_ids += 1
             batch_id = self._batch_ids
             self._sent_at[batch_id] = loop.time()
@@ -267,24 +284,43 @@ class NodeChannel:
         if self._sent_at and (self._watchdog is None or self._watchdog.done()):
             self._watchdog = loop.create_task(self._watch())
 
+    def _take(self, most: int) -> list[Pending]:
+        """The queue's first `most` ops (runs, the last one perhaps split)."""
+        pending = self._pending
+        runs: list[Pending] = []
+        while pending and most:
+            ops, sink, start = pending[0]
+            if len(ops) <= most:
+                runs.append(pending.popleft())
+                most -= len(ops)
+                self._queued -= len(ops)
+            else:
+                runs.append((ops[:most], sink, start))
+                pending[0] = (ops[most:], sink, start + most)
+                self._queued -= most
+                most = 0
+        return runs
+
     def _send(self, batch_id: int, batch: list[Pending]) -> None:
         """One batch onto the channel; its answer settles the checks' futures."""
-        ops = [op for op, _ in batch]
+        ops = batch[0][0] if len(batch) == 1 else [op for run, _, _ in batch for op in run]
         started = asyncio.get_running_loop().time()
 
         def done(outcome: wire.Reply | BaseException) -> None:
             try:
                 results, epoch = self._outcome(ops, started, outcome)
             except NodeUnavailable as exc:
-                for _, future in batch:
-                    if not future.done():
-                        future.set_exception(NodeUnavailable(str(exc), exc.reason))
+                _fail(batch, functools.partial(NodeUnavailable, str(exc), exc.reason))
             else:
                 if self.on_epoch is not None:
                     self.on_epoch(self.spec.id, epoch)
-                for (_, future), result in zip(batch, results, strict=True):
-                    if not future.done():
-                        future.set_result(result)
+                at = 0
+                for run, sink, start in batch:
+                    if isinstance(sink, OpGroup):
+                        sink.settle_run(start, results[at : at + len(run)])
+                    elif not sink.done():
+                        sink.set_result(results[at])
+                    at += len(run)
             finally:
                 del self._sent_at[batch_id]
                 self._schedule()
@@ -440,12 +476,11 @@ class NodeChannel:
             return
         log.warning("node %s marked down: %s", self.spec.id, reason)
         # Queued checks were never sent: they fail now, having consumed nothing.
-        pending, self._pending = self._pending, []
-        for _, future in pending:
-            if not future.done():
-                future.set_exception(
-                    NodeUnavailable(f"node {self.spec.id} is down ({CIRCUIT_OPEN})", Reason.DOWN)
-                )
+        pending, self._pending, self._queued = self._pending, deque(), 0
+        _fail(
+            pending,
+            lambda: NodeUnavailable(f"node {self.spec.id} is down ({CIRCUIT_OPEN})", Reason.DOWN),
+        )
         if self._recovery is None or self._recovery.done():
             self._recovery = asyncio.get_running_loop().create_task(self._recover())
 
@@ -551,10 +586,8 @@ class NodeChannel:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        for _, future in self._pending:
-            if not future.done():
-                future.set_exception(NodeUnavailable("router shutting down"))
-        self._pending.clear()
+        pending, self._pending, self._queued = self._pending, deque(), 0
+        _fail(pending, lambda: NodeUnavailable("router shutting down"))
         self.pool.close()
         self.link.close()
         if self._live_pool is not None:

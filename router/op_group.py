@@ -1,24 +1,15 @@
 """Many ops bound for one node, answered through one future (a client batch's share of a
-node): no future, done callback or loop wake-up per op."""
+node): no future, done callback or loop wake-up per op, and no object per op either: a
+node's queue holds runs of ops (router/dispatch.py), each answered with one call."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Protocol
+from typing import cast
 
 from cluster import wire
 
 Outcome = wire.Result | BaseException
-
-
-class Sink(Protocol):
-    """Where a queued op's outcome goes: its own future, or its slot in an OpGroup."""
-
-    def done(self) -> bool: ...
-
-    def set_result(self, result: wire.Result, /) -> None: ...
-
-    def set_exception(self, exception: BaseException, /) -> None: ...
 
 
 class OpGroup:
@@ -33,32 +24,25 @@ class OpGroup:
         if not size:
             self.future.set_result([])
 
-    def slot(self, index: int) -> Slot:
-        return Slot(self, index)
-
     def settle(self, index: int, outcome: Outcome) -> None:
         if self.outcomes[index] is not None:
             return
         self.outcomes[index] = outcome
         self.left -= 1
+        self._complete()
+
+    def settle_run(self, start: int, outcomes: list[wire.Result]) -> None:
+        """Outcomes of the ops from `start` on, one per op (settle() for each)."""
+        end = start + len(outcomes)
+        mine = self.outcomes
+        if mine[start:end].count(None) == len(outcomes):  # none settled yet: the rule
+            mine[start:end] = outcomes
+            self.left -= len(outcomes)
+            self._complete()
+        else:
+            for index, outcome in enumerate(outcomes, start):
+                self.settle(index, outcome)
+
+    def _complete(self) -> None:
         if not self.left and not self.future.done():
-            self.future.set_result([o for o in self.outcomes if o is not None])
-
-
-class Slot:
-    """One op's place in an OpGroup, used where a single op's future would be."""
-
-    __slots__ = ("group", "index")
-
-    def __init__(self, group: OpGroup, index: int) -> None:
-        self.group = group
-        self.index = index
-
-    def done(self) -> bool:
-        return self.group.outcomes[self.index] is not None
-
-    def set_result(self, result: wire.Result, /) -> None:
-        self.group.settle(self.index, result)
-
-    def set_exception(self, exception: BaseException, /) -> None:
-        self.group.settle(self.index, exception)
+            self.future.set_result(cast(list[Outcome], self.outcomes))
