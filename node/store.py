@@ -59,13 +59,16 @@ class _Rule:
     keys' prefixes, its algorithm codes, and (unless they depend on the clock) its limits'
     script arguments per (amounts, quota TTL)."""
 
-    __slots__ = ("args", "clocked", "codes", "limits", "prefixes")
+    __slots__ = ("args", "clocked", "codes", "limits", "prefixes", "single")
 
     def __init__(self, scope: str, limits: tuple[LimitSpec, ...]) -> None:
         self.limits = limits  # held: the cache is keyed by its id
         self.prefixes = [counter_key(scope, spec.shape, "") for spec in limits]
         self.codes = frozenset(BY_NAME[spec.algorithm].code for spec in limits)
         self.clocked = not self.codes.isdisjoint(_CLOCKED)
+        # The counter key prefix of a one-limit rule whose arguments do not depend on
+        # the clock (its checks are packed without _check_entry), else None.
+        self.single = self.prefixes[0] if len(limits) == 1 and not self.clocked else None
         self.args: dict[tuple[tuple[int, ...], int], list[int]] = {}
 
 
@@ -215,12 +218,30 @@ class CounterStore:
         # clock are packed once per batch (the ops hold their limits meanwhile, so
         # their ids are not reused).
         memo: dict[Any, list[int]] = {}
+        rules = self._rules
+        last: _Rule | None = None
         for op in checks:
-            op_keys, entry, rule = self._check_entry(op, now_ms, memo)
-            keys += op_keys
-            entries.append(entry)
-            if not rule.codes <= codes:
-                codes = codes | rule.codes
+            rule = rules.get((op.scope, id(op.limits)))
+            # The common check inline: one limit, its arguments kept, no record.
+            limits = (
+                rule.args.get((op.amounts, op.quota_ttl_ms))
+                if rule is not None
+                and rule.limits is op.limits
+                and rule.single is not None
+                and op.request_id is None
+                else None
+            )
+            if limits is not None:
+                assert rule is not None and rule.single is not None
+                keys.append(rule.single + op.key)
+                entries.append([1, op.cost, int(op.dry_run), 0, 0, "", op.fingerprint, 1, *limits])
+            else:
+                op_keys, entry, rule = self._check_entry(op, now_ms, memo)
+                keys += op_keys
+                entries.append(entry)
+            if rule is not last:
+                assert rule is not None
+                codes, last = codes | rule.codes, rule
         args: list[int | str | bytes] = [
             self.offset_ms * 1000,
             deadline_ms,
