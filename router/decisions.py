@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from cluster.model import answers
 from cluster.model.algorithms import BY_NAME, NONE
@@ -12,6 +12,8 @@ from cluster.model.ratelimit_headers import HeaderPlan, LimitState, header_value
 from cluster.wire import Checked, LimitRow
 from router.requests import CheckRequest
 from router.rules import Rule
+
+T = TypeVar("T")
 
 
 def _opt(value: int) -> int | None:
@@ -74,19 +76,27 @@ class _Views:
         return [_limit_view(spec, row) for spec, row in zip(self.specs, rows, strict=True)]
 
 
-_VIEWS_MAX = 4096
-_views: dict[int, tuple[Rule, _Views]] = {}
+class _PerRule(Generic[T]):
+    """What `build` works out for a rule, kept with its rule (a rule replaced by a reload
+    gets its own), for at most `size` rules."""
+
+    def __init__(self, build: Callable[[Rule], T], size: int = 4096) -> None:
+        self.build = build
+        self.size = size
+        self.kept: dict[int, tuple[Rule, T]] = {}
+
+    def __call__(self, rule: Rule) -> T:
+        entry = self.kept.get(id(rule))
+        if entry is not None and entry[0] is rule:
+            return entry[1]
+        if len(self.kept) >= self.size:
+            self.kept.clear()
+        value = self.build(rule)
+        self.kept[id(rule)] = (rule, value)
+        return value
 
 
-def _views_of(rule: Rule) -> _Views:
-    entry = _views.get(id(rule))
-    if entry is not None and entry[0] is rule:
-        return entry[1]
-    if len(_views) >= _VIEWS_MAX:
-        _views.clear()
-    views = _Views(rule)
-    _views[id(rule)] = (rule, views)
-    return views
+_views_of = _PerRule(_Views)
 
 
 def decision(request: CheckRequest, node: str, result: Checked) -> answers.Decision:
@@ -163,20 +173,7 @@ def degraded_decision(request: CheckRequest, node: str, reason: str) -> answers.
     )
 
 
-# Header plans by rule, kept with their rule (a rule replaced by a reload gets its own).
-_PLANS_MAX = 4096
-_plans: dict[int, tuple[Rule, HeaderPlan]] = {}
-
-
-def _plan(rule: Rule) -> HeaderPlan:
-    entry = _plans.get(id(rule))
-    if entry is not None and entry[0] is rule:
-        return entry[1]
-    if len(_plans) >= _PLANS_MAX:
-        _plans.clear()
-    plan = HeaderPlan(rule.public_name or "inline", rule.limits)
-    _plans[id(rule)] = (rule, plan)
-    return plan
+_plan = _PerRule(lambda rule: HeaderPlan(rule.public_name or "inline", rule.limits))
 
 
 def ratelimit_headers(request: CheckRequest, body: answers.Decision) -> dict[str, str]:
