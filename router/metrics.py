@@ -70,6 +70,40 @@ def near_limit(rows: Sequence[wire.LimitRow]) -> bool:
     return False
 
 
+def decision_outcome(request: CheckRequest, result: wire.Checked) -> tuple[str, bool]:
+    """How a node's decision is counted: its outcome label, and whether it consumed up
+    to near a limit."""
+    if not result.allowed:
+        return "denied", False
+    consumed = (request.cost > 0 or any(request.amounts)) and not request.dry_run
+    return "allowed", consumed and not result.replayed and near_limit(result.limits)
+
+
+class DecisionTally:
+    """Node decisions of one client batch, counted as RouterMetrics.checked counts them
+    one by one, with one increment per rule and outcome."""
+
+    __slots__ = ("counts",)
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, str], int] = {}
+
+    def add(self, request: CheckRequest, result: wire.Checked) -> None:
+        outcome, near = decision_outcome(request, result)
+        counts = self.counts
+        rule = request.rule.name
+        counts[rule, outcome] = counts.get((rule, outcome), 0) + 1
+        if near:
+            counts[rule, ""] = counts.get((rule, ""), 0) + 1
+
+    def count(self, metrics: RouterMetrics) -> None:
+        for (rule, outcome), count in self.counts.items():
+            if outcome:
+                metrics.decisions(rule, outcome).inc(count)
+            else:
+                metrics.near_limit(rule).inc(count)
+
+
 class RouterMetrics:
     """Every series of one router. Adding a counter is one line in __init__, e.g.
     `self.cache_hits = families.counter("shardlimit_cache_hits_total", "Help.", "rule")`,
@@ -161,12 +195,9 @@ class RouterMetrics:
     def checked(self, request: CheckRequest, result: wire.Checked) -> None:
         """Count a decision a node made."""
         rule = request.rule.name
-        if not result.allowed:
-            self.decisions(rule, "denied").inc()
-            return
-        self.decisions(rule, "allowed").inc()
-        consumed = (request.cost > 0 or any(request.amounts)) and not request.dry_run
-        if consumed and not result.replayed and near_limit(result.limits):
+        outcome, near = decision_outcome(request, result)
+        self.decisions(rule, outcome).inc()
+        if near:
             self.near_limit(rule).inc()
 
     def cached_denial(self, request: CheckRequest) -> None:

@@ -19,7 +19,7 @@ from router.config import RouterConfig
 from router.decisions import ReplayMismatch, decision, degraded_decision
 from router.denial_cache import DenialCache
 from router.dispatch import NodeUnavailable, Reason
-from router.metrics import RouterMetrics, near_limit
+from router.metrics import DecisionTally, RouterMetrics
 from router.op_group import Outcome
 from router.quota_adjust import AdjustRequest, run_adjust
 from router.request_ids import reused_decision
@@ -196,7 +196,7 @@ class Router:
         await _all_done([attempt.group.future for attempt in sent])
         results: list[answers.Decision | None] = [None] * len(requests)
         follow_up: list[tuple[int, Attempt]] = []
-        tally = _Tally()
+        tally = DecisionTally()
         try:
             for attempt in sent:
                 self._first_answers(requests, attempt, results, follow_up, tally)
@@ -217,7 +217,7 @@ class Router:
         attempt: GroupAttempt,
         results: list[answers.Decision | None],
         follow_up: list[tuple[int, Attempt]],
-        tally: _Tally,
+        tally: DecisionTally,
     ) -> None:
         """Decide the checks of one node's share of a batch from their first answers;
         those needing a follow-up go into `follow_up`."""
@@ -245,34 +245,6 @@ class Router:
     def render_metrics(self) -> bytes:
         """The Prometheus exposition of this router (router/metrics.py)."""
         return self.metrics.render()
-
-
-class _Tally:
-    """Node decisions of one client batch, counted as RouterMetrics.checked counts them
-    one by one, but with one increment per rule and outcome."""
-
-    __slots__ = ("counts",)
-
-    def __init__(self) -> None:
-        self.counts: dict[tuple[str, str], int] = {}
-
-    def add(self, request: CheckRequest, result: wire.Checked) -> None:
-        rule = request.rule.name
-        counts = self.counts
-        if not result.allowed:
-            counts[rule, "denied"] = counts.get((rule, "denied"), 0) + 1
-            return
-        counts[rule, "allowed"] = counts.get((rule, "allowed"), 0) + 1
-        consumed = (request.cost > 0 or any(request.amounts)) and not request.dry_run
-        if consumed and not result.replayed and near_limit(result.limits):
-            counts[rule, ""] = counts.get((rule, ""), 0) + 1
-
-    def count(self, metrics: RouterMetrics) -> None:
-        for (rule, outcome), count in self.counts.items():
-            if outcome:
-                metrics.decisions(rule, outcome).inc(count)
-            else:
-                metrics.near_limit(rule).inc(count)
 
 
 async def _all_done(futures: list[asyncio.Future[Any]]) -> None:
