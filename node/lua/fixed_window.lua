@@ -44,7 +44,12 @@ ALG[CODE] = {
       redis.call('SET', key, fmt(used + cost), 'PX', math.max(1, reset))
     end
     r.commit = function()
-      redis.call('SET', key, fmt(used + cost), 'PX', math.max(1, reset))
+      if used > 0 then
+        -- The key holds this window's count and expires at its end: add in place.
+        redis.call('INCRBY', key, fmt(cost))
+      else
+        redis.call('SET', key, fmt(cost), 'PX', math.max(1, reset))
+      end
       return { w, cost }
     end
     return r

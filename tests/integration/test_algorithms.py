@@ -7,6 +7,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+import redis.asyncio as aioredis
 
 from tests.conftest import Cluster
 
@@ -64,6 +65,28 @@ async def test_fixed_window_over_limit_cost_is_never_admitted(cluster: Cluster) 
     assert data["retry_after_ms"] is None
     status, data = await cluster.check(body("fw:big", payload["limits"][0], cost=5))
     assert status == 200 and data["limits"][0]["remaining"] == 0
+
+
+async def test_fixed_window_adds_in_place_and_still_ends_with_its_window(
+    cluster: Cluster,
+) -> None:
+    """After the first hit a window's count is added to in place: the stored count is
+    exact and the key still expires when the window ends, not a window after a hit."""
+    limit = {"algorithm": "fixed_window", "limit": 50, "window": "1h"}
+    await cluster.set_time(T - 10 * S)  # this window ends 10 s from now
+    results = await hits(cluster, body("fw:inplace", limit, cost=2), 3)
+    assert [r["limits"][0]["remaining"] for r in results] == [48, 46, 44]
+    owner = cluster.router.view.owner("fw:inplace")
+    index = sorted(cluster.node_urls).index(owner)
+    client = aioredis.Redis(port=cluster.redis[index].port)
+    try:
+        names = [name async for name in client.scan_iter(match="c*|fw:inplace")]
+        assert len(names) == 1
+        assert await client.get(names[0]) == b"6"
+        ttl = await client.pttl(names[0])
+    finally:
+        await client.aclose()
+    assert 5 * S < ttl <= 10 * S
 
 
 async def test_sliding_log_is_exact_over_the_window(cluster: Cluster) -> None:
