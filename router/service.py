@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -193,12 +195,13 @@ class Router:
         quota_ttl = self.config.quota_ttl_ms
         ops = [request.to_op(ttl, quota_ttl_ms=quota_ttl) for request in requests]
         sent = self.view.send_many([request.key for request in requests], ops)
-        await _all_done([attempt.group.future for attempt in sent])
         results: list[answers.Decision | None] = [None] * len(requests)
         follow_up: list[tuple[int, Attempt]] = []
         tally = DecisionTally()
         try:
-            for attempt in sent:
+            # Each node's share is decided as soon as it is in, while later nodes work.
+            answered = _Answered(sent)
+            while (attempt := await answered.next()) is not None:
                 self._first_answers(requests, attempt, results, follow_up, tally)
         finally:
             tally.count(self.metrics)
@@ -247,23 +250,35 @@ class Router:
         return self.metrics.render()
 
 
-async def _all_done(futures: list[asyncio.Future[Any]]) -> None:
-    """Wait until every future is done (asyncio.wait without its set and removals)."""
-    left = sum(1 for future in futures if not future.done())
-    if not left:
-        return
-    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+class _Answered:
+    """A batch's node shares in the order their answers come in."""
 
-    def one_done(_future: asyncio.Future[Any]) -> None:
-        nonlocal left
-        left -= 1
-        if not left and not gate.done():
-            gate.set_result(None)
+    __slots__ = ("_gate", "_left", "_ready")
 
-    for future in futures:
-        if not future.done():
-            future.add_done_callback(one_done)
-    await gate
+    def __init__(self, sent: list[GroupAttempt]) -> None:
+        self._ready: deque[GroupAttempt] = deque()
+        self._gate: asyncio.Future[None] | None = None
+        self._left = len(sent)
+        for attempt in sent:
+            if attempt.group.future.done():
+                self._ready.append(attempt)
+            else:
+                attempt.group.future.add_done_callback(partial(self._done, attempt))
+
+    def _done(self, attempt: GroupAttempt, _future: asyncio.Future[Any]) -> None:
+        self._ready.append(attempt)
+        if self._gate is not None and not self._gate.done():
+            self._gate.set_result(None)
+
+    async def next(self) -> GroupAttempt | None:
+        """The next share whose answers are in; None when every share has been taken."""
+        if not self._left:
+            return None
+        if not self._ready:
+            self._gate = asyncio.get_running_loop().create_future()
+            await self._gate
+        self._left -= 1
+        return self._ready.popleft()
 
 
 def _resolved(outcome: Outcome) -> asyncio.Future[wire.Result]:
