@@ -103,6 +103,11 @@ class Cluster:
             data: dict[str, Any] = await resp.json()
             return data
 
+    def owner_redis(self, key: str) -> RedisProcess:
+        """The Redis of the node that owns `key` now."""
+        owner = self.router.view.owner(key)
+        return self.redis[sorted(self.node_urls).index(owner)]
+
     async def redis_now_ms(self) -> int:
         client = aioredis.Redis(port=self.redis[0].port)
         seconds, micros = await client.time()

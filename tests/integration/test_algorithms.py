@@ -76,9 +76,7 @@ async def test_fixed_window_adds_in_place_and_still_ends_with_its_window(
     await cluster.set_time(T - 10 * S)  # this window ends 10 s from now
     results = await hits(cluster, body("fw:inplace", limit, cost=2), 3)
     assert [r["limits"][0]["remaining"] for r in results] == [48, 46, 44]
-    owner = cluster.router.view.owner("fw:inplace")
-    index = sorted(cluster.node_urls).index(owner)
-    client = aioredis.Redis(port=cluster.redis[index].port)
+    client = aioredis.Redis(port=cluster.owner_redis("fw:inplace").port)
     try:
         names = [name async for name in client.scan_iter(match="c*|fw:inplace")]
         assert len(names) == 1

@@ -77,9 +77,7 @@ async def test_a_count_quota_admits_exactly_its_limit_and_never_resets(cluster: 
 
 async def test_the_counter_lives_quota_ttl_from_its_last_change(cluster: Cluster) -> None:
     assert (await cluster.check({"key": "q:ttl", "rule": "stock"}))[0] == 200
-    owner = cluster.router.view.owner("q:ttl")
-    index = sorted(cluster.node_urls).index(owner)
-    client = aioredis.Redis(port=cluster.redis[index].port)
+    client = aioredis.Redis(port=cluster.owner_redis("q:ttl").port)
     try:
         ttl = await client.pttl(counter_key("stock", "q", "q:ttl"))
     finally:

@@ -237,6 +237,24 @@ async def test_the_front_answers_partial_requests_split_anywhere(cluster: Cluste
         assert statuses == [b"200", b"200", b"200"]
 
 
+async def second_router(
+    cluster: Cluster, data_dir: Path, ssl_context: ssl.SSLContext | None = None
+) -> tuple[web.AppRunner, int]:
+    """Another router of the same cluster, answering through the front on a free port;
+    the caller cleans its runner up."""
+    config = RouterConfig(
+        data_dir=data_dir,
+        nodes=list(cluster.router.view.topology.nodes),
+        rules_file=cluster.rules_file,
+    )
+    app = create_app(config, None, CLUSTER)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    port = free_port()
+    await start_site(runner, "127.0.0.1", port, ssl_context=ssl_context, front=front_for(app))
+    return runner, port
+
+
 @pytest.fixture
 async def tls_router(cluster: Cluster, tmp_path: Path) -> AsyncIterator[tuple[int, ssl.SSLContext]]:
     """A second router of the same cluster, on HTTPS through the front."""
@@ -245,16 +263,7 @@ async def tls_router(cluster: Cluster, tmp_path: Path) -> AsyncIterator[tuple[in
     ca.issue_cert("127.0.0.1").configure_cert(server)
     client = ssl.create_default_context()
     ca.configure_trust(client)
-    config = RouterConfig(
-        data_dir=tmp_path / "tls-router",
-        nodes=list(cluster.router.view.topology.nodes),
-        rules_file=cluster.rules_file,
-    )
-    app = create_app(config, None, CLUSTER)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
-    port = free_port()
-    await start_site(runner, "127.0.0.1", port, ssl_context=server, front=front_for(app))
+    runner, port = await second_router(cluster, tmp_path / "tls-router", server)
     yield port, client
     await runner.cleanup()
 
@@ -271,16 +280,7 @@ async def test_tls_through_the_front_and_its_hand_over(
 async def test_a_graceful_stop_writes_the_answers_in_flight_and_closes_idle_connections(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    config = RouterConfig(
-        data_dir=tmp_path / "second-router",
-        nodes=list(cluster.router.view.topology.nodes),
-        rules_file=cluster.rules_file,
-    )
-    app = create_app(config, None, CLUSTER)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
-    port = free_port()
-    await start_site(runner, "127.0.0.1", port, front=front_for(app))
+    runner, port = await second_router(cluster, tmp_path / "second-router")
     idle_reader, idle_writer = await asyncio.open_connection("127.0.0.1", port)
     idle_writer.write(check(OK))
     await asyncio.wait_for(_read_answer(idle_reader), 10)
