@@ -132,6 +132,10 @@ async def export_keys(
     if isinstance(newer, Topology) and newer.epoch > state.epoch:
         # The asking node is ahead of us (a push to us is on its way): take it now.
         await install_topology(state, newer)
+    else:
+        # A push of this topology may have come first and still wait for batches of
+        # the older one: a key they count is frozen only once they reached Redis.
+        await state.wait_drained(state.epoch)
     ownership = state.ownership
     # Safe to hand out exactly the keys this node no longer serves: it never writes
     # them again, so the copy is frozen (and empty once the background copy ran).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +15,7 @@ import redis
 import redis.asyncio as aioredis
 from aiohttp import web
 
+from cluster import wire
 from cluster.local.redis_proc import RedisProcess, free_port
 from cluster.model.nodes import NodeSpec
 from cluster.web.serve import FrontFactory, start_site
@@ -124,6 +126,18 @@ class Cluster:
                 headers={"Authorization": f"Bearer {CLUSTER}"},
             ) as resp:
                 assert resp.status == 200, await resp.text()
+
+
+async def node_batch(cluster: Cluster, node: str, ops: list[wire.Op]) -> list[wire.Result]:
+    """Speak the node protocol the way a router does."""
+    batch = wire.Batch(int(time.time() * 1000) + 5000, ops)
+    async with cluster.http.post(
+        cluster.node_urls[node] + wire.BATCH_PATH,
+        data=wire.encode(batch),
+        headers={"Authorization": f"Bearer {CLUSTER}", "Content-Type": wire.CONTENT_TYPE},
+    ) as resp:
+        assert resp.status == 200, await resp.text()
+        return wire.decode_reply(await resp.read()).results
 
 
 async def start_cluster(

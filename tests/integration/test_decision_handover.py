@@ -8,7 +8,7 @@ import redis
 from cluster import wire
 from cluster.model.keys import hold_id
 from node.store import HOLDS_KEY
-from tests.conftest import ADMIN, CLUSTER, Cluster, eventually
+from tests.conftest import ADMIN, CLUSTER, Cluster, eventually, node_batch
 from tests.integration.test_holds import (
     FW,
     MONEY,
@@ -16,7 +16,6 @@ from tests.integration.test_holds import (
     held_check,
     hold_count,
     holds_of,
-    node_batch,
 )
 from tests.system.test_resharding import wait_migration_done
 

@@ -14,25 +14,13 @@ from cluster.model.keys import hold_id
 from node.app import STATE
 from node.state import NodeState
 from node.store import HOLDS_KEY
-from tests.conftest import ADMIN, CLUSTER, Cluster, eventually
+from tests.conftest import ADMIN, CLUSTER, Cluster, eventually, node_batch
 from tests.system.test_resharding import big_cluster, wait_migration_done
 
 __all__ = ["big_cluster"]  # a fixture shared with test_resharding.py
 
 FW = {"algorithm": "fixed_window", "limit": 10, "window": "1h"}
 MONEY = {"algorithm": "calendar", "period": "day", "timezone": "UTC", "max_amount": "100.00"}
-
-
-async def node_batch(cluster: Cluster, node: str, ops: list[wire.Op]) -> list[wire.Result]:
-    """Speak the node protocol the way a router does."""
-    batch = wire.Batch(int(time.time() * 1000) + 5000, ops)
-    async with cluster.http.post(
-        cluster.node_urls[node] + wire.BATCH_PATH,
-        data=wire.encode(batch),
-        headers={"Authorization": f"Bearer {CLUSTER}", "Content-Type": wire.CONTENT_TYPE},
-    ) as resp:
-        assert resp.status == 200, await resp.text()
-        return wire.decode_reply(await resp.read()).results
 
 
 LIMITS: list[list[Any]] = [

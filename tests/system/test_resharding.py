@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import random
@@ -21,13 +22,16 @@ import redis as sync_redis
 import redis.asyncio as aioredis
 import yaml
 
+from cluster import wire
 from cluster.local.loadgen import LoadProcess, start_loadgen
 from cluster.local.redis_proc import RedisProcess, free_port
 from cluster.model.keys import counter_key, limit_key_of, record_key
 from cluster.model.nodes import NodeSpec
 from cluster.model.partition import new_partitioner
 from cluster.model.topology import Topology
+from node.app import STATE
 from node.copy import Finder
+from node.migration import decode_entries
 from node.ownership import Ownership
 from tests.conftest import (
     ADMIN,
@@ -35,6 +39,7 @@ from tests.conftest import (
     Cluster,
     add_spare_node,
     eventually,
+    node_batch,
     start_cluster,
     stop_cluster,
 )
@@ -436,3 +441,73 @@ async def test_a_copy_step_with_a_bad_budget_is_refused(cluster: Cluster) -> Non
             cluster.node_urls["n1"] + "/node/v1/migrate", json=body, headers=headers
         ) as resp:
             assert resp.status == 400, (budget, await resp.text())
+
+
+async def test_a_source_exports_a_key_only_once_its_older_batches_reached_redis(
+    cluster: Cluster, fourth_redis: RedisProcess
+) -> None:
+    """A node that took a migrating topology may still have a batch of the older one on
+    its way to Redis. A new owner pulling a moving key meanwhile must get it with that
+    batch's count, else the count is lost. Here the batch is held back by pausing the
+    source's Redis for writes (reads, like the export's DUMP, still go through)."""
+    n4_url = await add_spare_node(cluster, fourth_redis)
+    current = cluster.router.view.topology
+    nodes = [*current.nodes, NodeSpec("n4", n4_url)]
+    moving = dataclasses.replace(
+        current,
+        epoch=current.epoch + 1,
+        partitioner=current.partitioner.resized(nodes),
+        migration={"id": "m-drain", "from": current.partitioner.to_dict()},
+    )
+    key = next(
+        k
+        for k in (f"user:{i}" for i in range(1000))
+        if current.partitioner.owner(k) == "n1" and moving.partitioner.owner(k) == "n4"
+    )
+    fixed = ["fixed_window", 10, 3_600_000, 0, "", "", None, 2]
+    op = wire.Op("check", key, "~inline", [fixed], [0], cost=1)
+    [first] = await node_batch(cluster, "n1", [op])
+    assert isinstance(first, wire.Checked) and first.allowed
+    source = aioredis.Redis(port=cluster.redis[0].port)
+    names = [
+        name.decode()
+        async for name in source.scan_iter(match="*")
+        if limit_key_of(name.decode()) == key
+    ]
+    assert len(names) == 1
+    state = cluster.runners[0].app[STATE]
+    headers = {"Authorization": f"Bearer {CLUSTER}"}
+
+    async def put(url: str) -> None:
+        async with cluster.http.put(
+            url + wire.TOPOLOGY_PATH, json=moving.to_dict(), headers=headers
+        ) as resp:
+            assert resp.status == 200, await resp.text()
+
+    await source.client_pause(1500, all=False)  # writes only
+    second = asyncio.create_task(node_batch(cluster, "n1", [op]))
+
+    async def in_flight() -> bool:
+        return state.inflight[current.epoch] == 1
+
+    await eventually(in_flight)
+    adopt = asyncio.create_task(put(cluster.node_urls["n1"]))
+
+    async def adopted() -> bool:
+        return state.epoch == moving.epoch
+
+    await eventually(adopted)
+    await put(n4_url)
+    async with cluster.http.post(
+        cluster.node_urls["n1"] + wire.EXPORT_PATH,
+        json={"keys": names, "topology": moving.to_dict()},
+        headers=headers,
+    ) as resp:
+        assert resp.status == 200, await resp.text()
+        [entry] = decode_entries((await resp.json())["entries"])
+    assert second.done()  # the export waited for the batch ...
+    [counted] = await second
+    assert isinstance(counted, wire.Checked) and counted.allowed
+    await adopt
+    assert entry[1] == await source.dump(names[0])  # ... and hands out its count: 2
+    await source.aclose()
