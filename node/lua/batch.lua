@@ -8,6 +8,8 @@
 --       hold_ms, hold_entry or "", fingerprint or "", n, then per limit its
 --       algorithm code, amount (minor units), p1..p6}: one flat list per check, as
 --       unpacking nested lists costs Redis more than reading the values.
+-- A check of one limit without a record goes to its algorithm's `alone` when it has
+-- one (the same reply, built without the tables below).
 -- Returns one reply per check, in order:
 --   {allowed, replayed, n, then per limit: ok, limit, remaining, reset_after_ms,
 --    retry_after_ms, delay_ms, max_amount, amount_remaining} with -1 for "none",
@@ -39,6 +41,14 @@ local function check(first, c)
       local out = record.result
       out[2] = 1
       return out
+    end
+  end
+
+  if n == 1 and not record_key then
+    local alone = ALG[c[9]].alone
+    if alone then
+      local out = alone(KEYS[first], c, t, cost, dry_run)
+      if out then return out end
     end
   end
 

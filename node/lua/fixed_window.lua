@@ -19,14 +19,29 @@ local function fw_flag(flags, bit)
   return math.floor(flags / bit) % 2 == 1
 end
 
+-- The count of key's current window (0 when it holds another window's), that window's
+-- index, and the ms to its end.
+local function fw_read(key, win, t)
+  local w = math.floor(t.ms / win)
+  local reset = (w + 1) * win - t.ms
+  local raw = redis.call('GET', key)
+  if raw and fw_current(key, reset, win) then return tonumber(raw), w, reset end
+  return 0, w, reset
+end
+
+local function fw_add(key, used, cost, reset)
+  if used > 0 then
+    -- The key holds this window's count and expires at its end: add in place.
+    redis.call('INCRBY', key, fmt(cost))
+  else
+    redis.call('SET', key, fmt(cost), 'PX', math.max(1, reset))
+  end
+end
+
 ALG[CODE] = {
   eval = function(key, p, t, cost, _amount)
     local limit, win, flags = p[1], p[2], p[3] or 0
-    local w = math.floor(t.ms / win)
-    local reset = (w + 1) * win - t.ms
-    local used = 0
-    local raw = redis.call('GET', key)
-    if raw and fw_current(key, reset, win) then used = tonumber(raw) end
+    local used, w, reset = fw_read(key, win, t)
     local always = fw_flag(flags, FW_ALWAYS_RESET)
     local r = {
       ok = used + cost <= limit,
@@ -44,15 +59,29 @@ ALG[CODE] = {
       redis.call('SET', key, fmt(used + cost), 'PX', math.max(1, reset))
     end
     r.commit = function()
-      if used > 0 then
-        -- The key holds this window's count and expires at its end: add in place.
-        redis.call('INCRBY', key, fmt(cost))
-      else
-        redis.call('SET', key, fmt(cost), 'PX', math.max(1, reset))
-      end
+      fw_add(key, used, cost, reset)
       return { w, cost }
     end
     return r
+  end,
+  -- A check of this one limit alone, without a record (batch.lua's common case): eval
+  -- and commit in one step, its reply built at once with no table in between (a
+  -- fifth of Redis' time per check). nil for the Envoy flags: eval serves those.
+  -- c: the check's packed entry, this limit's parameters from c[11].
+  alone = function(key, c, t, cost, dry_run)
+    local limit, win = c[11], c[12]
+    if (c[13] or 0) ~= 0 then return nil end
+    local used, w, reset = fw_read(key, win, t)
+    if used + cost > limit then
+      return { 0, 0, 1, 0, limit, math.max(0, limit - used), used > 0 and reset or 0,
+        (cost <= limit) and reset or -1, -1, -1, -1 }
+    end
+    local left, after = math.max(0, limit - used - cost), (used + cost) > 0 and reset or 0
+    if cost == 0 or dry_run then
+      return { 1, 0, 1, 1, limit, left, after, -1, -1, -1, -1 }
+    end
+    fw_add(key, used, cost, reset)
+    return { 1, 0, 1, 1, limit, left, after, -1, -1, -1, -1, cmsgpack.pack({ { key, CODE, w, cost } }) }
   end,
   refund = function(key, p, t, u)
     local win = p[2]
