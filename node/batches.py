@@ -54,8 +54,12 @@ class _Prepared:
         self.imports: dict[str, list[str]] | None = None
 
 
-def _prepare(state: NodeState, deadline_ms: int, ops: list[wire.Op]) -> _Prepared | None:
-    """Parse and place the ops; None when the batch came past its deadline."""
+def _prepare(
+    state: NodeState, deadline_ms: int, ops: list[wire.Op], placed_epoch: int = 0
+) -> _Prepared | None:
+    """Parse and place the ops; None when the batch came past its deadline. Ops placed
+    by the router at this node's epoch, outside a migration, are served as placed
+    (wire.Request: the same layout places them the same way)."""
     state.metrics.batch_ops.observe(len(ops))
     if _now_ms() > deadline_ms:
         state.expired_batches += 1
@@ -63,11 +67,21 @@ def _prepare(state: NodeState, deadline_ms: int, ops: list[wire.Op]) -> _Prepare
     ownership = state.ownership
     batch = _Prepared(deadline_ms, len(ops), ownership)
     results, runnable, slots = batch.results, batch.runnable, batch.slots
+    placed = (
+        ownership is not None
+        and placed_epoch == ownership.epoch
+        and ownership.previous is None
+        and placed_epoch > 0
+    )
     for index, raw in enumerate(ops):
         try:
             op = parse_op(raw)
         except BadOp as exc:
             results[index] = wire.Failed(str(exc))
+            continue
+        if placed:
+            runnable.append(op)
+            slots.append(index)
             continue
         role, source = ownership.role(op.key) if ownership else (Role.MOVED, None)
         if role is Role.MOVED:
@@ -144,11 +158,13 @@ async def _run(state: NodeState, batch: _Prepared) -> None:
 Answer = Callable[[list[wire.Result] | BaseException], None]
 
 
-def start_batch(state: NodeState, deadline_ms: int, ops: list[wire.Op], answer: Answer) -> None:
+def start_batch(
+    state: NodeState, deadline_ms: int, ops: list[wire.Op], answer: Answer, placed_epoch: int = 0
+) -> None:
     """run_batch() for the channel: `answer` gets the results (or the exception). The
     common case, a batch of keys this node owns and a Redis connection already open,
     runs as callbacks, without a task; anything else goes through run_batch()."""
-    batch = _prepare(state, deadline_ms, ops)
+    batch = _prepare(state, deadline_ms, ops, placed_epoch)
     if batch is None:
         answer([wire.Expired()] * len(ops))
         return

@@ -311,7 +311,8 @@ class ClusterView:
     def send(self, key: str, op: wire.Op) -> Attempt:
         """Queue `op` for the key's owner now; its answer comes in the attempt's future."""
         node_id = self.owner(key)
-        return Attempt(node_id, self.topology.epoch, self.channels[node_id].submit(op))
+        epoch = self.topology.epoch
+        return Attempt(node_id, epoch, self.channels[node_id].submit(op, epoch))
 
     def send_many(self, keys: list[str], ops: list[wire.Op]) -> list[GroupAttempt]:
         """Queue `ops[i]` for the owner of `keys[i]` now, one OpGroup per node."""
@@ -334,7 +335,7 @@ class ClusterView:
                 node_id,
                 epoch,
                 indexes,
-                self.channels[node_id].submit_group([ops[i] for i in indexes]),
+                self.channels[node_id].submit_group([ops[i] for i in indexes], epoch),
             )
             for node_id, indexes in by_node.items()
         ]

@@ -113,9 +113,10 @@ class Breaker:
 
 
 # Queued ops, as runs: a run's outcomes go to one op's own future, or to an OpGroup's
-# slots from `start` on (a group's run may leave in more than one batch).
+# slots from `start` on (a group's run may leave in more than one batch). `epoch`: the
+# topology epoch the run's ops were placed on this node by (0: not placed by owner).
 Sink = asyncio.Future[wire.Result] | OpGroup
-Pending = tuple[list[wire.Op], Sink, int]
+Pending = tuple[list[wire.Op], Sink, int, int]
 
 
 def _ignore(_value: float) -> None:
@@ -124,7 +125,7 @@ def _ignore(_value: float) -> None:
 
 def _fail(runs: Iterable[Pending], error: Callable[[], NodeUnavailable]) -> None:
     """Every op of `runs` answered with an exception of its own."""
-    for run, sink, start in runs:
+    for run, sink, start, _ in runs:
         if isinstance(sink, OpGroup):
             for index in range(start, start + len(run)):
                 sink.settle(index, error())
@@ -208,7 +209,9 @@ class NodeChannel:
     def queued(self) -> int:
         return self._queued
 
-    def submit(self, op: wire.Op) -> asyncio.Future[wire.Result]:
+    def submit(self, op: wire.Op, epoch: int = 0) -> asyncio.Future[wire.Result]:
+        """Queue one op; `epoch`: the topology it was placed on this node by, if it was
+        (its key's owner): the node then need not place it again (wire.Request)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[wire.Result] = loop.create_future()
         if self.breaker.is_open:
@@ -224,12 +227,12 @@ class NodeChannel:
                 )
             )
         else:
-            self._pending.append(([op], future, 0))
+            self._pending.append(([op], future, 0, epoch))
             self._queued += 1
             self._schedule()
         return future
 
-    def submit_group(self, ops: list[wire.Op]) -> OpGroup:
+    def submit_group(self, ops: list[wire.Op], epoch: int = 0) -> OpGroup:
         """Queue `ops` as `submit` would each, their outcomes gathered in one OpGroup."""
         group = OpGroup(len(ops))
         if self.breaker.is_open:
@@ -241,7 +244,7 @@ class NodeChannel:
             return group
         room = max(0, self.queue_max - self._queued)
         if room:
-            self._pending.append((ops if room >= len(ops) else ops[:room], group, 0))
+            self._pending.append((ops if room >= len(ops) else ops[:room], group, 0, epoch))
             self._queued += min(room, len(ops))
         for index in range(room, len(ops)):
             self.overloaded += 1
@@ -289,21 +292,24 @@ class NodeChannel:
         pending = self._pending
         runs: list[Pending] = []
         while pending and most:
-            ops, sink, start = pending[0]
+            ops, sink, start, epoch = pending[0]
             if len(ops) <= most:
                 runs.append(pending.popleft())
                 most -= len(ops)
                 self._queued -= len(ops)
             else:
-                runs.append((ops[:most], sink, start))
-                pending[0] = (ops[most:], sink, start + most)
+                runs.append((ops[:most], sink, start, epoch))
+                pending[0] = (ops[most:], sink, start + most, epoch)
                 self._queued -= most
                 most = 0
         return runs
 
     def _send(self, batch_id: int, batch: list[Pending]) -> None:
         """One batch onto the channel; its answer settles the checks' futures."""
-        ops = batch[0][0] if len(batch) == 1 else [op for run, _, _ in batch for op in run]
+        ops = batch[0][0] if len(batch) == 1 else [op for run, _, _, _ in batch for op in run]
+        epoch = batch[0][3]
+        if any(run[3] != epoch for run in batch):
+            epoch = 0  # placed by different topologies: the node places each op
         started = asyncio.get_running_loop().time()
 
         def done(outcome: wire.Reply | BaseException) -> None:
@@ -315,7 +321,7 @@ class NodeChannel:
                 if self.on_epoch is not None:
                     self.on_epoch(self.spec.id, epoch)
                 at = 0
-                for run, sink, start in batch:
+                for run, sink, start, _ in batch:
                     if isinstance(sink, OpGroup):
                         sink.settle_run(start, results[at : at + len(run)])
                     elif not sink.done():
@@ -325,9 +331,9 @@ class NodeChannel:
                 del self._sent_at[batch_id]
                 self._schedule()
 
-        self._start_exchange(ops, done)
+        self._start_exchange(ops, done, epoch)
 
-    def _start_exchange(self, ops: list[wire.Op], done: Done) -> None:
+    def _start_exchange(self, ops: list[wire.Op], done: Done, epoch: int = 0) -> None:
         self.requests += 1
         self.ops += len(ops)
         self.on_batch(len(ops))
@@ -338,6 +344,7 @@ class NodeChannel:
             self.deadline_s + self.margin_s,
             done,
             on_late=functools.partial(self._late_reply, ops),
+            epoch=epoch,
         )
 
     async def _exchange(self, ops: list[wire.Op]) -> tuple[list[wire.Result], int]:

@@ -96,6 +96,40 @@ async def test_a_frame_past_its_deadline_is_answered_expired_and_applies_nothing
     assert status == 200 and body["limits"][0]["remaining"] == 3
 
 
+async def test_ops_placed_by_another_epoch_are_placed_again_by_the_node(
+    cluster: Cluster,
+) -> None:
+    """A frame says by which epoch the router placed its ops; the node takes that
+    placement only when the epoch is its own: a key it does not own in a frame of
+    another epoch (older, newer or none) is `moved`, and nothing is counted for it."""
+    view = cluster.router.view
+    epoch = view.topology.epoch
+    mine = next(f"placed:{i}" for i in range(100) if view.owner(f"placed:{i}") == "n1")
+    other = next(f"placed:{i}" for i in range(100) if view.owner(f"placed:{i}") != "n1")
+    port = await channel_port(cluster, "n1")
+    deadline = int(time.time() * 1000) + 5000
+    placed = wire.Request(1, deadline, [check_op(mine)], epoch)
+    frames = [
+        wire.Request(i, deadline, [check_op(mine), check_op(other)], stamp)
+        for i, stamp in enumerate((epoch + 1, 0, max(epoch - 1, 0)), start=2)
+    ]
+    welcome, *replies = await exchange(port, wire.Hello(CLUSTER), placed, *frames)
+    assert isinstance(welcome, wire.Welcome) and welcome.epoch == epoch
+    by_id = {reply.id: reply.reply for reply in replies}
+    assert sorted(by_id) == [1, 2, 3, 4]
+    remaining = []
+    for reply in by_id.values():
+        assert reply is not None
+        checked, *moved = reply.results
+        assert isinstance(checked, wire.Checked) and checked.allowed
+        remaining.append(checked.limits[0].remaining)
+        assert moved == ([] if reply is by_id[1] else [wire.Moved(epoch)])
+    assert sorted(remaining) == [1, 2, 3, 4]
+    for key, left in ((mine, 1), (other, 5)):
+        status, body = await cluster.check({"key": key, "limits": [LIMIT], "cost": 0})
+        assert status == 200 and body["limits"][0]["remaining"] == left
+
+
 async def test_an_oversized_frame_is_refused(cluster: Cluster) -> None:
     port = await channel_port(cluster, "n1")
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
