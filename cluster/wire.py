@@ -272,15 +272,15 @@ class Hello(msgspec.Struct, array_like=True, frozen=True, tag="hello"):
 class Request(msgspec.Struct, array_like=True, frozen=True, tag="batch"):
     """A batch on the channel: `Batch` with the router's id for it.
 
-    `epoch`: the topology epoch by which the router placed every op on this node (each
-    key's owner), 0 when not by one. A node at that same epoch, outside a migration,
-    serves every op without placing it again: one epoch is one layout, so it would
-    place them the same way. Otherwise it places each op (`Moved`, imports)."""
+    `layout`: the `Topology.layout_id` by which the router placed every op on this node
+    (each key's owner), 0 when not by one. A node whose topology has that same layout and
+    is in no migration serves every op without placing it again: it would place them the
+    same way. Otherwise it places each op (`Moved`, imports)."""
 
     id: int
     deadline_ms: Annotated[int, msgspec.Meta(gt=0)]
     ops: list[Op]
-    epoch: NonNegative = 0
+    layout: NonNegative = 0
 
 
 class Welcome(msgspec.Struct, array_like=True, frozen=True, tag="welcome"):

@@ -55,10 +55,10 @@ class _Prepared:
 
 
 def _prepare(
-    state: NodeState, deadline_ms: int, ops: list[wire.Op], placed_epoch: int = 0
+    state: NodeState, deadline_ms: int, ops: list[wire.Op], layout: int = 0
 ) -> _Prepared | None:
-    """Parse and place the ops; None when the batch came past its deadline. Ops placed
-    by the router at this node's epoch, outside a migration, are served as placed
+    """Parse and place the ops; None when the batch came past its deadline. Ops the
+    router placed by this node's layout, outside a migration, are served as placed
     (wire.Request: the same layout places them the same way)."""
     state.metrics.batch_ops.observe(len(ops))
     if _now_ms() > deadline_ms:
@@ -69,9 +69,9 @@ def _prepare(
     results, runnable, slots = batch.results, batch.runnable, batch.slots
     placed = (
         ownership is not None
-        and placed_epoch == ownership.epoch
+        and layout != 0
+        and layout == ownership.topology.layout_id
         and ownership.previous is None
-        and placed_epoch > 0
     )
     for index, raw in enumerate(ops):
         try:
@@ -159,12 +159,12 @@ Answer = Callable[[list[wire.Result] | BaseException], None]
 
 
 def start_batch(
-    state: NodeState, deadline_ms: int, ops: list[wire.Op], answer: Answer, placed_epoch: int = 0
+    state: NodeState, deadline_ms: int, ops: list[wire.Op], answer: Answer, layout: int = 0
 ) -> None:
     """run_batch() for the channel: `answer` gets the results (or the exception). The
     common case, a batch of keys this node owns and a Redis connection already open,
     runs as callbacks, without a task; anything else goes through run_batch()."""
-    batch = _prepare(state, deadline_ms, ops, placed_epoch)
+    batch = _prepare(state, deadline_ms, ops, layout)
     if batch is None:
         answer([wire.Expired()] * len(ops))
         return

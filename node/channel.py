@@ -120,7 +120,7 @@ class _Peer(asyncio.Protocol):
             self._answer(request_id, outcome)
 
         try:
-            start_batch(self.state, request.deadline_ms, request.ops, answer, request.epoch)
+            start_batch(self.state, request.deadline_ms, request.ops, answer, request.layout)
         except Exception as exc:  # raised before any callback was registered
             answer(exc)
 

@@ -311,8 +311,10 @@ class ClusterView:
     def send(self, key: str, op: wire.Op) -> Attempt:
         """Queue `op` for the key's owner now; its answer comes in the attempt's future."""
         node_id = self.owner(key)
-        epoch = self.topology.epoch
-        return Attempt(node_id, epoch, self.channels[node_id].submit(op, epoch))
+        topology = self.topology
+        return Attempt(
+            node_id, topology.epoch, self.channels[node_id].submit(op, topology.layout_id)
+        )
 
     def send_many(self, keys: list[str], ops: list[wire.Op]) -> list[GroupAttempt]:
         """Queue `ops[i]` for the owner of `keys[i]` now, one OpGroup per node."""
@@ -329,13 +331,13 @@ class ClusterView:
                 by_node[node_id] = [index]
             else:
                 indexes.append(index)
-        epoch = self.topology.epoch
+        epoch, layout = self.topology.epoch, self.topology.layout_id
         return [
             GroupAttempt(
                 node_id,
                 epoch,
                 indexes,
-                self.channels[node_id].submit_group([ops[i] for i in indexes], epoch),
+                self.channels[node_id].submit_group([ops[i] for i in indexes], layout),
             )
             for node_id, indexes in by_node.items()
         ]

@@ -113,8 +113,8 @@ class Breaker:
 
 
 # Queued ops, as runs: a run's outcomes go to one op's own future, or to an OpGroup's
-# slots from `start` on (a group's run may leave in more than one batch). `epoch`: the
-# topology epoch the run's ops were placed on this node by (0: not placed by owner).
+# slots from `start` on (a group's run may leave in more than one batch). `layout`: the
+# layout_id of the topology that placed the run's ops on this node (0: not placed by owner).
 Sink = asyncio.Future[wire.Result] | OpGroup
 Pending = tuple[list[wire.Op], Sink, int, int]
 
@@ -209,9 +209,9 @@ class NodeChannel:
     def queued(self) -> int:
         return self._queued
 
-    def submit(self, op: wire.Op, epoch: int = 0) -> asyncio.Future[wire.Result]:
-        """Queue one op; `epoch`: the topology it was placed on this node by, if it was
-        (its key's owner): the node then need not place it again (wire.Request)."""
+    def submit(self, op: wire.Op, layout: int = 0) -> asyncio.Future[wire.Result]:
+        """Queue one op; `layout`: the layout_id of the topology that placed it on this
+        node, if one did (its key's owner): the node need not place it again (wire.Request)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[wire.Result] = loop.create_future()
         if self.breaker.is_open:
@@ -227,12 +227,12 @@ class NodeChannel:
                 )
             )
         else:
-            self._pending.append(([op], future, 0, epoch))
+            self._pending.append(([op], future, 0, layout))
             self._queued += 1
             self._schedule()
         return future
 
-    def submit_group(self, ops: list[wire.Op], epoch: int = 0) -> OpGroup:
+    def submit_group(self, ops: list[wire.Op], layout: int = 0) -> OpGroup:
         """Queue `ops` as `submit` would each, their outcomes gathered in one OpGroup."""
         group = OpGroup(len(ops))
         if self.breaker.is_open:
@@ -244,7 +244,7 @@ class NodeChannel:
             return group
         room = max(0, self.queue_max - self._queued)
         if room:
-            self._pending.append((ops if room >= len(ops) else ops[:room], group, 0, epoch))
+            self._pending.append((ops if room >= len(ops) else ops[:room], group, 0, layout))
             self._queued += min(room, len(ops))
         for index in range(room, len(ops)):
             self.overloaded += 1
@@ -292,14 +292,14 @@ class NodeChannel:
         pending = self._pending
         runs: list[Pending] = []
         while pending and most:
-            ops, sink, start, epoch = pending[0]
+            ops, sink, start, layout = pending[0]
             if len(ops) <= most:
                 runs.append(pending.popleft())
                 most -= len(ops)
                 self._queued -= len(ops)
             else:
-                runs.append((ops[:most], sink, start, epoch))
-                pending[0] = (ops[most:], sink, start + most, epoch)
+                runs.append((ops[:most], sink, start, layout))
+                pending[0] = (ops[most:], sink, start + most, layout)
                 self._queued -= most
                 most = 0
         return runs
@@ -307,9 +307,9 @@ class NodeChannel:
     def _send(self, batch_id: int, batch: list[Pending]) -> None:
         """One batch onto the channel; its answer settles the checks' futures."""
         ops = batch[0][0] if len(batch) == 1 else [op for run, _, _, _ in batch for op in run]
-        epoch = batch[0][3]
-        if any(run[3] != epoch for run in batch):
-            epoch = 0  # placed by different topologies: the node places each op
+        layout = batch[0][3]
+        if any(run[3] != layout for run in batch):
+            layout = 0  # placed by different layouts: the node places each op
         started = asyncio.get_running_loop().time()
 
         def done(outcome: wire.Reply | BaseException) -> None:
@@ -331,9 +331,9 @@ class NodeChannel:
                 del self._sent_at[batch_id]
                 self._schedule()
 
-        self._start_exchange(ops, done, epoch)
+        self._start_exchange(ops, done, layout)
 
-    def _start_exchange(self, ops: list[wire.Op], done: Done, epoch: int = 0) -> None:
+    def _start_exchange(self, ops: list[wire.Op], done: Done, layout: int = 0) -> None:
         self.requests += 1
         self.ops += len(ops)
         self.on_batch(len(ops))
@@ -344,7 +344,7 @@ class NodeChannel:
             self.deadline_s + self.margin_s,
             done,
             on_late=functools.partial(self._late_reply, ops),
-            epoch=epoch,
+            layout=layout,
         )
 
     async def _exchange(self, ops: list[wire.Op]) -> tuple[list[wire.Result], int]:

@@ -154,14 +154,14 @@ class NodeLink:
         timeout_s: float,
         done: Done,
         on_late: Late | None = None,
-        epoch: int = 0,
+        layout: int = 0,
     ) -> None:
-        """Send one batch; `done` gets its Reply or the exception that ended it. `epoch`:
-        the topology every op was placed on this node by (0: none, or not one)."""
+        """Send one batch; `done` gets its Reply or the exception that ended it. `layout`:
+        the layout_id that placed every op on this node (0: none, or not one)."""
         loop = asyncio.get_running_loop()
         self._ids += 1
         call_id = self._ids
-        payload = wire.frame(wire.Request(call_id, deadline_ms, ops, epoch))
+        payload = wire.frame(wire.Request(call_id, deadline_ms, ops, layout))
         call = _Call(done, loop.time() + timeout_s, on_late)
         self._calls[call_id] = call
         self._order.append(call_id)

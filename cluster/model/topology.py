@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import json
 import os
 import tempfile
@@ -42,6 +44,14 @@ class Topology:
         if self.node(node_id) is not None:
             return node_id
         return self.successors.get(node_id)
+
+    @functools.cached_property
+    def layout_id(self) -> int:
+        """A fingerprint of the partitioner (1 to 2**63 - 1): two topologies with the same
+        layout_id place every key on the same node, whatever their epochs."""
+        canonical = json.dumps(self.partitioner.to_dict(), sort_keys=True, separators=(",", ":"))
+        digest = hashlib.blake2b(canonical.encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big") >> 1 or 1
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -16,6 +16,7 @@ import pytest
 from cluster import wire
 from cluster.model.errors import Problems
 from cluster.model.limits import parse_limit
+from node.app import STATE
 from router.link import NodeLink
 from tests.conftest import CLUSTER, RULES, Cluster, cluster_with_rules
 
@@ -96,25 +97,27 @@ async def test_a_frame_past_its_deadline_is_answered_expired_and_applies_nothing
     assert status == 200 and body["limits"][0]["remaining"] == 3
 
 
-async def test_ops_placed_by_another_epoch_are_placed_again_by_the_node(
+async def test_ops_placed_by_another_layout_are_placed_again_by_the_node(
     cluster: Cluster,
 ) -> None:
-    """A frame says by which epoch the router placed its ops; the node takes that
-    placement only when the epoch is its own: a key it does not own in a frame of
-    another epoch (older, newer or none) is `moved`, and nothing is counted for it."""
+    """A frame says by which layout the router placed its ops; the node takes that
+    placement only when the layout is its own: a key it does not own in a frame of
+    another layout (or none) is `moved`, and nothing is counted for it."""
     view = cluster.router.view
-    epoch = view.topology.epoch
+    layout = view.topology.layout_id
+    node_state = cluster.runners[0].app[STATE]  # n1's
+    assert node_state.topology is not None and node_state.topology.layout_id == layout
     mine = next(f"placed:{i}" for i in range(100) if view.owner(f"placed:{i}") == "n1")
     other = next(f"placed:{i}" for i in range(100) if view.owner(f"placed:{i}") != "n1")
     port = await channel_port(cluster, "n1")
     deadline = int(time.time() * 1000) + 5000
-    placed = wire.Request(1, deadline, [check_op(mine)], epoch)
+    placed = wire.Request(1, deadline, [check_op(mine)], layout)
     frames = [
         wire.Request(i, deadline, [check_op(mine), check_op(other)], stamp)
-        for i, stamp in enumerate((epoch + 1, 0, max(epoch - 1, 0)), start=2)
+        for i, stamp in enumerate((layout ^ 1, 0, 12345), start=2)
     ]
     welcome, *replies = await exchange(port, wire.Hello(CLUSTER), placed, *frames)
-    assert isinstance(welcome, wire.Welcome) and welcome.epoch == epoch
+    assert isinstance(welcome, wire.Welcome)
     by_id = {reply.id: reply.reply for reply in replies}
     assert sorted(by_id) == [1, 2, 3, 4]
     remaining = []
@@ -123,7 +126,7 @@ async def test_ops_placed_by_another_epoch_are_placed_again_by_the_node(
         checked, *moved = reply.results
         assert isinstance(checked, wire.Checked) and checked.allowed
         remaining.append(checked.limits[0].remaining)
-        assert moved == ([] if reply is by_id[1] else [wire.Moved(epoch)])
+        assert moved == ([] if reply is by_id[1] else [wire.Moved(welcome.epoch)])
     assert sorted(remaining) == [1, 2, 3, 4]
     for key, left in ((mine, 1), (other, 5)):
         status, body = await cluster.check({"key": key, "limits": [LIMIT], "cost": 0})

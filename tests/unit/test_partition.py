@@ -30,6 +30,7 @@ from cluster.model.partition import (
     partitioner_from_dict,
     routing_part,
 )
+from cluster.model.topology import Topology
 
 
 def _nodes(*ids: str, weights: dict[str, int] | None = None) -> list[NodeSpec]:
@@ -424,3 +425,21 @@ def test_new_partitioner_and_validation() -> None:
         partitioner_from_dict({"kind": "ring", "nodes": [n.to_dict() for n in nodes], "vnodes": 0})
     with pytest.raises(ValueError, match="cannot plan"):
         new_partitioner("ring", nodes).plan(new_partitioner("slots", nodes))
+
+
+@pytest.mark.parametrize("kind", ["ring", "slots"])
+def test_a_layout_id_names_the_placement_not_the_epoch(kind: str) -> None:
+    """Frames carry a topology's layout_id (cluster/wire.py Request): it must survive the
+    topology's trip as JSON to a node, ignore the epoch and the migration, and differ
+    for any other placement."""
+    nodes = [NodeSpec(f"n{i}", f"http://127.0.0.1:{9000 + i}") for i in range(1, 5)]
+    three = new_partitioner(kind, nodes[:3])
+    four = three.resized(nodes)
+    first = Topology(3, three, cluster_id="c1")
+    layout = first.layout_id
+    assert 0 < layout < 2**63
+    again = Topology.from_dict(json.loads(json.dumps(first.to_dict())))
+    assert again.layout_id == layout
+    assert Topology(9, new_partitioner(kind, nodes[:3]), {"id": "m"}).layout_id == layout
+    assert Topology(4, four, {"id": "m", "from": three.to_dict()}).layout_id != layout
+    assert Topology(3, new_partitioner(kind, nodes[1:])).layout_id != layout
