@@ -140,6 +140,9 @@ async def run_batch(state: NodeState, deadline_ms: int, ops: list[wire.Op]) -> l
 async def _run(state: NodeState, batch: _Prepared) -> None:
     ownership = batch.ownership
     if batch.imports and ownership is not None:
+        # This node took the topology before its work of the older one drained: a copy
+        # step may still be moving these very keys away. The pull comes after it.
+        await state.wait_drained(batch.epoch)
         try:
             await _pull(state, ownership, batch.imports)
         except PeerError as exc:

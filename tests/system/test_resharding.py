@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import msgspec
 import pytest
 import redis as sync_redis
 import redis.asyncio as aioredis
@@ -511,3 +512,78 @@ async def test_a_source_exports_a_key_only_once_its_older_batches_reached_redis(
     await adopt
     assert entry[1] == await source.dump(names[0])  # ... and hands out its count: 2
     await source.aclose()
+
+
+async def test_an_abort_pulls_a_key_back_only_after_the_old_copy_step_moved_it(
+    cluster: Cluster, fourth_redis: RedisProcess
+) -> None:
+    """An abort's new owner (the key's owner before the aborted migration) may still be
+    moving that key away under the aborted migration when it serves the key again. Its
+    first touch must wait for that move: pulled before it, the key looks absent at the
+    aborted migration's target, the stale local copy is kept and then moved away, and
+    its count is lost. Here the move is held back by pausing the owner's Redis for
+    writes (MIGRATE is one; the copy's SCAN and the target's export only read)."""
+    n4_url = await add_spare_node(cluster, fourth_redis)
+    start = cluster.router.view.topology
+    nodes = [*start.nodes, NodeSpec("n4", n4_url)]
+    adding = dataclasses.replace(
+        start,
+        epoch=start.epoch + 1,
+        partitioner=start.partitioner.resized(nodes),
+        migration={"id": "madd", "from": start.partitioner.to_dict()},
+    )
+    aborting = dataclasses.replace(
+        start,
+        epoch=start.epoch + 2,
+        migration={"id": "mback", "from": adding.partitioner.to_dict(), "reverts": "madd"},
+    )
+    key = next(
+        k
+        for k in (f"user:{i}" for i in range(1000))
+        if start.partitioner.owner(k) == "n1" and adding.partitioner.owner(k) == "n4"
+    )
+    fixed = ["fixed_window", 10, 3_600_000, 0, "", "", None, 2]
+    op = wire.Op("check", key, "~inline", [fixed], [0], cost=1)
+    [first] = await node_batch(cluster, "n1", [op])
+    assert isinstance(first, wire.Checked) and first.limits[0].remaining == 9
+    headers = {"Authorization": f"Bearer {CLUSTER}"}
+    urls = {**cluster.node_urls, "n4": n4_url}
+
+    async def put(node: str, topology: Topology) -> None:
+        async with cluster.http.put(
+            urls[node] + wire.TOPOLOGY_PATH, json=topology.to_dict(), headers=headers
+        ) as resp:
+            assert resp.status == 200, await resp.text()
+
+    for node in urls:
+        await put(node, adding)
+    owner = aioredis.Redis(port=cluster.redis[0].port)
+    state = cluster.runners[0].app[STATE]  # n1's
+    await owner.client_pause(1500, all=False)  # writes only
+    step = asyncio.create_task(
+        cluster.http.post(
+            urls["n1"] + wire.MIGRATE_PATH,
+            json={"migration": "madd", "count": 100_000},
+            headers=headers,
+        )
+    )
+
+    async def moving() -> bool:
+        return state.inflight[adding.epoch] == 1
+
+    await eventually(moving)
+    await put("n4", aborting)
+    adopt = asyncio.create_task(put("n1", aborting))
+
+    async def adopted() -> bool:
+        return state.epoch == aborting.epoch
+
+    await eventually(adopted)
+    [again] = await node_batch(cluster, "n1", [op])
+    assert isinstance(again, wire.Checked) and again.limits[0].remaining == 8
+    await adopt
+    async with await step as resp:
+        assert resp.status == 200, await resp.text()
+    [look] = await node_batch(cluster, "n1", [msgspec.structs.replace(op, cost=0)])
+    assert isinstance(look, wire.Checked) and look.limits[0].remaining == 8
+    await owner.aclose()
