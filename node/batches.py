@@ -79,18 +79,15 @@ def _prepare(
         except BadOp as exc:
             results[index] = wire.Failed(str(exc))
             continue
-        if placed:
-            runnable.append(op)
-            slots.append(index)
-            continue
-        role, source = ownership.role(op.key) if ownership else (Role.MOVED, None)
-        if role is Role.MOVED:
-            results[index] = wire.Moved(batch.epoch)
-            continue
-        if role is Role.IMPORT and source is not None:
-            if batch.imports is None:
-                batch.imports = defaultdict(list)
-            batch.imports[source].extend(state.store.redis_keys(op))
+        if not placed:
+            role, source = ownership.role(op.key) if ownership else (Role.MOVED, None)
+            if role is Role.MOVED:
+                results[index] = wire.Moved(batch.epoch)
+                continue
+            if role is Role.IMPORT and source is not None:
+                if batch.imports is None:
+                    batch.imports = defaultdict(list)
+                batch.imports[source].extend(state.store.redis_keys(op))
         runnable.append(op)
         slots.append(index)
     return batch

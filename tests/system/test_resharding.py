@@ -14,7 +14,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 import msgspec
@@ -52,6 +52,7 @@ MONEY = {
     "timezone": "Europe/Paris",
     "max_amount": "100000.00",
 }
+NODE_AUTH = {"Authorization": f"Bearer {CLUSTER}"}
 KEYS = [f"user:{i}" for i in range(3000)] + [f"{{team:{i % 300}}}:m{i}" for i in range(2000)]
 
 
@@ -444,6 +445,43 @@ async def test_a_copy_step_with_a_bad_budget_is_refused(cluster: Cluster) -> Non
             assert resp.status == 400, (budget, await resp.text())
 
 
+class ByHand(NamedTuple):
+    """n4 started, and the topology adding it built but not pushed (no orchestrator)."""
+
+    n4_url: str
+    before: Topology
+    adding: Topology
+    op: wire.Op  # a check of a key moving from n1 to n4, counted once on n1
+
+
+async def add_n4_by_hand(cluster: Cluster, fourth_redis: RedisProcess) -> ByHand:
+    n4_url = await add_spare_node(cluster, fourth_redis)
+    before = cluster.router.view.topology
+    adding = dataclasses.replace(
+        before,
+        epoch=before.epoch + 1,
+        partitioner=before.partitioner.resized([*before.nodes, NodeSpec("n4", n4_url)]),
+        migration={"id": "madd", "from": before.partitioner.to_dict()},
+    )
+    key = next(
+        k
+        for k in (f"user:{i}" for i in range(1000))
+        if before.partitioner.owner(k) == "n1" and adding.partitioner.owner(k) == "n4"
+    )
+    fixed = ["fixed_window", 10, 3_600_000, 0, "", "", None, 2]
+    op = wire.Op("check", key, "~inline", [fixed], [0], cost=1)
+    [first] = await node_batch(cluster, "n1", [op])
+    assert isinstance(first, wire.Checked) and first.limits[0].remaining == 9
+    return ByHand(n4_url, before, adding, op)
+
+
+async def put_topology(cluster: Cluster, url: str, topology: Topology) -> None:
+    async with cluster.http.put(
+        url + wire.TOPOLOGY_PATH, json=topology.to_dict(), headers=NODE_AUTH
+    ) as resp:
+        assert resp.status == 200, await resp.text()
+
+
 async def test_a_source_exports_a_key_only_once_its_older_batches_reached_redis(
     cluster: Cluster, fourth_redis: RedisProcess
 ) -> None:
@@ -451,64 +489,39 @@ async def test_a_source_exports_a_key_only_once_its_older_batches_reached_redis(
     its way to Redis. A new owner pulling a moving key meanwhile must get it with that
     batch's count, else the count is lost. Here the batch is held back by pausing the
     source's Redis for writes (reads, like the export's DUMP, still go through)."""
-    n4_url = await add_spare_node(cluster, fourth_redis)
-    current = cluster.router.view.topology
-    nodes = [*current.nodes, NodeSpec("n4", n4_url)]
-    moving = dataclasses.replace(
-        current,
-        epoch=current.epoch + 1,
-        partitioner=current.partitioner.resized(nodes),
-        migration={"id": "m-drain", "from": current.partitioner.to_dict()},
-    )
-    key = next(
-        k
-        for k in (f"user:{i}" for i in range(1000))
-        if current.partitioner.owner(k) == "n1" and moving.partitioner.owner(k) == "n4"
-    )
-    fixed = ["fixed_window", 10, 3_600_000, 0, "", "", None, 2]
-    op = wire.Op("check", key, "~inline", [fixed], [0], cost=1)
-    [first] = await node_batch(cluster, "n1", [op])
-    assert isinstance(first, wire.Checked) and first.allowed
+    n4_url, before, adding, op = await add_n4_by_hand(cluster, fourth_redis)
     source = aioredis.Redis(port=cluster.redis[0].port)
     names = [
         name.decode()
         async for name in source.scan_iter(match="*")
-        if limit_key_of(name.decode()) == key
+        if limit_key_of(name.decode()) == op.key
     ]
     assert len(names) == 1
-    state = cluster.runners[0].app[STATE]
-    headers = {"Authorization": f"Bearer {CLUSTER}"}
-
-    async def put(url: str) -> None:
-        async with cluster.http.put(
-            url + wire.TOPOLOGY_PATH, json=moving.to_dict(), headers=headers
-        ) as resp:
-            assert resp.status == 200, await resp.text()
-
+    state = cluster.runners[0].app[STATE]  # n1's
     await source.client_pause(1500, all=False)  # writes only
     second = asyncio.create_task(node_batch(cluster, "n1", [op]))
 
     async def in_flight() -> bool:
-        return state.inflight[current.epoch] == 1
+        return state.inflight[before.epoch] == 1
 
     await eventually(in_flight)
-    adopt = asyncio.create_task(put(cluster.node_urls["n1"]))
+    adopt = asyncio.create_task(put_topology(cluster, cluster.node_urls["n1"], adding))
 
     async def adopted() -> bool:
-        return state.epoch == moving.epoch
+        return state.epoch == adding.epoch
 
     await eventually(adopted)
-    await put(n4_url)
+    await put_topology(cluster, n4_url, adding)
     async with cluster.http.post(
         cluster.node_urls["n1"] + wire.EXPORT_PATH,
-        json={"keys": names, "topology": moving.to_dict()},
-        headers=headers,
+        json={"keys": names, "topology": adding.to_dict()},
+        headers=NODE_AUTH,
     ) as resp:
         assert resp.status == 200, await resp.text()
         [entry] = decode_entries((await resp.json())["entries"])
     assert second.done()  # the export waited for the batch ...
     [counted] = await second
-    assert isinstance(counted, wire.Checked) and counted.allowed
+    assert isinstance(counted, wire.Checked) and counted.limits[0].remaining == 8
     await adopt
     assert entry[1] == await source.dump(names[0])  # ... and hands out its count: 2
     await source.aclose()
@@ -523,40 +536,15 @@ async def test_an_abort_pulls_a_key_back_only_after_the_old_copy_step_moved_it(
     aborted migration's target, the stale local copy is kept and then moved away, and
     its count is lost. Here the move is held back by pausing the owner's Redis for
     writes (MIGRATE is one; the copy's SCAN and the target's export only read)."""
-    n4_url = await add_spare_node(cluster, fourth_redis)
-    start = cluster.router.view.topology
-    nodes = [*start.nodes, NodeSpec("n4", n4_url)]
-    adding = dataclasses.replace(
-        start,
-        epoch=start.epoch + 1,
-        partitioner=start.partitioner.resized(nodes),
-        migration={"id": "madd", "from": start.partitioner.to_dict()},
-    )
+    n4_url, before, adding, op = await add_n4_by_hand(cluster, fourth_redis)
     aborting = dataclasses.replace(
-        start,
-        epoch=start.epoch + 2,
+        before,
+        epoch=before.epoch + 2,
         migration={"id": "mback", "from": adding.partitioner.to_dict(), "reverts": "madd"},
     )
-    key = next(
-        k
-        for k in (f"user:{i}" for i in range(1000))
-        if start.partitioner.owner(k) == "n1" and adding.partitioner.owner(k) == "n4"
-    )
-    fixed = ["fixed_window", 10, 3_600_000, 0, "", "", None, 2]
-    op = wire.Op("check", key, "~inline", [fixed], [0], cost=1)
-    [first] = await node_batch(cluster, "n1", [op])
-    assert isinstance(first, wire.Checked) and first.limits[0].remaining == 9
-    headers = {"Authorization": f"Bearer {CLUSTER}"}
     urls = {**cluster.node_urls, "n4": n4_url}
-
-    async def put(node: str, topology: Topology) -> None:
-        async with cluster.http.put(
-            urls[node] + wire.TOPOLOGY_PATH, json=topology.to_dict(), headers=headers
-        ) as resp:
-            assert resp.status == 200, await resp.text()
-
-    for node in urls:
-        await put(node, adding)
+    for url in urls.values():
+        await put_topology(cluster, url, adding)
     owner = aioredis.Redis(port=cluster.redis[0].port)
     state = cluster.runners[0].app[STATE]  # n1's
     await owner.client_pause(1500, all=False)  # writes only
@@ -564,7 +552,7 @@ async def test_an_abort_pulls_a_key_back_only_after_the_old_copy_step_moved_it(
         cluster.http.post(
             urls["n1"] + wire.MIGRATE_PATH,
             json={"migration": "madd", "count": 100_000},
-            headers=headers,
+            headers=NODE_AUTH,
         )
     )
 
@@ -572,8 +560,8 @@ async def test_an_abort_pulls_a_key_back_only_after_the_old_copy_step_moved_it(
         return state.inflight[adding.epoch] == 1
 
     await eventually(moving)
-    await put("n4", aborting)
-    adopt = asyncio.create_task(put("n1", aborting))
+    await put_topology(cluster, n4_url, aborting)
+    adopt = asyncio.create_task(put_topology(cluster, urls["n1"], aborting))
 
     async def adopted() -> bool:
         return state.epoch == aborting.epoch
