@@ -35,7 +35,7 @@ from cluster.local.procs import ChildProcess, until
 from cluster.local.redis_proc import RedisProcess
 from cluster.model.keys import limit_key_of
 from cluster.model.partition import Partitioner, new_partitioner
-from node.store import HOLDS_KEY
+from node.store.counter_store import HOLDS_KEY
 
 ADMIN_TOKEN = "chaos-admin-token"
 CLUSTER_TOKEN = "chaos-cluster-token"

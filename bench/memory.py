@@ -23,8 +23,8 @@ from cluster.local.redis_proc import (
 from cluster.model.keys import counter_key
 from cluster.model.limits import LimitSpec
 from cluster.wire import Op as WireOp
-from node.ops import parse_op
-from node.store import CounterStore
+from node.batch.ops import parse_op
+from node.store.counter_store import CounterStore
 
 # Day-long windows: a counter expires when its window ends, and a run that crossed a
 # minute boundary with 1-minute windows once counted 42,049 of 100,000 keys.

@@ -1,7 +1,7 @@
 """Redis CPU time per decision: INFO commandstats usec ÷ decisions, per algorithm.
 
 The node sends every check of a batch to its Redis as one script call
-(node/lua/batch.lua); this measures what that costs Redis per decision, for
+(node/store/lua/batch.lua); this measures what that costs Redis per decision, for
 batches of 1 and of 100 checks on distinct keys, against one INCR script as the
 floor of any scripted decision.
 
@@ -22,8 +22,8 @@ import redis.asyncio as aioredis
 from bench.memory import SPECS
 from cluster.local.redis_proc import RedisProcess, free_port
 from cluster.wire import Op as WireOp
-from node.ops import parse_op
-from node.store import CounterStore
+from node.batch.ops import parse_op
+from node.store.counter_store import CounterStore
 
 BATCH_SIZES = (1, 100)
 

@@ -169,7 +169,7 @@ class Checked(msgspec.Struct, array_like=True, frozen=True, tag="checked"):
 
 
 class RefundStatus(enum.IntEnum):
-    """What node/lua/refund.lua answers."""
+    """What node/store/lua/refund.lua answers."""
 
     UNKNOWN = 0  # no decision with this key, rule and request_id
     REFUNDED = 1
@@ -179,7 +179,7 @@ class RefundStatus(enum.IntEnum):
 
 
 class AdjustStatus(enum.IntEnum):
-    """What node/lua/adjust.lua answers."""
+    """What node/store/lua/adjust.lua answers."""
 
     APPLIED = 1
     REPLAYED = 2  # the same adjustment was already applied; this is its first answer
@@ -234,7 +234,7 @@ Result = Checked | Reused | Refunded | Committed | Undone | Adjusted | Moved | E
 class BatchReply(msgspec.Struct, array_like=True, frozen=True):
     epoch: int
     node: str
-    live: int  # the node's liveness port (node/liveness.py)
+    live: int  # the node's liveness port (node/health/liveness.py)
     results: list[Result]
 
 
@@ -381,11 +381,11 @@ class ExportKeys(Control):
 
 class ImportKeys(Control):
     migration: _Id
-    entries: Any  # [[key, base64 dump, ttl ms], ...]: node/migration.py decode_entries
+    entries: Any  # [[key, base64 dump, ttl ms], ...]: node/migration/migrator.py decode_entries
 
 
 class MigrateStep(Control):
-    """One background-copy step on a source node (router/resharding.py drives them)."""
+    """One background-copy step on a source node (router/control/resharding.py drives them)."""
 
     migration: _Id
     cursor: int = 0
@@ -432,7 +432,7 @@ class Entries(Control):
 
 
 class Holds(Control):
-    holds: Any  # checked by node/holds.py, which knows their shape
+    holds: Any  # checked by node/holds/keeper.py, which knows their shape
 
 
 class ClockOffset(Control):

@@ -22,16 +22,16 @@ from cluster.model.keys import (
 from cluster.model.topology import Topology
 from cluster.web.auth import bearer_matches
 from cluster.web.problem import json_response, problem, problem_middleware, read_json
-from node import decisions
-from node.batches import MAX_OPS, run_batch
-from node.boundary import redis_boundary
-from node.channel import ChannelServer
+from node.batch.runner import MAX_OPS, run_batch
 from node.config import NodeConfig
-from node.metrics import held_keys
-from node.migration import PeerError, decode_entries, encode_entries
-from node.ownership import Role
+from node.edge.boundary import redis_boundary
+from node.edge.channel_server import ChannelServer
+from node.health.metrics import held_keys
+from node.holds import coordinator_records as decisions
+from node.migration.migrator import PeerError, decode_entries, encode_entries
 from node.state import NodeState
-from node.topology_store import install_topology, moves_of_epoch
+from node.topology.kept import install_topology, moves_of_epoch
+from node.topology.ownership import Role
 
 log = logging.getLogger("shardlimit.node")
 MAX_BODY = 16 * 1024 * 1024
@@ -80,7 +80,7 @@ def _reply(state: NodeState, results: list[wire.Result]) -> web.Response:
 
 @internal()
 async def batch(request: web.Request, state: NodeState, body: Any) -> web.Response:
-    """A batch over HTTP (node/batches.py); routers send theirs on the channel."""
+    """A batch over HTTP (node/batch/runner.py); routers send theirs on the channel."""
     try:
         message = wire.decode_batch(await request.read())
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
@@ -274,7 +274,7 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    """Prometheus exposition (node/metrics.py); no token, like /healthz."""
+    """Prometheus exposition (node/health/metrics.py); no token, like /healthz."""
     body = await request.app[STATE].metrics.render()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

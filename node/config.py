@@ -17,6 +17,7 @@ class NodeConfig:
     server_ssl: ssl.SSLContext | None = None
     # Calls to peer nodes (migration); None: the system's CAs, no client certificate.
     client_ssl: ssl.SSLContext | None = None
-    # How long a batch's decision record lasts once no hold needs it (None: node/store.py's).
+    # How long a batch's decision record lasts once no hold needs it
+    # (None: node/store/counter_store.py's).
     decision_ttl_ms: int | None = None
     test_mode: bool = False  # the test clock endpoint answers

@@ -15,15 +15,15 @@ from redis.exceptions import RedisError
 from cluster import wire
 from cluster.model.topology import Topology
 from node.config import NodeConfig
-from node.decisions import where_decided
-from node.holds import HoldKeeper
-from node.liveness import LivenessResponder
-from node.metrics import NodeMetrics
-from node.migration import Migrator, PeerError
-from node.ownership import Ownership
-from node.scripts import read_lua
-from node.store import CounterStore
-from node.topology_store import load_persisted
+from node.health.liveness import LivenessResponder
+from node.health.metrics import NodeMetrics
+from node.holds.coordinator_records import where_decided
+from node.holds.keeper import HoldKeeper
+from node.migration.migrator import Migrator, PeerError
+from node.store.counter_store import CounterStore
+from node.store.scripts import read_lua
+from node.topology.kept import load_persisted
+from node.topology.ownership import Ownership
 
 __all__ = ["NodeState"]
 
@@ -36,14 +36,16 @@ class NodeState:
         node_id, redis_url, cluster_token = config.node_id, config.redis_url, config.cluster_token
         decision_ttl_ms = config.decision_ttl_ms
         self.node_id = node_id
-        # The liveness port speaks what the main listener speaks (node/liveness.py).
+        # The liveness port speaks what the main listener speaks (node/health/liveness.py).
         self.liveness = LivenessResponder(config.host, config.server_ssl)
-        self.channel_port = 0  # the hot-path channel's port (node/channel.py), once open
+        self.channel_port = (
+            0  # the hot-path channel's port (node/edge/channel_server.py), once open
+        )
         self.client_ssl = config.client_ssl
         self.cluster_token = cluster_token
         self.test_mode = config.test_mode
         # redis://, or rediss:// (TLS: ?ssl_ca_certs=...&ssl_certfile=...), user:password@
-        # for AUTH. Over TLS the store keeps redis-py's pipeline (node/resp.py).
+        # for AUTH. Over TLS the store keeps redis-py's pipeline (node/store/resp.py).
         self.redis = aioredis.from_url(
             redis_url, socket_connect_timeout=0.25, socket_timeout=1.0, max_connections=64
         )
@@ -61,10 +63,10 @@ class NodeState:
         self.store = CounterStore(self.counters)
         if decision_ttl_ms is not None:
             self.store.decision_ttl_ms = decision_ttl_ms
-        # All-or-nothing holds: swept, settled where their key lives (node/holds.py).
+        # All-or-nothing holds: swept, settled where their key lives (node/holds/keeper.py).
         self.holds = HoldKeeper(self, functools.partial(_resolve, self))
         self.ownership: Ownership | None = None
-        # node/topology_store.py: one install at a time; the kept topology read once.
+        # node/topology/kept.py: one install at a time; the kept topology read once.
         self.topology_lock = asyncio.Lock()
         self.topology_loaded = False
         self._session: aiohttp.ClientSession | None = None

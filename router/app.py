@@ -16,17 +16,19 @@ from cluster.model import answers
 from cluster.model.errors import FieldError, Problems, ValidationError
 from cluster.model.limits import expired_quotas, format_amount
 from cluster.web.problem import Problem, invalid, json_body, json_response, problem_middleware
-from router.check_answers import MAX_BODY, JsonAnswer, batch_answer, check_answer
-from router.cluster_rules import Change, UnknownRule
+from router.api.check_answers import MAX_BODY, JsonAnswer, batch_answer, check_answer
+from router.api.handler_tools import ROUTER, admin_only, router_of
+from router.api.membership import abort_migration, add_node, remove_node, resume_migration
+from router.api.openapi import openapi_document
+from router.api.problems import problem_answers
+from router.api.ring_view import RingView
+from router.api.ui import HEADERS as UI_HEADERS
+from router.api.ui import asset as ui_asset
+from router.channel.node_channel import NodeUnavailable
 from router.config import RouterConfig
-from router.decisions import ratelimit_headers
-from router.dispatch import NodeUnavailable
-from router.errors import problem_answers
-from router.handler_tools import ROUTER, admin_only, router_of
-from router.membership import abort_migration, add_node, remove_node, resume_migration
+from router.decide.answers import ratelimit_headers
+from router.decide.quota_adjust import parse_adjust
 from router.metrics import endpoint_of
-from router.openapi import openapi_document
-from router.quota_adjust import parse_adjust
 from router.requests import (
     if_match,
     parse_authz,
@@ -35,17 +37,15 @@ from router.requests import (
     parse_refund,
     rule_name,
 )
-from router.ring_view import RingView
-from router.rules import Rule, parse_rule, parse_rules_document
+from router.rules.book import Rule, parse_rule, parse_rules_document
+from router.rules.cluster_rules import Change, UnknownRule
 from router.service import Router
-from router.ui import HEADERS as UI_HEADERS
-from router.ui import asset as ui_asset
 
 __all__ = ["ENVOY", "ROUTER", "create_app"]
 
 log = logging.getLogger("shardlimit.router")
 
-# The Envoy rate-limit gRPC listener (router/envoy.py), present when grpc_port is set.
+# The Envoy rate-limit gRPC listener (router/envoy/servicer.py), present when grpc_port is set.
 ENVOY: web.AppKey[Any] = web.AppKey("envoy")
 # The layout behind GET /v1/cluster/ring, encoded once per topology epoch.
 RING_VIEW: web.AppKey[RingView] = web.AppKey("ring_view")
@@ -105,7 +105,7 @@ async def post_refund(request: web.Request) -> web.Response:
 
 @admin_only
 async def post_quota_adjust(request: web.Request) -> web.Response:
-    """Restock a quota counter or set what it has left (router/quota_adjust.py)."""
+    """Restock a quota counter or set what it has left (router/decide/quota_adjust.py)."""
     router = router_of(request)
     body = await json_body(request)
     problems = Problems()
@@ -256,13 +256,13 @@ async def get_cluster(request: web.Request) -> web.Response:
 
 
 async def get_cluster_ring(request: web.Request) -> web.Response:
-    """Ring points or slot ranges of the current layout (router/ring_view.py), for /ui."""
+    """Ring points or slot ranges of the current layout (router/api/ring_view.py), for /ui."""
     body = request.app[RING_VIEW].body(router_of(request).view.topology)
     return web.Response(body=body, content_type="application/json")
 
 
 async def get_ui(request: web.Request) -> web.Response:
-    """The live cluster page (router/ui/): /ui, and its files under /ui/."""
+    """The live cluster page (router/api/ui/): /ui, and its files under /ui/."""
     if request.path == "/ui/":
         raise web.HTTPFound("/ui")
     found = ui_asset(request.match_info.get("name", "index.html"))
@@ -374,7 +374,7 @@ def create_app(
     app.on_cleanup.append(on_cleanup)
     if config.grpc_port is not None:
         try:
-            from router.envoy import EnvoyListener  # grpcio is loaded only when it is on
+            from router.envoy.servicer import EnvoyListener  # grpcio is loaded only when it is on
         except ImportError as exc:
             raise SystemExit(
                 f"grpc_port needs the envoy extra (pip install 'shardlimit[envoy]'): {exc}"

@@ -60,7 +60,7 @@ class RouterConfig:
     tls_key: Path | None = None
     tls_ca: Path | None = None
     tls_mutual: bool = False
-    # Envoy's rate-limit gRPC service (router/envoy.py): off while grpc_port is None;
+    # Envoy's rate-limit gRPC service (router/envoy/servicer.py): off while grpc_port is None;
     # descriptors in envoyproxy/ratelimit's YAML format, reloaded like the rules file.
     grpc_port: int | None = None
     envoy_config: Path | None = None

@@ -22,11 +22,11 @@ from prometheus_client.registry import Collector
 from cluster import wire
 from cluster.model.algorithms import NONE
 from cluster.web.metrics import Families
-from router.cluster_view import ClusterView
-from router.dispatch import NodeChannel
+from router.channel.node_channel import NodeChannel
+from router.control.cluster_view import ClusterView
+from router.control.resharding import Resharder
 from router.requests import CheckRequest
-from router.resharding import Resharder
-from router.rules import RuleBook
+from router.rules.book import RuleBook
 
 __all__ = [
     "BATCH_OPS_BUCKETS",

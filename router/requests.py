@@ -27,7 +27,7 @@ from cluster.model.limits import (
 )
 from cluster.model.nodes import NodeSpec
 from cluster.web.problem import Problem, invalid
-from router.rules import Rule, RuleBook, make_rule
+from router.rules.book import Rule, RuleBook, make_rule
 
 MAX_BATCH = 1000
 NO_AMOUNT = object()  # a check without "amount" (null is an amount, and a wrong one)

@@ -14,21 +14,21 @@ import msgspec
 
 from cluster import wire
 from cluster.model import answers
-from router.allornothing import AllOrNothing
-from router.cluster_rules import ClusterRules
-from router.cluster_view import Attempt, ClusterView, GroupAttempt
+from router.channel.node_channel import NodeUnavailable, Reason
+from router.channel.op_group import Outcome
 from router.config import RouterConfig
-from router.decisions import ReplayMismatch, decision, degraded_decision
-from router.denial_cache import DenialCache
-from router.dispatch import NodeUnavailable, Reason
+from router.control.cluster_view import Attempt, ClusterView, GroupAttempt
+from router.control.resharding import Resharder
+from router.decide.all_or_nothing import AllOrNothing
+from router.decide.answers import ReplayMismatch, decision, degraded_decision
+from router.decide.denial_cache import DenialCache
+from router.decide.quota_adjust import AdjustRequest, run_adjust
+from router.decide.request_ids import reused_decision
+from router.decide.spread import Spread
 from router.metrics import DecisionTally, RouterMetrics
-from router.op_group import Outcome
-from router.quota_adjust import AdjustRequest, run_adjust
-from router.request_ids import reused_decision
 from router.requests import CheckRequest, RefundRequest
-from router.resharding import Resharder
-from router.rules import RuleBook
-from router.spread import Spread
+from router.rules.book import RuleBook
+from router.rules.cluster_rules import ClusterRules
 
 log = logging.getLogger("shardlimit.router")
 
@@ -169,7 +169,7 @@ class Router:
         return result
 
     async def adjust_quota(self, request: AdjustRequest) -> answers.QuotaAdjusted:
-        """Restock or set a quota (router/quota_adjust.py); raises as run_adjust does."""
+        """Restock or set a quota (router/decide/quota_adjust.py); raises as run_adjust does."""
         config = self.config
         try:
             return await run_adjust(

@@ -209,7 +209,7 @@ def cmd_router(args: argparse.Namespace) -> int:
     from cluster.web.tls import TlsError
     from router.app import ROUTER, create_app
     from router.config import load_config
-    from router.front import front_for
+    from router.front.server import front_for
 
     try:
         config = load_config(args.config)

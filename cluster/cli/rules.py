@@ -42,7 +42,7 @@ def _yaml(rules: dict[str, Any]) -> str:
 
 def _from_file(path: Path) -> dict[str, Any]:
     """A rules file, validated and in the same public form the router answers with."""
-    from router.rules import parse_rules_document, rules_document
+    from router.rules.book import parse_rules_document, rules_document
 
     try:
         doc = yaml.safe_load(path.read_text())

@@ -2,8 +2,8 @@
 its parameters are packed for the scripts, and which extra fields its decision shows.
 
 Everything that must agree about an algorithm reads it from here: the limit model
-(cluster/model/limits.py), the scripts the node assembles (node/scripts.py), the node's
-argument packing (node/store.py), the router's decision bodies and its OpenAPI
+(cluster/model/limits.py), the scripts the node assembles (node/store/scripts.py), the node's
+argument packing (node/store/counter_store.py), the router's decision bodies and its OpenAPI
 document. A Lua file registers itself as `ALG[<code>]` with the code given here.
 """
 
@@ -55,7 +55,7 @@ def _calendar(spec: LimitSpec, now_ms: int, _quota_ttl_ms: int) -> list[int]:
 @dataclass(frozen=True)
 class Algorithm:
     name: str
-    code: int  # ALG[code] in node/lua
+    code: int  # ALG[code] in node/store/lua
     lua_file: str
     pack: Pack
     view_fields: tuple[str, ...] = ()  # decision fields beyond limit/remaining/reset

@@ -1,6 +1,6 @@
 """The limit model: algorithms, their parameters, parsing and validation.
 
-A limit is pure data. Counting happens on the node (node/lua); this module only
+A limit is pure data. Counting happens on the node (node/store/lua); this module only
 describes what to count and how to name the counter (its *shape*: the parameters
 that, when changed, make the old counter meaningless).
 """
@@ -63,7 +63,7 @@ class LimitSpec:
     max_amount: int | None = None  # calendar and quota, minor units
     amount_scale: int = 2  # calendar and quota
     expires_at_ms: int | None = None  # quota: Unix ms when it ends (None: lives quota_ttl)
-    # fixed_window under the Envoy service only (node/lua/fixed_window.lua): 1 counts denied
+    # fixed_window under the Envoy service only (node/store/lua/fixed_window.lua): 1 counts denied
     # hits too, 2 reports the window's end for an unused counter. Not part of the API.
     envoy_flags: int = 0
 

@@ -22,7 +22,7 @@ class CannotListenError(RuntimeError):
 
 class Front(Protocol):
     """A protocol factory serving some requests itself and handing connections to
-    aiohttp's server for the rest (the router's, router/front.py)."""
+    aiohttp's server for the rest (the router's, router/front/server.py)."""
 
     def __call__(self) -> asyncio.BaseProtocol: ...
 

@@ -1,5 +1,5 @@
-"""The hot-path channel router→node (cluster/wire.py frames, node/channel.py,
-router/link.py): one long-lived connection per node, replies matched by id, the cluster
+"""The hot-path channel router→node (cluster/wire.py frames, node/edge/channel_server.py,
+router/channel/link.py): one long-lived connection per node, replies matched by id, the cluster
 token checked first, nothing applied past a frame's deadline."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from cluster import wire
 from cluster.model.errors import Problems
 from cluster.model.limits import parse_limit
 from node.app import STATE
-from router.link import NodeLink
+from router.channel.link import NodeLink
 from tests.conftest import CLUSTER, RULES, Cluster, cluster_with_rules
 
 cluster = cluster_with_rules(RULES)

@@ -11,8 +11,8 @@ import redis.asyncio as aioredis
 
 from cluster.model.keys import counter_key
 from cluster.wire import Op as WireOp
-from node.ops import Op, parse_op
-from node.store import CounterStore
+from node.batch.ops import Op, parse_op
+from node.store.counter_store import CounterStore
 from tests.integration.test_undo import specs, store
 
 __all__ = ["store"]  # the fixture, shared with test_undo.py

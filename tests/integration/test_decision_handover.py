@@ -7,7 +7,7 @@ import redis
 
 from cluster import wire
 from cluster.model.keys import hold_id
-from node.store import HOLDS_KEY
+from node.store.counter_store import HOLDS_KEY
 from tests.conftest import ADMIN, CLUSTER, Cluster, eventually, node_batch
 from tests.integration.test_holds import (
     FW,

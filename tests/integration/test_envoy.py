@@ -1,4 +1,4 @@
-"""Envoy's rate-limit service over gRPC (router/envoy.py): a real grpcio client against
+"""Envoy's rate-limit service over gRPC (router/envoy/servicer.py): a real grpcio client against
 a router's gRPC listener in front of real nodes and Redis."""
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from node.config import NodeConfig
 from router.app import ENVOY, ROUTER
 from router.app import create_app as create_router_app
 from router.config import RouterConfig, parse_config
-from router.envoy_config import limit_key, parse_text, scope_name
-from router.front import front_for
+from router.envoy.descriptors import limit_key, parse_text, scope_name
+from router.front.server import front_for
 from tests.conftest import ADMIN, CLUSTER, PINNED_MS, RULES, Cluster, _start, eventually
 from tests.system.test_cli_up import consecutive_free_ports
 

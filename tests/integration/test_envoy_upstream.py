@@ -1,4 +1,4 @@
-"""envoyproxy/ratelimit's own cases against shardlimit's Envoy service (router/envoy.py):
+"""envoyproxy/ratelimit's own cases against shardlimit's Envoy service (router/envoy/servicer.py):
 the whole-second reset (its CalculateReset), counted over-limit hits and hits_addend
 arithmetic (test/redis/fixed_cache_impl_test.go), quota_mode and the token-quota pattern
 (integration-test/scripts/quota.sh, token-quota.sh), response headers and overrides
@@ -22,8 +22,8 @@ from cluster.model.nodes import NodeSpec
 from router.app import ENVOY
 from router.app import create_app as create_router_app
 from router.config import RouterConfig
-from router.envoy_server import GrpcServer
-from router.envoy_settings import EnvoySettings, SettingsError
+from router.envoy.server import GrpcServer
+from router.envoy.settings import EnvoySettings, SettingsError
 from tests.conftest import ADMIN, CLUSTER, PINNED_MS, eventually
 from tests.integration.test_envoy import (
     MESSAGING,

@@ -45,7 +45,7 @@ from cluster.model.limits import (
     parse_timestamp,
     to_minor_units,
 )
-from router.rules import parse_rule
+from router.rules.book import parse_rule
 from tests.conftest import ADMIN, Cluster
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ from cluster import wire
 from cluster.model.keys import hold_id
 from node.app import STATE
 from node.state import NodeState
-from node.store import HOLDS_KEY
+from node.store.counter_store import HOLDS_KEY
 from tests.conftest import ADMIN, CLUSTER, Cluster, eventually, node_batch
 from tests.system.test_resharding import big_cluster, wait_migration_done
 

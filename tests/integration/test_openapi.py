@@ -28,9 +28,9 @@ from cluster.model.limits import (
     parse_limits,
     parse_timestamp,
 )
-from router.openapi import openapi_document
+from router.api.openapi import openapi_document
 from router.requests import IF_MATCH, parse_authz
-from router.rules import RuleBook, make_rule
+from router.rules.book import RuleBook, make_rule
 from tests.conftest import ADMIN, Cluster
 
 DOCUMENT = openapi_document()

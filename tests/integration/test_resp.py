@@ -1,4 +1,4 @@
-"""The node's pipelined script connection (node/resp.py) against a real redis-server."""
+"""The node's pipelined script connection (node/store/resp.py) against a real redis-server."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from cluster.local.redis_proc import RedisProcess, free_port
 from cluster.wire import Op as WireOp
-from node.ops import parse_op
-from node.resp import RespPipe
-from node.store import CounterStore
+from node.batch.ops import parse_op
+from node.store.counter_store import CounterStore
+from node.store.resp import RespPipe
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -18,8 +18,8 @@ from cluster.local.loadgen import run_loadgen, start_loadgen
 from cluster.local.redis_proc import RedisProcess
 from cluster.model.algorithms import DEFAULT_QUOTA_TTL_MS
 from cluster.model.keys import counter_key, record_key, sub_key
-from router.spread import first_index
-from router.spread_split import share
+from router.decide.spread import first_index
+from router.rules.spread_split import share
 from tests.conftest import (
     ADMIN,
     Cluster,

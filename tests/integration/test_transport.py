@@ -9,7 +9,7 @@ import pytest
 from aiohttp import web
 
 from cluster.local.redis_proc import free_port
-from router.transport import HttpPool
+from router.channel.control_client import HttpPool
 from tests.conftest import _start
 
 

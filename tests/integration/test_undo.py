@@ -1,4 +1,4 @@
-"""Taking back a check whose answer came too late (node/lua/undo.lua), on a real Redis.
+"""Taking back a check whose answer came too late (node/store/lua/undo.lua), on a real Redis.
 
 A node whose results for a batch are ready only after the batch's deadline takes
 back what those checks consumed before answering `expired`. For every algorithm the
@@ -21,8 +21,8 @@ from cluster.model.keys import record_key
 from cluster.model.limits import LimitSpec, parse_limit
 from cluster.wire import BatchReply, Checked, encode
 from cluster.wire import Op as WireOp
-from node.ops import Op, parse_op
-from node.store import HOLDS_KEY, CounterStore, is_expired, undo_entries
+from node.batch.ops import Op, parse_op
+from node.store.counter_store import HOLDS_KEY, CounterStore, is_expired, undo_entries
 from tests.conftest import Cluster, eventually
 
 LIMITS: dict[str, list[dict[str, Any]]] = {

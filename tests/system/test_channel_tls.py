@@ -14,8 +14,8 @@ from cluster.model.errors import Problems
 from cluster.model.limits import parse_limit
 from node.app import create_app as create_node_app
 from node.config import NodeConfig
-from router.link import NodeLink
-from router.transport import HttpPool
+from router.channel.control_client import HttpPool
+from router.channel.link import NodeLink
 from tests.system.test_tls import CLUSTER_TOKEN, Pki, TlsRedis, _serve_tls, pki, tls_redis
 
 __all__ = ["pki", "tls_redis"]  # fixtures, imported for this module's tests

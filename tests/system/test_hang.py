@@ -20,7 +20,7 @@ from node.config import NodeConfig
 from router.app import ROUTER
 from router.app import create_app as create_router_app
 from router.config import RouterConfig
-from router.front import front_for
+from router.front.server import front_for
 from tests.conftest import ADMIN, CLUSTER, _start, eventually
 
 CALENDAR = {"algorithm": "calendar", "period": "day", "timezone": "UTC", "max_count": 100}

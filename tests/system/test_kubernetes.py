@@ -26,7 +26,7 @@ from cluster import wire
 from cluster.cli.main import build_parser
 from cluster.web.auth import ADMIN_TOKEN_ENV, CLUSTER_TOKEN_ENV
 from router.config import RouterConfig, load_config
-from router.rules import parse_rules_document
+from router.rules.book import parse_rules_document
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -1,4 +1,4 @@
-"""A node's liveness answer comes from a thread of its own (node/liveness.py): it
+"""A node's liveness answer comes from a thread of its own (node/health/liveness.py): it
 answers while the node's event loop is busy, and not at all while the process is
 stopped. That is what lets a router tell a hung node from a busy one."""
 

@@ -33,7 +33,7 @@ from node.config import NodeConfig
 from router.app import ROUTER
 from router.app import create_app as create_router_app
 from router.config import RouterConfig
-from router.front import front_for
+from router.front.server import front_for
 from tests.conftest import (
     ADMIN,
     CLUSTER,

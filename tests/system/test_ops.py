@@ -173,7 +173,7 @@ async def test_checks_survive_a_flushed_script_cache(cluster: Cluster) -> None:
 
 def test_example_rules_serve_the_readme() -> None:
     """`make run` serves configs/rules.yaml: every rule the README's examples use is there."""
-    from router.rules import parse_rules_document
+    from router.rules.book import parse_rules_document
 
     root = Path(__file__).resolve().parents[2]
     rules = parse_rules_document(yaml.safe_load((root / "configs" / "rules.yaml").read_text()))

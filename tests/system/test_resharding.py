@@ -31,9 +31,9 @@ from cluster.model.nodes import NodeSpec
 from cluster.model.partition import new_partitioner
 from cluster.model.topology import Topology
 from node.app import STATE
-from node.copy import Finder
-from node.migration import decode_entries
-from node.ownership import Ownership
+from node.migration.copy_step import Finder
+from node.migration.migrator import decode_entries
+from node.topology.ownership import Ownership
 from tests.conftest import (
     ADMIN,
     CLUSTER,

@@ -42,11 +42,11 @@ from cluster.model.nodes import NodeSpec
 from cluster.web import tls
 from node.app import STATE
 from node.app import create_app as create_node_app
+from node.batch.ops import parse_op
 from node.config import NodeConfig
-from node.ops import parse_op
+from router.channel.control_client import HttpPool
+from router.channel.node_channel import NodeChannel
 from router.config import parse_config
-from router.dispatch import NodeChannel
-from router.transport import HttpPool
 
 TLS_REDIS_SERVER = tls_redis_server_binary()
 pytestmark = [
@@ -602,7 +602,7 @@ async def test_node_redis_clients_over_tls_use_redis_py_s_pipeline(
     try:
         assert await state.redis.ping() is True
         assert await state.counters.ping() is True
-        assert state.store.pipe is None  # node/resp.py does not speak TLS
+        assert state.store.pipe is None  # node/store/resp.py does not speak TLS
         spec = ["fixed_window", 2, 60_000, None, None, None, None, None]
         op = parse_op(wire.Op("check", "u", "tls", [spec], [0], cost=1))
         outcomes = [(await state.store.run([op]))[0][0] for _ in range(3)]

@@ -15,7 +15,7 @@ from cluster.local.redis_proc import RedisProcess
 from cluster.model.nodes import NodeSpec
 from cluster.model.partition import RING_SIZE, RingPartitioner, SlotPartitioner
 from cluster.model.topology import Topology
-from router.ring_view import RingView
+from router.api.ring_view import RingView
 from tests.conftest import ADMIN, Cluster, add_spare_node, start_cluster, stop_cluster
 from tests.support.cdp import Browser, Page, chromium_path, launch
 

@@ -9,8 +9,8 @@ import redis.asyncio as aioredis
 
 from cluster import wire
 from cluster.model.limits import LimitSpec
-from node.ops import parse_op
-from node.store import CounterStore
+from node.batch.ops import parse_op
+from node.store.counter_store import CounterStore
 
 LIMITS = [
     [LimitSpec("fixed_window", 10, 3_600_000).to_wire()],

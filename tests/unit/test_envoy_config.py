@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from cluster.model.errors import ValidationError
-from router.envoy_config import ParseOptions, limit_key, match, parse_text
+from router.envoy.descriptors import ParseOptions, limit_key, match, parse_text
 
 FILES = Path(__file__).parent / "envoy_upstream_config"
 

@@ -1,8 +1,8 @@
-"""router/front_offsets.py: where the request after the first `completed` ones starts."""
+"""router/front/offsets.py: where the request after the first `completed` ones starts."""
 
 from __future__ import annotations
 
-from router.front_offsets import message_start
+from router.front.offsets import message_start
 
 POST = b"POST /v1/check HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\n{}"
 CHUNKED = (

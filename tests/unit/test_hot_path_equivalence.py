@@ -11,9 +11,9 @@ from cluster.model import answers
 from cluster.model.errors import Problems
 from cluster.model.limits import LimitSpec, parse_limits
 from cluster.model.ratelimit_headers import HeaderPlan, LimitState, header_values
-from router.check_bodies import decode_check
+from router.api.check_bodies import decode_check
 from router.requests import parse_check
-from router.rules import RuleBook
+from router.rules.book import RuleBook
 
 LIMITS = [
     {"algorithm": "fixed_window", "limit": 10, "window": "1m"},

@@ -11,8 +11,8 @@ from cluster.model.nodes import NodeSpec
 from cluster.model.partition import RingPartitioner, SlotPartitioner
 from cluster.model.topology import Topology
 from cluster.wire import Op as WireOp
-from node.ops import BadOp, parse_op
-from node.ownership import Ownership, Role
+from node.batch.ops import BadOp, parse_op
+from node.topology.ownership import Ownership, Role
 
 NODES = [NodeSpec(f"n{i}", f"http://n{i}") for i in (1, 2, 3)]
 LIMIT = LimitSpec("fixed_window", 1, 60_000).to_wire()

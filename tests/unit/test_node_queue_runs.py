@@ -8,8 +8,8 @@ from typing import Any
 
 from cluster import wire
 from cluster.model.nodes import NodeSpec
-from router.dispatch import NodeChannel, NodeUnavailable, Reason
-from router.link import Done
+from router.channel.link import Done
+from router.channel.node_channel import NodeChannel, NodeUnavailable, Reason
 
 
 def _op(key: str) -> wire.Op:

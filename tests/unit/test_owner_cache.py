@@ -9,9 +9,9 @@ import pytest
 
 from cluster.model.nodes import NodeSpec
 from cluster.model.partition import new_partitioner
-from router import cluster_view
-from router.cluster_view import ClusterView
 from router.config import RouterConfig
+from router.control import cluster_view as cluster_view
+from router.control.cluster_view import ClusterView
 
 
 def _nodes(*ids: str) -> list[NodeSpec]:

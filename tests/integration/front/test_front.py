@@ -1,4 +1,4 @@
-"""The router's lean HTTP front (router/front.py) over raw sockets: the same bytes as
+"""The router's lean HTTP front (router/front/server.py) over raw sockets: the same bytes as
 aiohttp for /v1/check and /v1/check/batch, HTTP/1.1 semantics, and the hand-over of
 everything else to aiohttp on the same connection."""
 
@@ -22,7 +22,7 @@ from cluster.local.redis_proc import RedisProcess, free_port
 from cluster.web.serve import start_site
 from router.app import ROUTER, create_app
 from router.config import RouterConfig
-from router.front import FrontServer, front_for
+from router.front.server import FrontServer, front_for
 from tests.conftest import CLUSTER, Cluster, cluster_with_rules
 
 cluster = cluster_with_rules(

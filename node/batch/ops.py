@@ -1,0 +1,165 @@
+"""Operations a router sends to a node, parsed and checked at the node boundary."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from cluster.model.keys import INLINE_SCOPE, MAX_KEY_BYTES, REQUEST_ID, RULE_NAME
+from cluster.model.limits import MAX_DURATION_MS, LimitSpec
+from cluster.wire import Op as WireOp
+
+MAX_TTL_MS = 30 * 86_400_000
+MAX_HOLD_MS = 600_000
+MAX_ADJUST = 10**15  # counts and minor units stay exact in Lua doubles
+
+
+class BadOp(ValueError):
+    pass
+
+
+class Op(msgspec.Struct, frozen=True):  # a Struct: built once per op, ~10x cheaper
+    kind: str  # "check", "refund", "commit" or "undo"
+    key: str
+    scope: str
+    limits: tuple[LimitSpec, ...]
+    amounts: tuple[int, ...]
+    cost: int = 0
+    request_id: str | None = None
+    dry_run: bool = False
+    void: bool = False
+    record_ttl_ms: int = 0
+    hold_ms: int = 0  # all-or-nothing first phase: given back unless committed in time
+    # A held check's batch id and the node holding that batch's commit/abort decision.
+    batch: str | None = None
+    coordinator: str | None = None
+    undo: bytes | None = None  # kind "undo": the undo entries of the check to take back
+    quota_ttl_ms: int = 0  # quota limits: lifetime from last change (0: the default)
+    adjust: tuple[int, int, int, int] | None = None  # kind "adjust" (cluster/wire.py)
+    fingerprint: str = ""  # a check's request fingerprint ("": none, replays unchecked)
+
+
+_encoder = msgspec.msgpack.Encoder()
+# Rules repeat: each distinct wire form of a list of limits is validated once. The key is
+# that list's msgpack form: exact to the type (True, 1 and 1.0 differ) and cheap to make.
+_limits_cache: dict[bytes, tuple[LimitSpec, ...]] = {}
+_LIMITS_CACHE_MAX = 10_000
+# Scopes repeat as well (rule names): each one matched once.
+_scopes: set[str] = {INLINE_SCOPE}
+_SCOPES_MAX = 10_000
+
+
+def _limit(wire: Any) -> LimitSpec:
+    try:
+        return LimitSpec.from_wire(wire)
+    except (ValueError, TypeError) as exc:
+        raise BadOp(f"bad limit: {exc}") from exc
+
+
+def _limits(wire: list[list[Any]]) -> tuple[LimitSpec, ...]:
+    """The validated specs (the same tuple for the same wire form: node/store/counter_store.py keys
+    what it works out per rule by it)."""
+    cache_key = _encoder.encode(wire)
+    specs = _limits_cache.get(cache_key)
+    if specs is None:
+        if not wire or len(wire) > 16:
+            raise BadOp("limits must be a list of 1..16 limits")
+        specs = tuple(_limit(w) for w in wire)
+        if len(_limits_cache) >= _LIMITS_CACHE_MAX:
+            _limits_cache.clear()
+        _limits_cache[cache_key] = specs
+    return specs
+
+
+def _valid_scope(scope: str) -> bool:
+    if scope in _scopes:
+        return True
+    if not RULE_NAME.match(scope):
+        return False
+    if len(_scopes) >= _SCOPES_MAX:
+        _scopes.clear()
+        _scopes.add(INLINE_SCOPE)
+    _scopes.add(scope)
+    return True
+
+
+def parse_op(wire: WireOp) -> Op:
+    """A decoded wire op (types already checked by msgspec) -> a validated Op."""
+    if wire.kind not in ("check", "refund", "commit", "undo", "adjust"):
+        raise BadOp("op must be 'check', 'refund', 'commit', 'undo' or 'adjust'")
+    if (wire.kind == "undo") != (wire.undo is not None):
+        raise BadOp("an undo op, and only an undo op, carries undo entries")
+    key = wire.key
+    # At most 4 bytes per character: short keys need no encoding to be measured.
+    if not key or (len(key) * 4 > MAX_KEY_BYTES and len(key.encode()) > MAX_KEY_BYTES):
+        raise BadOp("key must be a non-empty string of at most 512 bytes")
+    scope = wire.scope
+    if not _valid_scope(scope):
+        raise BadOp("bad scope")
+    limits = _limits(wire.limits)
+    if len(wire.amounts) != len(limits):
+        raise BadOp("amounts must hold one non-negative integer per limit")
+    request_id = wire.request_id
+    if request_id is not None and not REQUEST_ID.match(request_id):
+        raise BadOp("bad request_id")
+    if wire.record_ttl_ms > MAX_TTL_MS:
+        raise BadOp("record_ttl_ms too large")
+    if wire.quota_ttl_ms > MAX_DURATION_MS:
+        raise BadOp("quota_ttl_ms too large")
+    if wire.kind in ("refund", "commit") and request_id is None:
+        raise BadOp(f"{wire.kind} needs a request_id")
+    if wire.hold_ms > MAX_HOLD_MS:
+        raise BadOp(f"hold_ms must be at most {MAX_HOLD_MS}")
+    batch, coordinator = wire.batch, wire.coordinator
+    if (batch is None) != (coordinator is None):
+        raise BadOp("batch and coordinator go together")
+    if batch is not None and not (
+        REQUEST_ID.match(batch) and coordinator is not None and RULE_NAME.match(coordinator)
+    ):
+        raise BadOp("bad batch or coordinator")
+    return Op(
+        wire.kind,
+        key,
+        scope,
+        limits,
+        tuple(wire.amounts),
+        wire.cost,
+        request_id,
+        wire.dry_run,
+        wire.void,
+        wire.record_ttl_ms,
+        wire.hold_ms,
+        batch,
+        coordinator,
+        wire.undo,
+        wire.quota_ttl_ms,
+        _adjust(wire) if wire.adjust is not None or wire.kind == "adjust" else None,
+        _fingerprint(wire) if wire.fingerprint is not None else "",
+    )
+
+
+def _fingerprint(wire: WireOp) -> str:
+    value = wire.fingerprint
+    if value is None:
+        return ""
+    if not 1 <= len(value) <= 64 or not value.isalnum() or not value.isascii():
+        raise BadOp("fingerprint must be 1-64 ASCII letters and digits")
+    return value
+
+
+def _adjust(wire: WireOp) -> tuple[int, int, int, int] | None:
+    if (wire.kind == "adjust") != (wire.adjust is not None):
+        raise BadOp("an adjust op, and only an adjust op, carries an adjustment")
+    if wire.adjust is None:
+        return None
+    if len(wire.adjust) != 4 or not all(isinstance(v, int) for v in wire.adjust):
+        raise BadOp("adjust must be [count_mode, count, amount_mode, amount]")
+    count_mode, count, amount_mode, amount = wire.adjust
+    if count_mode not in (0, 1, 2) or amount_mode not in (0, 1, 2) or count_mode + amount_mode == 0:
+        raise BadOp("adjust modes are 0 (none), 1 (delta), 2 (set); one at least")
+    if max(abs(count), abs(amount)) > MAX_ADJUST:
+        raise BadOp(f"adjust values must be at most {MAX_ADJUST} in size")
+    if wire.request_id is None or len(wire.limits) != 1 or wire.limits[0][0] != "quota":
+        raise BadOp("adjust needs a request_id and exactly one quota limit")
+    return (count_mode, count, amount_mode, amount)

@@ -1,0 +1,1 @@
+"""Liveness (the probe port) and the node's Prometheus metrics."""

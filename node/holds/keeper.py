@@ -1,0 +1,239 @@
+"""All-or-nothing holds on a node: settled once, where their key lives (docs/resharding.md).
+
+A hold is an entry of the node's holds set (`sl|holds`, scored by when it runs
+out) naming an idempotency record and its counters. When it runs out, the node's
+sweeper learns the batch's fate from the coordinator, then settles the hold:
+
+- where the key lives: if a migration moved the key away, the record and its
+  counters are on the new owner, so the hold is settled there (POST
+  HOLDS_SETTLE_PATH, which imports the keys first if they were not copied yet);
+  the local frozen copy is never touched;
+- counted as a batch of the current epoch, so a topology change is acknowledged
+  only once a settle that began under the old epoch has reached Redis;
+- then, for a "commit", reported to the coordinator, whose record stays (without
+  expiry) until every hold of the batch reported itself settled;
+- and only then removed from the holds set. Every step is safe to repeat:
+  commit.lua and refund.lua (only_held) act on a held record only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from redis.exceptions import RedisError
+
+from cluster import wire
+from cluster.model.keys import HOLDS_KEY, hold_id_of, limit_key_of
+from node.holds.coordinator_records import where_decided
+from node.migration.migrator import PeerError
+from node.topology.ownership import Role
+
+if TYPE_CHECKING:
+    from node.state import NodeState
+
+log = logging.getLogger("shardlimit.node")
+UNRESOLVED_RETRY_MS = 1_000  # a hold whose fate or owner cannot be reached: retried after
+SWEEP_EVERY_S = 0.25
+SWEEP_BATCH = 200
+# How a sweeper learns a held batch's fate: (batch, coordinator) -> "commit", "abort",
+# or None when the coordinator cannot be asked right now.
+Resolver = Callable[[str, str], Awaitable[str | None]]
+
+
+def valid_entry(entry: Any) -> bool:
+    """A hold entry as batch.lua stores it: {"k": [record, counters...], "a": [ints]}."""
+    if not isinstance(entry, dict):
+        return False
+    keys, args = entry.get("k"), entry.get("a")
+    if not (isinstance(keys, list) and keys and all(isinstance(k, str) for k in keys)):
+        return False
+    if not (isinstance(args, list) and all(type(a) is int for a in args) and len(args) % 8 == 0):
+        return False
+    owner = limit_key_of(keys[0])
+    return hold_id_of(keys[0]) is not None and all(limit_key_of(k) == owner for k in keys)
+
+
+class HoldKeeper:
+    def __init__(self, state: NodeState, resolve: Resolver) -> None:
+        self.state = state
+        self.resolve = resolve
+        self.settled_here = 0  # holds settled on this node's Redis
+        self.settled_elsewhere = 0  # holds settled on the node their key moved to
+
+    async def settle_here(self, entry: dict[str, Any], decision: str) -> bool:
+        """Settle one hold on this node if it serves the key (importing it first when
+        the key is moving here); False if another node serves it."""
+        state = self.state
+        ownership = state.ownership
+        record = entry["k"][0]
+        limit_key = limit_key_of(record)
+        assert limit_key is not None
+        role, source = ownership.role(limit_key) if ownership else (Role.OWN, None)
+        if role is Role.MOVED:
+            return False
+        epoch = state.epoch
+        # Counted like a batch: no topology change is acknowledged while it runs.
+        state.inflight[epoch] += 1
+        try:
+            if role is Role.IMPORT and source is not None and ownership is not None:
+                spec = ownership.node_spec(source)
+                if spec is None:
+                    raise PeerError(f"previous owner {source} unknown")
+                await state.migrator.pull(ownership, spec.url, list(entry["k"]))
+            store = state.store
+            if decision == "commit":
+                await store.commit_script(keys=[record, HOLDS_KEY], args=[])
+            else:
+                limit_args = entry["a"]
+                script = store._script_for("refund.lua", set(limit_args[0::8]))
+                args = [store.offset_ms * 1000, len(limit_args) // 8, 1, *limit_args, 1]
+                await script(keys=entry["k"], args=args)
+        finally:
+            state.inflight[epoch] -= 1
+            async with state.drained:
+                state.drained.notify_all()
+        self.settled_here += 1
+        return True
+
+    async def _settle(self, entry: dict[str, Any], decision: str) -> bool:
+        """Settle where the key lives; False when that cannot be done now."""
+        if await self.settle_here(entry, decision):
+            return True
+        ownership = self.state.ownership
+        assert ownership is not None
+        limit_key = limit_key_of(entry["k"][0])
+        assert limit_key is not None
+        owner = ownership.topology.partitioner.owner(limit_key)
+        spec = ownership.node_spec(owner)
+        if spec is None:
+            return False
+        try:
+            body = await self.state.migrator.post(
+                spec.url + wire.HOLDS_SETTLE_PATH, {"holds": [[entry, decision]]}, timeout_s=5.0
+            )
+        except PeerError as exc:
+            log.warning("hold of %s: its owner %s cannot settle it now: %s", limit_key, owner, exc)
+            return False
+        done = isinstance(body, dict) and body.get("settled") == [True]
+        if done:
+            self.settled_elsewhere += 1
+        return done
+
+    async def _report(self, batch: str, coordinator: str, hold: str) -> bool:
+        """Tell a committed batch's coordinator that one of its holds is settled."""
+        state = self.state
+        where = where_decided(state, coordinator)
+        if where == state.node_id:
+            return await state.store.settled(batch, [hold]) >= 0  # -1: handed over
+        spec = state.ownership.node_spec(where) if state.ownership and where else None
+        if spec is None:
+            return True  # the coordinator left long ago: nobody keeps its record
+        try:
+            await state.migrator.post(
+                spec.url + wire.DECISION_PATH, {"batch": batch, "settled": [hold]}, timeout_s=1.0
+            )
+        except PeerError:
+            return False
+        return True
+
+    async def sweep(self) -> int:
+        """Settle holds that ran out; how many were settled."""
+        store = self.state.store
+        client = store.client
+        seconds, micros = await client.time()
+        now_ms = seconds * 1000 + micros // 1000
+        due = await client.zrangebyscore(HOLDS_KEY, "-inf", now_ms, start=0, num=SWEEP_BATCH)
+        settled = 0
+        for raw in due:
+            assert isinstance(raw, bytes | str)
+            member = raw.decode() if isinstance(raw, bytes) else raw
+            entry = orjson.loads(raw)
+            batch, coordinator = entry.get("b"), entry.get("c")
+            decision: str | None = "abort"
+            if batch is not None:
+                decision = await self.resolve(batch, coordinator)
+            done = decision is not None and await self._settle(entry, decision)
+            if done and decision == "commit" and batch is not None:
+                hold = hold_id_of(entry["k"][0])
+                assert hold is not None
+                done = await self._report(batch, coordinator, hold)
+            if not done:
+                await client.zadd(HOLDS_KEY, {member: now_ms + UNRESOLVED_RETRY_MS}, xx=True)
+                continue
+            await client.zrem(HOLDS_KEY, member)
+            settled += 1
+        return settled
+
+    async def run_forever(self) -> None:
+        while True:
+            try:
+                while await self.sweep() > 0:
+                    pass
+            except (RedisError, OSError, PeerError) as exc:
+                log.warning("hold sweep failed, will retry: %s", exc)
+            await asyncio.sleep(SWEEP_EVERY_S)  # sweep cadence
+
+    async def settle_for_peer(self, holds: Any) -> list[bool] | str:
+        """The HOLDS_SETTLE_PATH endpoint: [[entry, decision], ...] -> settled each."""
+        if not isinstance(holds, list) or len(holds) > SWEEP_BATCH:
+            return f"holds must be a list of at most {SWEEP_BATCH} [entry, decision]"
+        for item in holds:
+            if not (isinstance(item, list) and len(item) == 2 and valid_entry(item[0])):
+                return "each hold is [entry, decision]"
+            if item[1] not in ("commit", "abort"):
+                return "decision must be 'commit' or 'abort'"
+        return [await self.settle_here(entry, decision) for entry, decision in holds]
+
+    async def hand_over(self, moving_to: Callable[[str], str | None]) -> int:
+        """After a source's copy: give the holds of keys that moved away to their new
+        owners (ZADD NX there, same deadline), then forget them here. A removed node
+        leaves no hold behind; until then the sweeper above settles them remotely."""
+        client = self.state.store.client
+        ownership = self.state.ownership
+        if ownership is None:
+            return 0
+        raw_all: list[Any] = await client.zrange(HOLDS_KEY, 0, -1, withscores=True)
+        by_target: dict[str, list[tuple[str, int]]] = {}
+        for raw, score in raw_all:
+            member = raw.decode() if isinstance(raw, bytes) else str(raw)
+            limit_key = limit_key_of(orjson.loads(member)["k"][0])
+            target = moving_to(limit_key) if limit_key is not None else None
+            if target is not None:
+                by_target.setdefault(target, []).append((member, int(score)))
+        given = 0
+        for target, entries in by_target.items():
+            spec = ownership.node_spec(target)
+            if spec is None:
+                continue
+            await self.state.migrator.post(
+                spec.url + wire.HOLDS_ADOPT_PATH, {"holds": [list(e) for e in entries]}
+            )
+            await client.zrem(HOLDS_KEY, *[member for member, _ in entries])
+            given += len(entries)
+        return given
+
+    async def adopt(self, holds: Any) -> int | str:
+        """The HOLDS_ADOPT_PATH endpoint: [[entry JSON, deadline ms], ...] from a source."""
+        if not isinstance(holds, list):
+            return "holds must be a list of [entry, deadline]"
+        mapping: dict[str, int] = {}
+        for item in holds:
+            if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
+                return "each hold is [entry JSON, deadline ms]"
+            if type(item[1]) is not int:
+                return "each hold is [entry JSON, deadline ms]"
+            try:
+                entry = orjson.loads(item[0])
+            except orjson.JSONDecodeError:
+                return "each hold is [entry JSON, deadline ms]"
+            if not valid_entry(entry):
+                return "not a hold entry"
+            mapping[item[0]] = item[1]
+        if not mapping:
+            return 0
+        added = await self.state.store.client.zadd(HOLDS_KEY, mapping, nx=True)
+        return int(added or 0)

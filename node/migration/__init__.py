@@ -1,0 +1,2 @@
+"""Moving keys between nodes: the copy step (Redis to Redis), pulls on first touch,
+and calls to peer nodes."""

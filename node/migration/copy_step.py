@@ -1,0 +1,262 @@
+"""A migration source's background copy: find what moves, MIGRATE it, under a budget.
+
+See docs/resharding.md ("Background copy"). One copy step (POST MIGRATE_PATH)
+examines up to `count` Redis keys from a SCAN cursor and moves those whose limit
+key changes owner, with three stages running at once:
+
+- **find** (slots mode): SCAN, then one C CRC16 and one table lookup per key (a
+  slot -> target table of the slots leaving this node); or, with in_redis,
+  node/store/lua/scan_moving.lua SCANs inside Redis and computes each key's slot there,
+  so only the names of moving keys reach this process. (ring mode): SCAN here;
+  each key costs one MD5 and one bisect over the arcs of the ring that change owner
+  (MovingArcs), not two owner lookups;
+- **move**: `MIGRATE ... KEYS` of a chunk straight to the target's Redis, while the
+  next chunk is being found;
+- **budget**: the copy takes at most `busy_pct` percent of the source Redis' time
+  (after each call that blocked Redis for d, it pauses d * (100 / busy_pct - 1)),
+  and at most `rate` keys/s when a rate is set. A Redis slowed down by live traffic
+  makes d longer, and the copy backs off with it. (A copy slowed further when live
+  latency rises was tried and dropped: live checks of moving keys pay a first-touch
+  pull until their key is copied, so a slower copy made them slower for longer.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from binascii import crc_hqx
+from bisect import bisect_right
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from hashlib import md5
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from cluster.model.keys import DATA_KEYS_PATTERN, limit_key_of
+from cluster.model.partition import (
+    HASH_SLOTS,
+    RingPartitioner,
+    SlotPartitioner,
+    ring_hash,
+    routing_part,
+)
+from node.store.scripts import read_lua
+from node.topology.ownership import Ownership
+
+MIGRATE_CHUNK = 100  # keys per MIGRATE: each one blocks the source Redis while it runs
+SCAN_ROUND = 1000  # SCAN COUNT per round inside scan_moving.lua
+FIND_BATCH = 500  # names examined per find call (one Lua call or a few SCANs)
+SLOT_MASK = HASH_SLOTS - 1
+# Slots mode: find moving keys inside Redis (scan_moving.lua) rather than here. Measured
+# on one host: the Lua CRC16 costs Redis ~2x the time of SCAN plus binascii.crc_hqx here,
+# so it is off; it pays when the node is far from its Redis (only moving names travel).
+FIND_IN_REDIS = False
+
+Mover = Callable[[str, list[str]], Awaitable[int]]  # (target, keys) -> keys moved
+
+
+def _owner_at(points: list[Any], owners: list[Any], position: int) -> str:
+    """RingPartitioner.owner(): the first point past `position`, wrapping to the first."""
+    index = bisect_right(points, position)
+    return str(owners[index] if index < len(owners) else owners[0])
+
+
+class MovingArcs:
+    """Ring mode: which node a key moving away from `node_id` goes to, from one MD5
+    and one bisect. The ring is cut at every point of the old and new rings; each
+    piece has one old and one new owner."""
+
+    def __init__(self, node_id: str, old: RingPartitioner, new: RingPartitioner) -> None:
+        old_points, old_owners = (list(x) for x in zip(*old.points(), strict=True))
+        new_points, new_owners = (list(x) for x in zip(*new.points(), strict=True))
+        cuts = sorted(set(old_points) | set(new_points))
+        self.bounds: list[int] = []
+        self.targets: list[str | None] = []
+        previous: str | int | None = -1  # nothing yet
+        for start in [0, *cuts]:
+            before = _owner_at(old_points, old_owners, start)
+            after = _owner_at(new_points, new_owners, start)
+            target = after if before == node_id and after != node_id else None
+            if target != previous:
+                self.bounds.append(start)
+                self.targets.append(target)
+                previous = target
+
+    def target(self, limit_key: str) -> str | None:
+        position = ring_hash(routing_part(limit_key))
+        return self.targets[bisect_right(self.bounds, position) - 1]
+
+
+@dataclass
+class Budget:
+    """Pacing of one source's copy (see the module docstring)."""
+
+    busy_pct: int = 50
+    rate: int = 0  # keys/s, 0: no fixed rate
+    started: float = field(default_factory=time.monotonic)
+    moved: int = 0
+    paused_s: float = 0.0
+
+    async def after(self, blocked_s: float, moved: int = 0) -> None:
+        self.moved += moved
+        pause = 0.0
+        if 0 < self.busy_pct < 100:
+            pause = blocked_s * (100 / self.busy_pct - 1)
+        if self.rate > 0:
+            pause = max(pause, self.started + self.moved / self.rate - time.monotonic())
+        if pause > 0:
+            self.paused_s += pause
+            await asyncio.sleep(pause)  # the budget: give Redis back to live checks
+
+
+class Finder:
+    """Finds the Redis keys of one source that move, grouped by target."""
+
+    def __init__(
+        self, client: aioredis.Redis, ownership: Ownership, *, in_redis: bool = FIND_IN_REDIS
+    ) -> None:
+        self.client = client
+        self.in_redis = in_redis
+        self.ownership = ownership
+        self.node_id = ownership.node_id
+        self.scan_script = client.register_script(read_lua("scan_moving.lua"))
+        new, old = ownership.topology.partitioner, ownership.previous
+        self.slot_table: tuple[str, ...] | None = None
+        self.slot_targets: list[str | None] | None = None  # slot -> where it moves
+        self.bitmap = b""
+        self.arcs: MovingArcs | None = None
+        if isinstance(new, SlotPartitioner) and isinstance(old, SlotPartitioner):
+            self.slot_table = new.table
+            self.slot_targets = [None] * HASH_SLOTS
+            bits = bytearray(HASH_SLOTS // 8)
+            for slot, (before, after) in enumerate(zip(old.table, new.table, strict=True)):
+                if before == self.node_id and after != self.node_id:
+                    bits[slot >> 3] |= 1 << (slot & 7)
+                    self.slot_targets[slot] = after
+            self.bitmap = bytes(bits)
+        elif isinstance(new, RingPartitioner) and isinstance(old, RingPartitioner):
+            self.arcs = MovingArcs(self.node_id, old, new)
+
+    async def find(self, cursor: int, examine: int) -> tuple[int, int, dict[str, list[str]]]:
+        """(next cursor, names examined, target -> Redis keys)."""
+        if self.slot_table is not None and self.in_redis:
+            if not any(self.bitmap):
+                return 0, 0, {}
+            reply = await self.scan_script(keys=[], args=[cursor, SCAN_ROUND, examine, self.bitmap])
+            found: dict[str, list[str]] = {}
+            table = self.slot_table
+            for i in range(2, len(reply), 2):
+                raw = reply[i]
+                name = raw.decode() if isinstance(raw, bytes) else str(raw)
+                found.setdefault(table[int(reply[i + 1])], []).append(name)
+            return int(reply[0]), int(reply[1]), found
+        next_cursor, names = await self.client.scan(
+            cursor=cursor, match=DATA_KEYS_PATTERN, count=examine
+        )
+        found = {}
+        if self.slot_targets is None and self.arcs is None:
+            for raw in names:
+                name = raw.decode() if isinstance(raw, bytes) else str(raw)
+                limit_key = limit_key_of(name)
+                target = self.ownership.moving_away(limit_key) if limit_key else None
+                if target is not None:
+                    found.setdefault(target, []).append(name)
+            return int(next_cursor), len(names), found
+        # The hot loop of a copy: bytes as Redis gave them (cluster.model.keys.limit_key_of
+        # and cluster.model.partition.routing_part on bytes; "{", "}" and "|" are ASCII, so
+        # UTF-8 bytes split where the str would); only moving names are decoded.
+        slots, arcs = self.slot_targets, self.arcs
+        bounds, targets = (arcs.bounds, arcs.targets) if arcs is not None else ([], [])
+        raws: list[bytes] = names  # type: ignore[assignment]  # this client never decodes
+        for raw in raws:
+            if raw[:1] == b"c":
+                if raw[9:10] != b"|":
+                    continue
+                part = raw[10:]
+            elif raw[:2] == b"r|":
+                pieces = raw.split(b"|", 3)
+                if len(pieces) != 4:
+                    continue
+                part = pieces[3]
+            else:
+                continue
+            start = part.find(b"{")
+            if start != -1:
+                end = part.find(b"}", start + 1)
+                if end > start + 1:
+                    part = part[start + 1 : end]
+            if slots is not None:
+                target = slots[crc_hqx(part, 0) & SLOT_MASK]
+            else:
+                digest = md5(part, usedforsecurity=False).digest()
+                target = targets[bisect_right(bounds, int.from_bytes(digest[:8], "big")) - 1]
+            if target is not None:
+                found.setdefault(target, []).append(raw.decode())
+        return int(next_cursor), len(names), found
+
+
+async def copy_step(
+    finder: Finder,
+    move: Mover,
+    cursor: int,
+    count: int,
+    budget: Budget,
+    *,
+    chunk: int = MIGRATE_CHUNK,
+) -> dict[str, Any]:
+    """Examine up to `count` keys from `cursor`; move those that change owner. Finding
+    the next keys overlaps with moving the previous ones."""
+    queue: asyncio.Queue[tuple[str, list[str]] | None] = asyncio.Queue(maxsize=4)
+    totals = {"scanned": 0, "moved": 0, "restored": 0}
+    timing = {"find_s": 0.0, "move_s": 0.0, "paused_s": budget.paused_s}
+    started = time.monotonic()
+
+    async def mover() -> None:
+        while (item := await queue.get()) is not None:
+            target, keys = item
+            began = time.monotonic()
+            restored = await move(target, keys)
+            timing["move_s"] += time.monotonic() - began
+            totals["moved"] += len(keys)
+            totals["restored"] += restored
+            await budget.after(time.monotonic() - began, len(keys))
+
+    moving = asyncio.get_running_loop().create_task(mover())
+    pending: dict[str, list[str]] = {}
+
+    async def put(item: tuple[str, list[str]] | None) -> None:
+        putting = asyncio.ensure_future(queue.put(item))
+        await asyncio.wait({putting, moving}, return_when=asyncio.FIRST_COMPLETED)
+        if not putting.done():  # the mover stopped on an error: raise it
+            putting.cancel()
+            await moving
+
+    try:
+        while True:
+            began = time.monotonic()
+            cursor, examined, found = await finder.find(cursor, min(FIND_BATCH, count))
+            timing["find_s"] += time.monotonic() - began
+            totals["scanned"] += examined
+            for target, keys in found.items():
+                buffer = pending.setdefault(target, [])
+                buffer += keys
+                while len(buffer) >= chunk:
+                    await put((target, buffer[:chunk]))
+                    del buffer[:chunk]
+            if moving.done():
+                break  # the mover failed: its exception is raised below
+            if cursor == 0 or totals["scanned"] >= count:
+                break
+            await budget.after(time.monotonic() - began)
+        for target, buffer in pending.items():
+            if buffer:
+                await put((target, buffer))
+        await put(None)
+        await moving
+    finally:
+        if not moving.done():
+            moving.cancel()
+    timing["paused_s"] = budget.paused_s - timing["paused_s"]
+    timing["seconds"] = time.monotonic() - started
+    return {"cursor": cursor, **totals, **{k: round(v, 4) for k, v in timing.items()}}

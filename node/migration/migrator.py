@@ -1,0 +1,325 @@
+"""Moving Redis keys between nodes: export (DUMP), import (RESTORE once), background copy.
+
+See docs/resharding.md for the protocol and why each step is safe to repeat.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+import aiohttp
+import orjson
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError, ResponseError
+
+from cluster import wire
+from cluster.model.keys import limit_key_of, marker_key, marker_pattern
+from node.migration.copy_step import Budget, Finder, copy_step
+from node.store.scripts import read_lua
+from node.topology.ownership import Ownership
+
+MARKER_TTL_MS = 2 * 86_400_000
+# (redis key, dump or None, absolute expiry ms or -1, authoritative): authoritative is
+# False only when a migration is aborted and the sender never held the key (the
+# receiver's own copy is then the current one).
+ExportEntry = tuple[str, bytes | None, int, bool]
+# Guards one move of a copy step: raises PeerError once the topology changed, and holds
+# back the next topology's acknowledgement while the move runs.
+MoveGuard = Callable[[], AbstractAsyncContextManager[None]]
+
+
+class PeerError(Exception):
+    """A call to a peer node failed; `status` is its HTTP answer when it gave one."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def encode_entries(entries: Sequence[ExportEntry]) -> list[list[Any]]:
+    return [
+        [key, base64.b64encode(dump).decode() if dump is not None else None, expiry, authoritative]
+        for key, dump, expiry, authoritative in entries
+    ]
+
+
+def decode_entries(raw: Any) -> list[ExportEntry]:
+    if not isinstance(raw, list):
+        raise ValueError("entries must be a list")
+    out: list[ExportEntry] = []
+    for item in raw:
+        if not (isinstance(item, list) and len(item) in (3, 4) and isinstance(item[0], str)):
+            raise ValueError("each entry is [key, dump or null, expiry, authoritative?]")
+        key, dump, expiry = item[:3]
+        authoritative = item[3] if len(item) == 4 else True
+        if not isinstance(expiry, int) or isinstance(expiry, bool):
+            raise ValueError("expiry must be an integer")
+        if not isinstance(authoritative, bool):
+            raise ValueError("authoritative must be a boolean")
+        if limit_key_of(key) is None:
+            raise ValueError(f"not a shardlimit key: {key[:80]!r}")
+        decoded = base64.b64decode(dump) if isinstance(dump, str) else None
+        out.append((key, decoded, expiry, authoritative))
+    return out
+
+
+class Migrator:
+    def __init__(
+        self, client: aioredis.Redis, session_factory: Any, cluster_token: str | None
+    ) -> None:
+        self.client = client
+        self.import_script = client.register_script(read_lua("import.lua"))
+        self.revert_script = client.register_script(read_lua("import_revert.lua"))
+        self._session_factory = session_factory
+        self._redis_addresses: dict[str, tuple[str, int, int]] = {}
+        self._finder: tuple[tuple[str, int], Finder] | None = None
+        self._budget: tuple[str, Budget] | None = None
+        # Direct connections to target Redis (the MIGRATE address), for _drop_if_there.
+        self._target_clients: dict[tuple[str, int, int], aioredis.Redis] = {}
+        self.headers = {"Content-Type": "application/json"}
+        if cluster_token:
+            self.headers["Authorization"] = f"Bearer {cluster_token}"
+
+    async def export(self, keys: Sequence[str], reverted: str | None = None) -> list[ExportEntry]:
+        """DUMP + absolute expiry of each key (None when absent). Does not delete.
+
+        `reverted`: the migration an abort undoes. A key is then authoritative only if
+        this node holds it or imported it in that migration (its marker): otherwise it
+        never came here, and the receiver's own copy is the current one."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.time()
+        for key in keys:
+            pipe.dump(key)
+            pipe.pttl(key)
+            if reverted is not None:
+                pipe.exists(marker_key(reverted, key))
+        results = await pipe.execute()
+        seconds, micros = results[0]
+        now_ms = seconds * 1000 + micros // 1000
+        out: list[ExportEntry] = []
+        width = 2 if reverted is None else 3
+        for i, key in enumerate(keys):
+            dump, pttl = results[1 + width * i], results[2 + width * i]
+            imported = reverted is not None and bool(results[3 + width * i])
+            if dump is None or pttl == -2:
+                out.append((key, None, -1, reverted is None or imported))
+            else:
+                out.append((key, dump, -1 if pttl < 0 else now_ms + pttl, True))
+        return out
+
+    async def import_entries(
+        self, migration_id: str, entries: Sequence[ExportEntry], *, replace: bool = False
+    ) -> int:
+        """Install keys once per migration (their markers). `replace`: an abort hands
+        keys back, over the frozen copy the aborted migration left here."""
+        if not entries:
+            return 0
+        keys: list[str] = []
+        args: list[Any] = [MARKER_TTL_MS]
+        for key, dump, expiry, authoritative in entries:
+            keys += [key, marker_key(migration_id, key)]
+            args += [dump if dump is not None else b"", expiry]
+            if replace:
+                args.append(1 if authoritative else 0)
+        script = self.revert_script if replace else self.import_script
+        restored: int = await script(keys=keys, args=args)
+        return restored
+
+    async def missing_markers(
+        self, migration_id: str, keys: Sequence[str], *, reverting: bool = False
+    ) -> list[str]:
+        """The keys still to import: no marker, and absent here. A moving key present
+        here without a marker came by the background copy's MIGRATE (this node writes
+        a moving key only after importing it, and a finished migration leaves no copy
+        on a node that lost the key), so it is already the current one: no pull.
+        Not when an abort hands keys back (`reverting`): a key present here may be the
+        frozen copy the aborted migration left, so only the marker counts."""
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            if reverting:
+                pipe.exists(marker_key(migration_id, key))
+            else:
+                pipe.exists(marker_key(migration_id, key), key)
+        found = await pipe.execute()
+        return [key for key, present in zip(keys, found, strict=True) if not present]
+
+    async def post(self, url: str, payload: Any, timeout_s: float = 10.0) -> Any:
+        """One node-to-node call with the cluster token; every failure becomes PeerError."""
+        session: aiohttp.ClientSession = self._session_factory()
+        try:
+            async with session.post(
+                url,
+                data=orjson.dumps(payload),
+                headers=self.headers,
+                timeout=aiohttp.ClientTimeout(total=timeout_s),
+            ) as response:
+                body = await response.read()
+                if response.status != 200:
+                    raise PeerError(
+                        f"{url} answered {response.status}: {body[:200]!r}", response.status
+                    )
+                return orjson.loads(body)
+        except (aiohttp.ClientError, TimeoutError, OSError, orjson.JSONDecodeError) as exc:
+            raise PeerError(f"{url}: {type(exc).__name__} {exc}") from exc
+
+    async def pull(self, ownership: Ownership, source_url: str, keys: Sequence[str]) -> int:
+        """Import `keys` from their previous owner unless already imported."""
+        migration_id = ownership.migration_id
+        assert migration_id is not None
+        reverting = ownership.reverts is not None
+        missing = await self.missing_markers(migration_id, keys, reverting=reverting)
+        if not missing:
+            return 0
+        payload = {"keys": missing, "topology": ownership.topology.to_dict()}
+        body = await self.post(source_url + wire.EXPORT_PATH, payload, timeout_s=5.0)
+        entries = decode_entries(body["entries"])
+        return await self.import_entries(migration_id, entries, replace=reverting)
+
+    def budget(self, migration_id: str, rate: int, busy_pct: int) -> Budget:
+        """The pacing of this source's copy: kept across the steps of a migration, so
+        a keys/s rate holds over the whole copy."""
+        if self._budget is None or self._budget[0] != migration_id:
+            self._budget = (migration_id, Budget(busy_pct, rate))
+        budget = self._budget[1]
+        budget.busy_pct, budget.rate = busy_pct, rate
+        return budget
+
+    async def copy_batch(
+        self,
+        ownership: Ownership,
+        cursor: int,
+        count: int,
+        budget: Budget | None = None,
+        guard: MoveGuard | None = None,
+    ) -> dict[str, Any]:
+        """One copy step (node/migration/copy_step.py): examine up to `count` keys from
+        `cursor`, send those that moved away to their new owners, then drop them here.
+        Each move runs under `guard`. When an abort hands keys back, they go through the import
+        endpoint (never MIGRATE, which cannot replace the target's stale copy)."""
+        migration_id = ownership.migration_id
+        if migration_id is None:
+            return {"cursor": 0, "scanned": 0, "moved": 0, "restored": 0}
+        cached = (migration_id, ownership.epoch)
+        if self._finder is None or self._finder[0] != cached:
+            self._finder = (cached, Finder(self.client, ownership))
+        finder = self._finder[1]
+
+        async def move_now(target: str, keys: list[str]) -> int:
+            spec = ownership.node_spec(target)
+            if spec is None:
+                raise PeerError(f"target {target} is not in the topology")
+            if ownership.reverts is not None:
+                return await self._send_dumps(spec.url, migration_id, keys)
+            left = await self._migrate_direct(spec.url, keys)
+            return await self._send_dumps(spec.url, migration_id, left) if left else 0
+
+        async def move(target: str, keys: list[str]) -> int:
+            if guard is None:
+                return await move_now(target, keys)
+            async with guard():
+                return await move_now(target, keys)
+
+        return await copy_step(finder, move, cursor, count, budget or Budget())
+
+    async def _target_redis(self, target_url: str) -> tuple[str, int, int] | None:
+        address = self._redis_addresses.get(target_url)
+        if address is None:
+            session: aiohttp.ClientSession = self._session_factory()
+            try:
+                async with session.get(
+                    target_url + wire.STATS_PATH,
+                    headers=self.headers,
+                    timeout=aiohttp.ClientTimeout(total=5),
+                ) as response:
+                    info = orjson.loads(await response.read())
+                redis_info = info.get("redis") or {}
+                address = (str(redis_info["host"]), int(redis_info["port"]), int(redis_info["db"]))
+            except (aiohttp.ClientError, TimeoutError, OSError, KeyError, ValueError, TypeError):
+                return None
+            self._redis_addresses[target_url] = address
+        return address
+
+    async def _migrate_direct(self, target_url: str, keys: list[str]) -> list[str]:
+        """Redis-to-Redis MIGRATE (TTL kept, never REPLACE); returns the keys still here.
+
+        Without REPLACE a key the target already holds (imported on first touch and
+        maybe counted since) is refused with BUSYKEY and stays here; it is dropped
+        here if the target has it, else it goes through the import endpoint.
+        """
+        address = await self._target_redis(target_url)
+        if address is None:
+            return keys
+        host, port, db = address
+        try:
+            migrate = self.client.execute_command  # redis-py leaves it untyped
+            await migrate("MIGRATE", host, port, "", db, 10_000, "KEYS", *keys)  # type: ignore[no-untyped-call]
+            return []
+        except ResponseError:
+            pipe = self.client.pipeline(transaction=False)
+            for key in keys:
+                pipe.exists(key)
+            present = await pipe.execute()
+            left = [key for key, here in zip(keys, present, strict=True) if here]
+        return await self._drop_if_there(address, left)
+
+    async def _drop_if_there(self, address: tuple[str, int, int], keys: list[str]) -> list[str]:
+        """Of the keys MIGRATE left here, drop those the target's Redis already has;
+        the others are returned (to go through the import endpoint).
+
+        A moving key present at the target is the current one: the target writes it
+        only after importing it (from this frozen copy), and no earlier migration left
+        a copy there. So the import script would do nothing for it but set a marker,
+        which the target's first touch no longer needs (Migrator.missing_markers).
+        Asking the target's Redis directly saves an HTTP call through the target node
+        per chunk that met a key a live check had already pulled."""
+        if not keys:
+            return keys
+        host, port, db = address
+        target = self._target_clients.get(address)
+        if target is None:
+            target = aioredis.Redis(
+                host=host, port=port, db=db, socket_connect_timeout=2.0, socket_timeout=10.0
+            )
+            self._target_clients[address] = target
+        try:
+            pipe = target.pipeline(transaction=False)
+            for key in keys:
+                pipe.exists(key)
+            there = await pipe.execute()
+        except (RedisError, OSError):
+            return keys
+        drop = [key for key, found in zip(keys, there, strict=True) if found]
+        if drop:
+            await self.client.delete(*drop)
+        return [key for key, found in zip(keys, there, strict=True) if not found]
+
+    async def close(self) -> None:
+        for client in self._target_clients.values():
+            await client.aclose()
+
+    async def _send_dumps(self, target_url: str, migration_id: str, keys: list[str]) -> int:
+        entries = await self.export(keys)
+        answer = await self.post(
+            target_url + wire.IMPORT_PATH,
+            {"migration": migration_id, "entries": encode_entries(entries)},
+            timeout_s=30.0,
+        )
+        # Only now, with the target's acknowledgement, drop our frozen copy.
+        await self.client.delete(*keys)
+        return int(answer.get("restored", 0))
+
+    async def drop_markers(self, migration_id: str) -> int:
+        """After a migration: its import markers are no longer consulted."""
+        dropped = 0
+        cursor = 0
+        while True:
+            cursor, names = await self.client.scan(
+                cursor=cursor, match=marker_pattern(migration_id), count=5000
+            )
+            if names:
+                dropped += await self.client.unlink(*names)
+            if cursor == 0:
+                return dropped

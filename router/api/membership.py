@@ -1,0 +1,259 @@
+"""Admin handlers that change the cluster's membership: add a node (checked before
+anything changes), remove one, resume or abort the migration in progress. The migration
+itself is router/control/resharding.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from cluster import wire
+from cluster.model.errors import FieldError
+from cluster.model.nodes import NodeSpec
+from cluster.web.problem import Problem, invalid, json_body, json_response
+from router.api.handler_tools import admin_only, router_of
+from router.channel.node_channel import NodeUnavailable
+from router.control.cluster_view import ClusterView
+from router.control.resharding import Change, MigrationBlocked, ReshardError
+from router.requests import new_node
+from router.service import Router
+
+NODE_PROBE_S = 2.0  # how long a node being added has to answer each probe
+
+
+@admin_only
+async def add_node(request: web.Request) -> web.Response:
+    router = router_of(request)
+    body = await json_body(request)
+    nodes = list(router.view.topology.nodes)
+    spec = new_node(body, {n.id for n in nodes})
+    if router.config.tls_ca is not None and not spec.url.startswith("https://"):
+        raise invalid(
+            [
+                FieldError(
+                    "url",
+                    "must be https://: this router verifies nodes' certificates (router.tls_ca)",
+                )
+            ]
+        )
+    dry_run = bool(body.get("dry_run", False))
+    if not dry_run:
+        await _require_reachable(router.view, spec)
+        try:
+            stats = await authenticated_stats(router.view, spec)
+            members = await router.view.node_stats()
+            versions = [str(m.get("redis_version") or "") for m in members.values()]
+            check_joinable(router.view, spec, stats, versions)
+        except JoinRefused as exc:
+            raise Problem(exc.status, exc.kind, f"{exc}; nothing was changed") from None
+
+    def add(current: list[NodeSpec]) -> list[NodeSpec]:
+        if spec.id in {n.id for n in current}:
+            raise ReshardError(f"node {spec.id} already exists")
+        return [*current, spec]
+
+    return await _reshard(router, add, dry_run)
+
+
+async def _require_reachable(view: ClusterView, spec: NodeSpec) -> None:
+    """Refuse a node about to be added that cannot serve, before any lease or topology
+    change: a refused connection, a failed TLS handshake (a certificate not from the
+    cluster's CA, a client certificate refused), no answer, or a node whose Redis does
+    not answer. Raises Problem."""
+    try:
+        channel = view.channel_for(spec)  # a channel of its own: not a member yet
+    except ValueError as exc:
+        raise invalid([FieldError("url", str(exc))]) from None
+    try:
+        await channel.get(wire.READY_PATH, timeout_s=NODE_PROBE_S)
+    except NodeUnavailable as exc:
+        raise Problem(
+            503,
+            "node-unreachable",
+            f"node {spec.id} at {spec.url} did not answer {wire.READY_PATH}: {exc}; "
+            "nothing was changed",
+        ) from None
+    finally:
+        await channel.close()
+
+
+class JoinRefused(Exception):
+    """Why a node may not join; `kind` is the problem type."""
+
+    def __init__(self, kind: str, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.kind = kind
+        self.status = status
+
+
+async def _stats_call(view: ClusterView, spec: NodeSpec, token: str | None) -> tuple[int, bytes]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    connector = aiohttp.TCPConnector(ssl=view.ssl_context if view.ssl_context else True)
+    try:
+        async with (
+            aiohttp.ClientSession(connector=connector) as session,
+            session.get(
+                spec.url + wire.STATS_PATH,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=NODE_PROBE_S),
+            ) as response,
+        ):
+            return response.status, await response.read()
+    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        raise JoinRefused(
+            "node-unreachable", 503, f"unreachable: {type(exc).__name__} {exc}"
+        ) from exc
+
+
+async def authenticated_stats(view: ClusterView, spec: NodeSpec) -> dict[str, Any]:
+    """The node's stats, asked with the cluster token and this router's TLS settings;
+    a node that answers without the token is refused too. Raises JoinRefused."""
+    status, raw = await _stats_call(view, spec, view.cluster_token)
+    if status == 401:
+        raise JoinRefused(
+            "node-token-rejected",
+            409,
+            f"token rejected: node {spec.id} at {spec.url} refused this cluster's token "
+            "(start it with the cluster's SHARDLIMIT_CLUSTER_TOKEN)",
+        )
+    if status != 200:
+        raise JoinRefused("node-unreachable", 503, f"its stats answered HTTP {status}")
+    if view.cluster_token and (await _stats_call(view, spec, None))[0] == 200:
+        raise JoinRefused(
+            "node-token-rejected",
+            409,
+            f"token not checked: node {spec.id} at {spec.url} answers without the cluster "
+            "token (start it with the cluster's SHARDLIMIT_CLUSTER_TOKEN)",
+        )
+    try:
+        stats = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise JoinRefused("node-unreachable", 503, "its stats are not JSON") from exc
+    if not isinstance(stats, dict):
+        raise JoinRefused("node-unreachable", 503, "its stats are not an object")
+    return stats
+
+
+def _version(text: Any) -> tuple[int, ...]:
+    """ "7.0.15" -> (7, 0) (RESTORE payloads change with major.minor); () if unknown."""
+    try:
+        return tuple(int(part) for part in str(text).split(".")[:2])
+    except ValueError:
+        return ()
+
+
+def check_joinable(
+    view: ClusterView, spec: NodeSpec, stats: dict[str, Any], members_redis: list[str]
+) -> None:
+    """A node may join if it is empty or already of this cluster, under its id, with
+    this cluster's partitioner, and a Redis no older than the members' (`members_redis`:
+    their versions). Raises JoinRefused."""
+    topology = view.topology
+    theirs, ours = stats.get("cluster_id"), topology.cluster_id
+    if stats.get("node") != spec.id:
+        raise JoinRefused(
+            "node-id-mismatch",
+            409,
+            f"the node at {spec.url} was started as {stats.get('node')!r}, not {spec.id!r} "
+            f"(add it with --id {stats.get('node')})",
+        )
+    if theirs is not None and theirs != ours:
+        raise JoinRefused(
+            "node-of-another-cluster",
+            409,
+            f"a node of another cluster: {spec.id} at {spec.url} belongs to cluster {theirs}, "
+            f"this is cluster {ours}",
+        )
+    kind = stats.get("partitioner")
+    if kind is not None and kind != topology.partitioner.kind:
+        raise JoinRefused(
+            "wrong-partitioner",
+            409,
+            f"wrong partitioner: node {spec.id} holds a {kind} topology, this cluster "
+            f"uses {topology.partitioner.kind}",
+        )
+    joining = _version(stats.get("redis_version"))
+    newest = max(members_redis, key=_version, default="")
+    if joining and _version(newest) > joining:
+        raise JoinRefused(
+            "redis-too-old",
+            409,
+            f"Redis too old: node {spec.id}'s Redis is {stats.get('redis_version')}, older "
+            f"than the cluster's {newest}: keys dumped there cannot be restored on it",
+        )
+    keys = stats.get("keys")
+    if theirs is None and isinstance(keys, int) and keys > 0:
+        raise JoinRefused(
+            "node-not-empty",
+            409,
+            f"not empty: node {spec.id} holds {keys} keys of no known cluster "
+            "(give it an empty Redis)",
+        )
+
+
+@admin_only
+async def remove_node(request: web.Request) -> web.Response:
+    router = router_of(request)
+    node_id = request.match_info["id"]
+    nodes = list(router.view.topology.nodes)
+    if node_id not in {n.id for n in nodes}:
+        raise Problem(404, "unknown-node", f"no node {node_id} in the topology")
+    if len(nodes) == 1:
+        raise Problem(409, "last-node", "cannot remove the last node")
+    dry_run = request.query.get("dry_run") in ("1", "true")
+
+    def remove(current: list[NodeSpec]) -> list[NodeSpec]:
+        if node_id not in {n.id for n in current}:
+            raise ReshardError(f"no node {node_id} in the topology", "unknown-node")
+        if len(current) == 1:
+            raise ReshardError("cannot remove the last node", "last-node")
+        return [n for n in current if n.id != node_id]
+
+    return await _reshard(router, remove, dry_run)
+
+
+async def _reshard(router: Router, change: Change, dry_run: bool) -> web.Response:
+    """Plan (`dry_run`) or start the migration to `change(the current nodes)`."""
+    try:
+        new, moves = router.resharder.plan(change(list(router.view.topology.nodes)))
+    except ValueError as exc:
+        raise Problem(400, "bad-layout", str(exc)) from None
+    if dry_run:
+        body: dict[str, Any] = {
+            "dry_run": True,
+            "moves": moves,
+            "shares": new.shares(),
+            "partitioner": new.kind,
+        }
+        return json_response(body)
+    try:
+        started = await router.resharder.start(change)
+    except MigrationBlocked as exc:
+        hint = " or `shardlimit reshard abort` to return to the previous one"
+        raise _blocked(exc, hint) from None
+    return json_response(started, status=202)
+
+
+def _blocked(exc: MigrationBlocked, abort_hint: str = "") -> Problem:
+    return Problem(
+        503,
+        "migration-blocked",
+        f"{exc}; the migration is paused: `shardlimit reshard resume` once the cause is "
+        f"fixed{abort_hint}",
+    )
+
+
+@admin_only
+async def resume_migration(request: web.Request) -> web.Response:
+    return json_response(router_of(request).resharder.resume(), status=202)
+
+
+@admin_only
+async def abort_migration(request: web.Request) -> web.Response:
+    try:
+        return json_response(await router_of(request).resharder.abort(), status=202)
+    except MigrationBlocked as exc:
+        raise _blocked(exc) from None

@@ -1,0 +1,380 @@
+"""Request bodies and the other schemas of the document. The answers (decisions, refunds,
+quota adjustments) are not written here: they are generated from the msgspec Structs in
+cluster/model/answers.py that the router encodes and the SDK decodes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from cluster.model import answers
+from cluster.model.calendar import PERIODS
+from cluster.model.keys import MAX_KEY_BYTES
+from cluster.model.limits import (
+    ALGORITHMS,
+    MAX_AMOUNT_SCALE,
+    MAX_BUCKET_PERIOD_MS,
+    MAX_BUCKET_SIZE,
+    MAX_COUNT,
+    MAX_LIMITS_PER_RULE,
+    MAX_SLIDING_LOG,
+)
+from router.api.openapi.patterns import (
+    DECIMAL,
+    DURATION,
+    POSITIVE_DECIMAL,
+    RATE_PATTERN,
+    REQUEST_ID_PATTERN,
+    RULE_NAME_PATTERN,
+    SIGNED_DECIMAL,
+    TIMESTAMP_PATTERN,
+    duration_schema,
+    timezone_pattern,
+)
+from router.rules.spread_split import MAX_SPREAD
+
+REF = "#/components/schemas/{name}"
+KEY: dict[str, Any] = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": MAX_KEY_BYTES,
+    "description": f"at most {MAX_KEY_BYTES} bytes in UTF-8",
+}
+RULE_NAME_SCHEMA: dict[str, Any] = {"type": "string", "pattern": RULE_NAME_PATTERN}
+
+
+def _rule_or_limits(*, on_failure: bool) -> dict[str, Any]:
+    """`rule` (a name) or inline `limits`, exactly one given (null counts as absent); with
+    limits, `on_failure` (when asked for) is 'allow', 'deny' or null. if/then/else, not
+    oneOf: generated clients (openapi-python-client) keep one model with every field."""
+    limits_given: dict[str, Any] = {"limits": {"not": {"type": "null"}}}
+    if on_failure:
+        limits_given["on_failure"] = {"enum": ["allow", "deny", None]}
+    return {
+        "if": {"required": ["rule"], "properties": {"rule": {"type": "string"}}},
+        "then": {"properties": {"limits": {"type": "null"}}},
+        "else": {"required": ["limits"], "properties": limits_given},
+    }
+
+
+def _count(maximum: int = MAX_COUNT) -> dict[str, Any]:
+    return {"type": "integer", "minimum": 1, "maximum": maximum}
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"anyOf": [*schema.get("anyOf", [schema]), {"type": "null"}]}
+
+
+def _one_or_both(first: str, second: str) -> dict[str, Any]:
+    """`first`, `second` or both given, not null (if/else rather than anyOf, as in
+    _rule_or_limits)."""
+    given = {
+        name: {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
+        for name in (first, second)
+    }
+    return {"if": given[first], "else": given[second]}
+
+
+def _windowed(algorithm: str) -> dict[str, Any]:
+    maximum = MAX_SLIDING_LOG if algorithm == "sliding_log" else MAX_COUNT
+    return _variant(algorithm, ["limit", "window"], limit=_count(maximum), window=DURATION)
+
+
+def _bucket(algorithm: str) -> dict[str, Any]:
+    # Bounded field by field so that rate x period stays below 2**53 (cluster.model.limits).
+    size = "burst" if algorithm == "token_bucket" else "capacity"
+    return _variant(
+        algorithm,
+        ["rate", "period"],
+        rate=_count(MAX_BUCKET_SIZE),
+        period=duration_schema(MAX_BUCKET_PERIOD_MS),
+        **{size: {**_count(MAX_BUCKET_SIZE), "description": "default: rate"}},
+    )
+
+
+_SCALE = {"type": "integer", "minimum": 0, "maximum": MAX_AMOUNT_SCALE, "default": 2}
+_MAX_AMOUNT = {
+    **_nullable(POSITIVE_DECIMAL),
+    "description": "greater than zero, at most amount_scale decimal places and at most "
+    "10**15 minor units",
+}
+
+
+def _calendar(algorithm: str) -> dict[str, Any]:
+    schema = _variant(
+        algorithm,
+        ["period"],
+        period={"type": "string", "enum": list(PERIODS)},
+        timezone={
+            "type": "string",
+            "pattern": timezone_pattern(),
+            "default": "UTC",
+            "description": "an IANA name: the pattern lists every one the server loads",
+        },
+        max_count=_nullable(_count()),
+        max_amount=_MAX_AMOUNT,
+        amount_scale=_SCALE,
+    )
+    schema.update(_one_or_both("max_count", "max_amount"))
+    schema["description"] = "max_count, max_amount or both (not null)"
+    return schema
+
+
+def _quota(algorithm: str) -> dict[str, Any]:
+    schema = _variant(
+        algorithm,
+        [],
+        limit=_nullable(_count()),
+        max_amount=_MAX_AMOUNT,
+        amount_scale=_SCALE,
+        expires_at=_nullable(
+            {
+                "type": "string",
+                "pattern": TIMESTAMP_PATTERN,
+                "description": "RFC 3339 with an offset; a real date, in the future",
+            }
+        ),
+    )
+    schema.update(_one_or_both("limit", "max_amount"))
+    schema["description"] = "limit, max_amount or both (not null); no window"
+    return schema
+
+
+def _variant(algorithm: str, required: list[str], **props: Any) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["algorithm", *required],
+        "properties": {"algorithm": {"type": "string", "const": algorithm}, **props},
+    }
+
+
+# The parameters of each algorithm of cluster/model/algorithms.py (what
+# cluster.model.limits.parse_limit reads); an algorithm missing here fails
+# tests/integration/test_openapi.py.
+_PARAMETERS = {
+    "fixed_window": _windowed,
+    "sliding_log": _windowed,
+    "sliding_window": _windowed,
+    "token_bucket": _bucket,
+    "leaky_bucket": _bucket,
+    "calendar": _calendar,
+    "quota": _quota,
+}
+
+
+def _limit_variants() -> dict[str, dict[str, Any]]:
+    """One schema per algorithm, in cluster/model/algorithms.py's order."""
+    return {name: _PARAMETERS[name](name) for name in ALGORITHMS if name in _PARAMETERS}
+
+
+def _at_least_one(first: str, *others: str) -> dict[str, Any]:
+    """At least one of these properties present."""
+    if not others:
+        return {"required": [first]}
+    return {"if": {"required": [first]}, "else": _at_least_one(*others)}
+
+
+def _quota_adjust(key: dict[str, Any], rule_name: dict[str, Any]) -> dict[str, Any]:
+    """POST /v1/quota/adjust's body (router/decide/quota_adjust.py)."""
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["key", "rule", "request_id"],
+        "description": "delta or set (the count), delta_amount or set_amount (the amount), "
+        "one of each pair at most, one at least. Not said here (a schema cannot): the rule "
+        "exists and has a quota limit with a limit (for delta/set) and a max_amount (for "
+        "delta_amount/set_amount); amounts have at most its amount_scale decimal places "
+        "and at most 10**15 minor units",
+        "properties": {
+            "key": key,
+            "rule": rule_name,
+            "request_id": {"type": "string", "pattern": REQUEST_ID_PATTERN},
+            "delta": {"type": "integer", "minimum": -MAX_COUNT, "maximum": MAX_COUNT},
+            "set": {"type": "integer", "minimum": 0, "maximum": MAX_COUNT},
+            "delta_amount": SIGNED_DECIMAL,
+            "set_amount": DECIMAL,
+        },
+        # nested if/else, not anyOf: openapi-python-client makes `Any` of an object anyOf
+        **_at_least_one("delta", "set", "delta_amount", "set_amount"),
+        "not": {
+            "anyOf": [{"required": ["delta", "set"]}, {"required": ["delta_amount", "set_amount"]}]
+        },
+    }
+
+
+def answer_schemas() -> dict[str, Any]:
+    """The answers' schemas, from the Structs the router encodes."""
+    _, schemas = msgspec.json.schema_components(answers.ANSWERS, ref_template=REF)
+    return schemas
+
+
+def components() -> dict[str, Any]:
+    """Every schema of the document, by name."""
+    key = KEY
+    rule_name = RULE_NAME_SCHEMA
+    variants = _limit_variants()
+    limit = {
+        "description": "one limit; its fields depend on the algorithm. Not said here (a "
+        "schema cannot): max_amount's bounds depend on amount_scale, and a quota's "
+        "expires_at must be a real date in the future",
+        "oneOf": [{"$ref": f"#/components/schemas/{name}"} for name in variants],
+        "discriminator": {
+            "propertyName": "algorithm",
+            "mapping": {name: f"#/components/schemas/{name}" for name in variants},
+        },
+    }
+    check = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["key"],
+        "description": "`rule` (a rule's name) or inline `limits`, not both (null counts as "
+        "absent). The rule must exist; `on_failure` is read only with inline limits",
+        "properties": {
+            "key": key,
+            "rule": {"type": ["string", "null"]},
+            "limits": {"anyOf": [{"$ref": "#/components/schemas/Limits"}, {"type": "null"}]},
+            "cost": {"type": "integer", "minimum": 0, "maximum": MAX_COUNT, "default": 1},
+            "amount": DECIMAL,
+            "request_id": {
+                "type": ["string", "null"],
+                "pattern": REQUEST_ID_PATTERN,
+            },
+            "dry_run": {"type": "boolean", "default": False},
+            "on_failure": {"description": "'allow', 'deny' or null (with inline limits)"},
+        },
+        **_rule_or_limits(on_failure=True),
+    }
+    problem = {
+        "type": "object",
+        "required": ["type", "title", "status", "detail"],
+        "properties": {
+            "type": {"type": "string"},
+            "title": {"type": "string"},
+            "status": {"type": "integer"},
+            "detail": {"type": "string"},
+            "errors": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["field", "message"],
+                    "properties": {"field": {"type": "string"}, "message": {"type": "string"}},
+                },
+            },
+        },
+    }
+    rule = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["limits"],
+        "properties": {
+            "name": {"type": ["string", "null"], "description": "the name in the path, or null"},
+            "limits": {"$ref": "#/components/schemas/Limits"},
+            "on_failure": {"enum": ["allow", "deny", None]},
+            "spread": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_SPREAD,
+                "description": "split each key's budget over this many sub-counters `key#i` "
+                "(1: not spread). Not said here (a schema cannot): at most every limit's "
+                "limit, rate and max_amount in minor units",
+            },
+            "cache_denials": {
+                "type": "boolean",
+                "description": "answer a used-up key on the router until its quota returns, "
+                "without a node call (a refund through another router shows after that)",
+            },
+            "shadow": {
+                "type": "boolean",
+                "description": "decide and count as usual, but answer a denial as allowed "
+                "(`shadow: true` in the decision): to try a rule on live traffic",
+            },
+        },
+    }
+    return {
+        "Limit": limit,
+        **variants,
+        "Limits": {
+            "description": "limit objects, or `limits`-style rate strings that stand "
+            "for fixed windows ('10/second;1000/day', '500/7 days'; "
+            "'sliding_window: 10/minute' for sliding ones). Not said here (a schema "
+            f"cannot): at most {MAX_LIMITS_PER_RULE} limits once rate strings expand, "
+            "and no two that count the same counter (same algorithm and "
+            "window/period; one quota)",
+            "anyOf": [
+                {
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": 16,
+                    "items": {
+                        "anyOf": [
+                            {"$ref": "#/components/schemas/Limit"},
+                            {"type": "string", "pattern": RATE_PATTERN},
+                        ]
+                    },
+                },
+                {"type": "string", "pattern": RATE_PATTERN},
+            ],
+        },
+        "Check": check,
+        "Problem": problem,
+        "Rule": rule,
+        "RuleList": {
+            "type": "object",
+            "required": ["version", "rules"],
+            "properties": {
+                "version": {"type": "integer", "minimum": 0},
+                "rules": {"type": "array", "items": rule},
+            },
+        },
+        "RuleDocument": {
+            "type": "object",
+            "required": ["rules"],
+            "additionalProperties": False,
+            "properties": {
+                "rules": {
+                    "type": "object",
+                    "propertyNames": rule_name,
+                    "additionalProperties": {"$ref": "#/components/schemas/Rule"},
+                }
+            },
+        },
+        "Refund": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["key", "request_id"],
+            "properties": {
+                "key": key,
+                "rule": {"type": ["string", "null"]},
+                "limits": {"anyOf": [{"$ref": "#/components/schemas/Limits"}, {"type": "null"}]},
+                "request_id": {
+                    "type": "string",
+                    "pattern": REQUEST_ID_PATTERN,
+                },
+            },
+            **_rule_or_limits(on_failure=False),
+        },
+        "QuotaAdjust": _quota_adjust(key, rule_name),
+        "Cluster": {
+            "type": "object",
+            "required": ["epoch", "partitioner", "nodes", "migration"],
+            "properties": {
+                "epoch": {"type": "integer"},
+                "partitioner": {"type": "string", "enum": ["ring", "slots"]},
+                "nodes": {"type": "array", "items": {"type": "object"}},
+                "migration": {"type": ["object", "null"]},
+            },
+        },
+        "Location": {
+            "type": "object",
+            "required": ["key", "node"],
+            "properties": {
+                "key": {"type": "string"},
+                "node": {"type": "string"},
+                "slot": {"type": "integer"},
+                "point": {"type": "integer"},
+            },
+        },
+        **answer_schemas(),
+    }

@@ -1,0 +1,435 @@
+"""A lean HTTP/1.1 front for the router's hot endpoints.
+
+One `FrontConnection` per client connection parses HTTP/1.1 with httptools (llhttp) and
+answers `POST /v1/check` and `POST /v1/check/batch` itself, with the code the aiohttp
+handlers run (router/api/check_answers.py, router/api/problems.py) and the same bytes on the wire
+(router/front/answer_bytes.py): aiohttp's web layer costs about as much as the check itself.
+
+Everything else stays aiohttp's. On the first request the front does not fully
+understand (another path or method, HTTP/1.1 without Host, an Expect, Upgrade,
+Content-Encoding or unusual Transfer-Encoding header, a body over 1 MiB, a request
+llhttp rejects, another HTTP version), the connection stops reading, lets the answers
+it owes be written, then becomes aiohttp's: a protocol from aiohttp's `web.Server`
+takes over the transport and gets every byte from the start of that request.
+
+Pipelined requests run concurrently and are answered in order. Idle keep-alive
+connections are closed after aiohttp's keep-alive timeout by one periodic sweep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import cast
+
+import httptools
+from aiohttp import web
+from aiohttp.tcp_helpers import tcp_keepalive
+
+from cluster.web.problem import internal_error
+from router.api.check_answers import (
+    BATCH_PATH,
+    CHECK_PATH,
+    MAX_BODY,
+    JsonAnswer,
+    batch_answer,
+    check_answer,
+)
+from router.api.handler_tools import ROUTER
+from router.api.problems import problem_of
+from router.front.answer_bytes import JSON, PROBLEM_JSON, answer_bytes
+from router.front.offsets import message_start
+from router.service import Router
+
+__all__ = ["FrontConnection", "FrontServer", "front_for"]
+
+KEEPALIVE_S = 75.0  # aiohttp's keepalive_timeout, which the router's runner keeps
+SWEEP_S = 1.0  # idle connections are closed between keepalive_s and this later
+MAX_OWED = 64  # answers owed on one connection before it stops reading
+# Bytes kept for a hand-over, past which those of completed requests are dropped (a
+# client whose reads never end on a request boundary would otherwise grow them forever).
+REGION_LIMIT = 4 * 1024 * 1024
+
+Endpoint = Callable[[Router, bytes], Awaitable[JsonAnswer]]
+_ENDPOINTS: dict[bytes, tuple[str, Endpoint]] = {
+    CHECK_PATH.encode(): (CHECK_PATH, check_answer),
+    BATCH_PATH.encode(): (BATCH_PATH, batch_answer),
+}
+# Requests whose meaning only aiohttp implements, or that aiohttp may refuse, go to
+# aiohttp: these headers, a Transfer-Encoding other than chunked, a duplicate of a
+# header aiohttp takes once (web_protocol/_http_parser), or headers near its limits.
+_AIOHTTP_HEADERS = frozenset((b"expect", b"upgrade", b"content-encoding", b"sec-websocket-key1"))
+_SINGLETONS = frozenset(
+    b"content-length content-location content-range content-type etag host max-forwards "
+    b"server transfer-encoding user-agent".split()
+)
+_MAX_FIELD = 8190  # aiohttp's max_field_size
+_MAX_HEADERS = 128  # aiohttp's max_headers
+
+
+class _HandOver(Exception):
+    """Raised in a parser callback: this request and the rest of the connection go to
+    aiohttp."""
+
+
+class _Discard(Exception):
+    """Raised in a parser callback: the connection takes no more requests."""
+
+
+class _Owed:
+    """One answer owed, in request order."""
+
+    __slots__ = ("close", "data", "http10", "keep_alive", "task")
+
+    def __init__(self, http10: bool, keep_alive: bool) -> None:
+        self.http10 = http10
+        self.keep_alive = keep_alive
+        self.close = not keep_alive
+        self.data: bytes | None = None
+        self.task: asyncio.Task[None] | None = None
+
+
+class FrontServer:
+    """The protocol factory given to `loop.create_server`, and its connections."""
+
+    def __init__(
+        self,
+        server: web.Server,
+        router: Router,
+        logger: logging.Logger,
+        keepalive_s: float = KEEPALIVE_S,
+        region_limit: int = REGION_LIMIT,
+    ) -> None:
+        self.server = server
+        self.keepalive_s = keepalive_s
+        self.region_limit = region_limit
+        self.router = router
+        self.logger = logger
+        self.loop = asyncio.get_running_loop()
+        self.connections: set[FrontConnection] = set()
+        self.closing = False
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._all_gone = asyncio.Event()
+
+    def __call__(self) -> FrontConnection:
+        if self._sweeper is None and not self.closing:
+            self._sweeper = self.loop.call_later(SWEEP_S, self._sweep)
+        return FrontConnection(self)
+
+    def _sweep(self) -> None:
+        idle_since = self.loop.time() - self.keepalive_s
+        for connection in list(self.connections):
+            connection.close_if_idle(idle_since)
+        self._sweeper = self.loop.call_later(SWEEP_S, self._sweep)
+
+    def forget(self, connection: FrontConnection) -> None:
+        self.connections.discard(connection)
+        if self.closing and not self.connections:
+            self._all_gone.set()
+
+    async def shutdown(self, grace_s: float) -> None:
+        """Close idle connections, let the answers owed be written (then close), up to
+        `grace_s` seconds; abort what is left."""
+        self.closing = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        for connection in list(self.connections):
+            connection.stop()
+        if not self.connections:
+            return
+        try:
+            await asyncio.wait_for(self._all_gone.wait(), grace_s)
+        except TimeoutError:
+            for connection in list(self.connections):
+                connection.abort()
+
+
+def front_for(
+    app: web.Application, keepalive_s: float = KEEPALIVE_S
+) -> Callable[[web.Server], FrontServer]:
+    """The `front` of cluster.web.serve for the router `app`."""
+
+    def build(server: web.Server) -> FrontServer:
+        return FrontServer(server, app[ROUTER], app.logger, keepalive_s)
+
+    return build
+
+
+class FrontConnection(asyncio.Protocol):
+    """One client connection, until it closes or is handed to aiohttp."""
+
+    def __init__(self, front: FrontServer) -> None:
+        self.front = front
+        self.router = front.router
+        self.loop = front.loop
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpRequestParser(self)
+        self.owed: deque[_Owed] = deque()
+        # Bytes received since a message boundary, and the messages they completed:
+        # where a handed-over request starts is found in them (router/front/offsets.py).
+        self.region: list[bytes] = []
+        self.region_size = 0
+        self.completed = 0
+        self.in_message = False
+        self.url = b""
+        self.body: list[bytes] = []
+        self.body_size = 0
+        self.seen: set[bytes] = set()  # the singleton headers of the request
+        self.headers = 0
+        self.for_aiohttp = False
+        self.leftover: bytes | None = None  # set once handing over: what aiohttp gets
+        self.closing = False  # takes no more requests; closes once its answers are written
+        self.reading = True
+        self.write_paused = False
+        self.lost = False
+        self.eof = False
+        self.last_active = self.loop.time()
+
+    # asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
+        tcp_keepalive(self.transport)
+        self.front.connections.add(self)
+        if self.front.closing:
+            self.stop()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.lost = True
+        self.transport = None
+        self.front.forget(self)
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        self._after_writes()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        self.closing = True
+        if self.leftover is not None:
+            return True  # handed over with the request it has; aiohttp sees the EOF
+        return bool(self.owed)  # write what is owed, then close
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing or self.leftover is not None:
+            return
+        if self.in_message:
+            self.region.append(data)
+            self.region_size += len(data)
+            if self.region_size > self.front.region_limit and self.completed:
+                self._drop_completed()
+        else:
+            self.region = [data]
+            self.region_size = len(data)
+            self.completed = 0
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            if isinstance(exc.__context__, _Discard):
+                return
+            if not isinstance(exc.__context__, _HandOver):
+                self.front.logger.error("front parser callback failed", exc_info=exc.__context__)
+            self._start_hand_over()
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade):
+            self._start_hand_over()  # aiohttp answers it as it always has (a 400, say)
+
+    # httptools callbacks
+
+    def on_message_begin(self) -> None:
+        if self.closing:
+            raise _Discard
+        self.in_message = True
+        self.url = b""
+        self.body = []
+        self.body_size = 0
+        self.seen.clear()
+        self.headers = 0
+        self.for_aiohttp = False
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url  # llhttp may deliver it in pieces
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        name = name.lower()
+        seen = self.seen
+        if name in _SINGLETONS:
+            if name in seen or (
+                name == b"transfer-encoding" and value.strip().lower() != b"chunked"
+            ):
+                self.for_aiohttp = True
+            seen.add(name)
+        elif name in _AIOHTTP_HEADERS:
+            self.for_aiohttp = True
+        self.headers += 1
+        if (
+            len(value) >= _MAX_FIELD
+            or len(name) >= _MAX_FIELD
+            or self.headers >= _MAX_HEADERS
+            or b"\0" in value
+        ):
+            self.for_aiohttp = True
+
+    def on_headers_complete(self) -> None:
+        version = self.parser.get_http_version()
+        if (
+            self.for_aiohttp
+            or self.parser.get_method() != b"POST"
+            or self.url not in _ENDPOINTS
+            or not ((version == "1.1" and b"host" in self.seen) or version == "1.0")
+        ):
+            raise _HandOver
+
+    def on_body(self, body: bytes) -> None:
+        self.body_size += len(body)
+        if self.body_size > MAX_BODY:
+            raise _HandOver  # aiohttp answers the 413, as it always has
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        self.in_message = False
+        self.completed += 1
+        owed = _Owed(self.parser.get_http_version() == "1.0", self.parser.should_keep_alive())
+        self.owed.append(owed)
+        body = self.body[0] if len(self.body) == 1 else b"".join(self.body)
+        owed.task = self.loop.create_task(self._answer(owed, _ENDPOINTS[self.url], body))
+        if owed.close:
+            self.closing = True
+        if owed.close or len(self.owed) >= MAX_OWED:
+            self._update_reading()
+
+    # answers
+
+    async def _answer(self, owed: _Owed, endpoint: tuple[str, Endpoint], body: bytes) -> None:
+        path, answer = endpoint
+        started = time.perf_counter()
+        try:
+            status, payload, headers = await answer(self.router, body)
+            content_type = JSON
+        except Exception as exc:
+            problem = problem_of(exc)
+            if problem is None:
+                self.front.logger.exception("unhandled error on POST %s", path)
+                problem = internal_error()
+            status, payload, headers = problem.status, problem.body(), problem.headers
+            content_type = PROBLEM_JSON
+        owed.data = answer_bytes(
+            owed.http10, owed.keep_alive, status, content_type, payload, headers
+        )
+        elapsed = time.perf_counter() - started  # as the observe middleware: before writing
+        if self.owed and owed is self.owed[0]:
+            self._write_ready()
+        self.router.metrics.responded(path, status, elapsed)
+
+    def _write_ready(self) -> None:
+        """Write every answer ready at the head of the queue, in one write."""
+        transport = self.transport
+        if self.lost or transport is None:
+            self.owed.clear()
+            return
+        ready: list[bytes] = []
+        close = False
+        owed = self.owed
+        while owed and owed[0].data is not None:
+            done = owed.popleft()
+            assert done.data is not None
+            ready.append(done.data)
+            if done.close:
+                close = True
+                owed.clear()
+                break
+        transport.write(ready[0] if len(ready) == 1 else b"".join(ready))
+        self.last_active = self.loop.time()
+        if close:
+            transport.close()
+            return
+        self._after_writes()
+
+    def _after_writes(self) -> None:
+        transport = self.transport
+        if transport is None or self.owed:
+            self._update_reading()
+            return
+        if self.leftover is not None:
+            if not self.write_paused:
+                self._hand_over(transport, self.leftover)
+            return
+        if self.closing:
+            transport.close()
+            return
+        self._update_reading()
+
+    def _update_reading(self) -> None:
+        reading = not (
+            self.write_paused
+            or self.closing
+            or self.leftover is not None
+            or len(self.owed) >= MAX_OWED
+        )
+        if reading != self.reading and self.transport is not None:
+            self.reading = reading
+            if reading:
+                self.transport.resume_reading()
+            else:
+                self.transport.pause_reading()
+
+    # hand-over and closing
+
+    def _drop_completed(self) -> None:
+        """Keep only the region's request in progress."""
+        raw = b"".join(self.region)
+        kept = raw[message_start(raw, self.completed) :]
+        self.region = [kept]
+        self.region_size = len(kept)
+        self.completed = 0
+
+    def _start_hand_over(self) -> None:
+        raw = b"".join(self.region)
+        self.leftover = raw[message_start(raw, self.completed) :]
+        self.region = []
+        self._update_reading()
+        if not self.owed and self.transport is not None and not self.write_paused:
+            self._hand_over(self.transport, self.leftover)
+
+    def _hand_over(self, transport: asyncio.Transport, leftover: bytes) -> None:
+        self.front.forget(self)
+        self.transport = None
+        handler = self.front.server()
+        handler.connection_made(transport)
+        transport.set_protocol(handler)
+        if not self.reading:
+            transport.resume_reading()
+        handler.data_received(leftover)
+        if self.eof:
+            handler.eof_received()
+
+    def close_if_idle(self, idle_since: float) -> None:
+        if (
+            self.transport is not None
+            and not self.owed
+            and not self.in_message
+            and self.leftover is None
+            and self.last_active < idle_since
+        ):
+            self.transport.close()
+
+    def stop(self) -> None:
+        """No more requests: close now if nothing is owed, else once it is written."""
+        self.closing = True
+        if self.transport is None:
+            return
+        if not self.owed and self.leftover is None:
+            self.transport.close()
+        else:
+            self._update_reading()
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()

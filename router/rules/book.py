@@ -1,0 +1,199 @@
+"""Rules: named sets of limits, from a YAML file (hot-reloaded) and the admin API."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cluster.model.errors import FieldError, Problems, ValidationError
+from cluster.model.keys import INLINE_SCOPE, RULE_NAME
+from cluster.model.limits import LimitSpec, parse_limits
+from router.rules.spread_split import check_spread, split_limits
+from router.rules.watched_file import WatchedFile
+
+log = logging.getLogger("shardlimit.rules")
+ON_FAILURE = ("allow", "deny")
+RULE_FIELDS = frozenset({"limits", "on_failure", "name", "spread", "cache_denials", "shadow"})
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str  # INLINE_SCOPE for limits given inline in a check
+    limits: tuple[LimitSpec, ...]
+    on_failure: str
+    wire: tuple[list[Any], ...]
+    # `spread: N` (router/decide/spread.py): N > 1 sub-counters, each with its share of the limits.
+    spread: int = 1
+    sub_wires: tuple[tuple[list[Any], ...], ...] = ()
+    # `cache_denials: true` (router/decide/denial_cache.py): a used-up key is answered locally.
+    cache_denials: bool = False
+    # `shadow: true`: decided and counted as usual, but a denial is answered as allowed.
+    shadow: bool = False
+    # `wire` as the list an op carries, shared by every op of the rule (never mutated).
+    wire_list: list[list[Any]] = field(default_factory=list, compare=False, repr=False)
+
+    @property
+    def public_name(self) -> str | None:
+        return None if self.name == INLINE_SCOPE else self.name
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, **_body(self)}
+
+
+def _body(rule: Rule) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "limits": [spec.to_dict() for spec in rule.limits],
+        "on_failure": rule.on_failure,
+    }
+    if rule.spread > 1:
+        body["spread"] = rule.spread
+    if rule.cache_denials:
+        body["cache_denials"] = True
+    if rule.shadow:
+        body["shadow"] = True
+    return body
+
+
+def rules_document(rules: dict[str, Rule]) -> dict[str, Any]:
+    """Rules by name as a rules file holds them under `rules:` (and as the cluster
+    stores them)."""
+    return {name: _body(rule) for name, rule in sorted(rules.items())}
+
+
+def default_on_failure(limits: tuple[LimitSpec, ...]) -> str:
+    """Money and quotas fail closed; plain rate limits fail open."""
+    money = ("calendar", "quota")
+    return "deny" if any(spec.algorithm in money for spec in limits) else "allow"
+
+
+def make_rule(
+    name: str,
+    limits: tuple[LimitSpec, ...],
+    on_failure: str | None = None,
+    spread: int = 1,
+    cache_denials: bool = False,
+    shadow: bool = False,
+) -> Rule:
+    subs = split_limits(limits, spread) if spread > 1 else ()
+    wire = tuple(spec.to_wire() for spec in limits)
+    return Rule(
+        name=name,
+        limits=limits,
+        on_failure=on_failure or default_on_failure(limits),
+        wire=wire,
+        spread=spread,
+        sub_wires=tuple(tuple(spec.to_wire() for spec in sub) for sub in subs),
+        cache_denials=cache_denials,
+        shadow=shadow,
+        wire_list=list(wire),
+    )
+
+
+def parse_rule(name: str, data: Any, path: str, problems: Problems) -> Rule | None:
+    before = len(problems.errors)
+    if not RULE_NAME.match(name):
+        problems.add(path, "rule names are 1-64 characters of A-Z a-z 0-9 _ . : -")
+    if not isinstance(data, dict):
+        problems.add(path, "must be an object with 'limits'")
+        return None
+    for extra in sorted(set(data) - RULE_FIELDS):
+        problems.add(f"{path}.{extra}", "unknown field")
+    limits = parse_limits(data.get("limits"), f"{path}.limits", problems)
+    spread = 1
+    if "spread" in data and limits:
+        spread = check_spread(data["spread"], limits, f"{path}.spread", problems)
+    on_failure = data.get("on_failure")
+    if on_failure is not None and on_failure not in ON_FAILURE:
+        problems.add(f"{path}.on_failure", "must be 'allow' or 'deny'")
+    flags = {flag: data.get(flag, False) for flag in ("cache_denials", "shadow")}
+    for flag, value in flags.items():
+        if not isinstance(value, bool):
+            problems.add(f"{path}.{flag}", "must be true or false")
+    if len(problems.errors) != before:
+        return None
+    return make_rule(
+        name, limits, on_failure, spread, flags["cache_denials"] is True, flags["shadow"] is True
+    )
+
+
+MISSING_RULES = (
+    "a rules document is a mapping with a top-level 'rules:' mapping (`rules: {}` for none)"
+)
+
+
+def parse_rules_document(doc: Any) -> dict[str, Rule]:
+    """A rules document (a file, `PUT /v1/rules`): `rules:` must be there, so a file
+    that lost it (or an empty one) is refused rather than read as "no rules". Raises
+    ValidationError."""
+    problems = Problems()
+    rules: dict[str, Rule] = {}
+    if not isinstance(doc, dict) or not isinstance(doc.get("rules"), dict):
+        raise ValidationError([FieldError("rules", MISSING_RULES)])
+    for name, body in doc["rules"].items():
+        rule = parse_rule(str(name), body, f"rules.{name}", problems)
+        if rule is not None:
+            rules[rule.name] = rule
+    problems.raise_if_any()
+    return rules
+
+
+class RuleBook(WatchedFile):
+    """The rules this router serves and their cluster version (router/rules/cluster_rules.py),
+    and the last good reading of its rules file. File edits and SIGHUP reload the file;
+    it is served only until the cluster first answers (version 0), otherwise published
+    through the cluster. A router never writes the file."""
+
+    LOAD_ERRORS = (yaml.YAMLError, ValueError)
+
+    def __init__(self, path: Path | None) -> None:
+        super().__init__(path)
+        self.rules: dict[str, Rule] = {}  # served
+        self.version = 0  # the cluster's version of `rules`; 0: not from the cluster yet
+        self.file_rules: dict[str, Rule] = {}
+        # A `version:` the file names (routers once wrote it there): shown, never used.
+        self.file_version: int | None = None
+
+    def load(self) -> None:
+        if self.path is None:
+            return
+        if not self.path.exists():
+            self.file_rules = {}
+            self._mtime = None
+            return
+        stat = self.path.stat()
+        try:
+            try:
+                doc = yaml.safe_load(self.path.read_text())
+            except yaml.YAMLError as exc:  # one line, like every other refusal
+                not_yaml = "not YAML: " + " ".join(str(exc).split())
+                raise ValidationError([FieldError("rules_file", not_yaml)]) from exc
+            rules = parse_rules_document(doc)
+        except ValueError as exc:
+            self.reload_errors += 1
+            self._mtime = stat.st_mtime
+            log.error("rules file %s rejected, keeping the previous rules: %s", self.path, exc)
+            raise
+        file_version = doc.get("version")
+        if file_version is not None:
+            log.warning(
+                "rules file %s: `version: %s` ignored (versions belong to the cluster)",
+                self.path,
+                file_version,
+            )
+        self.file_version = file_version if isinstance(file_version, int) else None
+        self.file_rules = rules
+        if self.version == 0:
+            self.rules = rules
+        self._mtime = stat.st_mtime
+        self.reloads += 1
+
+    def get(self, name: str) -> Rule | None:
+        return self.rules.get(name)
+
+    def set_all(self, rules: dict[str, Rule], version: int) -> None:
+        self.rules = dict(rules)
+        self.version = version
