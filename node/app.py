@@ -26,9 +26,10 @@ from node.batch.runner import MAX_OPS, run_batch
 from node.config import NodeConfig
 from node.edge.boundary import redis_boundary
 from node.edge.channel_server import ChannelServer
+from node.errors import PeerError
 from node.health.metrics import held_keys
 from node.holds import coordinator_records as decisions
-from node.migration.migrator import PeerError, decode_entries, encode_entries
+from node.migration.migrator import decode_entries, encode_entries
 from node.state import NodeState
 from node.topology.kept import install_topology, moves_of_epoch
 from node.topology.ownership import Role

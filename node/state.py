@@ -15,11 +15,12 @@ from redis.exceptions import RedisError
 from cluster import wire
 from cluster.model.topology import Topology
 from node.config import NodeConfig
+from node.errors import PeerError
 from node.health.liveness import LivenessResponder
 from node.health.metrics import NodeMetrics
 from node.holds.coordinator_records import where_decided
 from node.holds.keeper import HoldKeeper
-from node.migration.migrator import Migrator, PeerError
+from node.migration.migrator import Migrator
 from node.store.counter_store import CounterStore
 from node.store.scripts import read_lua
 from node.topology.kept import load_persisted

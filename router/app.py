@@ -24,10 +24,10 @@ from router.api.problems import problem_answers
 from router.api.ring_view import RingView
 from router.api.ui import HEADERS as UI_HEADERS
 from router.api.ui import asset as ui_asset
-from router.channel.node_channel import NodeUnavailable
 from router.config import RouterConfig
 from router.decide.answers import ratelimit_headers
 from router.decide.quota_adjust import parse_adjust
+from router.errors import NodeUnavailable, UnknownRule
 from router.metrics import endpoint_of
 from router.requests import (
     if_match,
@@ -38,7 +38,7 @@ from router.requests import (
     rule_name,
 )
 from router.rules.book import Rule, parse_rule, parse_rules_document
-from router.rules.cluster_rules import Change, UnknownRule
+from router.rules.cluster_rules import Change
 from router.service import Router
 
 __all__ = ["ENVOY", "ROUTER", "create_app"]

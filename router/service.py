@@ -14,17 +14,17 @@ import msgspec
 
 from cluster import wire
 from cluster.model import answers
-from router.channel.node_channel import NodeUnavailable, Reason
 from router.channel.op_group import Outcome
 from router.config import RouterConfig
 from router.control.cluster_view import Attempt, ClusterView, GroupAttempt
 from router.control.resharding import Resharder
 from router.decide.all_or_nothing import AllOrNothing
-from router.decide.answers import ReplayMismatch, decision, degraded_decision
+from router.decide.answers import decision, degraded_decision
 from router.decide.denial_cache import DenialCache
 from router.decide.quota_adjust import AdjustRequest, run_adjust
 from router.decide.request_ids import reused_decision
 from router.decide.spread import Spread
+from router.errors import NodeUnavailable, Reason, ReplayMismatch
 from router.metrics import DecisionTally, RouterMetrics
 from router.requests import CheckRequest, RefundRequest
 from router.rules.book import RuleBook

@@ -9,14 +9,11 @@ import msgspec
 from cluster.model.keys import INLINE_SCOPE, MAX_KEY_BYTES, REQUEST_ID, RULE_NAME
 from cluster.model.limits import MAX_DURATION_MS, LimitSpec
 from cluster.wire import Op as WireOp
+from node.errors import BadOp
 
 MAX_TTL_MS = 30 * 86_400_000
 MAX_HOLD_MS = 600_000
 MAX_ADJUST = 10**15  # counts and minor units stay exact in Lua doubles
-
-
-class BadOp(ValueError):
-    pass
 
 
 class Op(msgspec.Struct, frozen=True):  # a Struct: built once per op, ~10x cheaper

@@ -17,8 +17,8 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from cluster import wire
-from node.batch.ops import BadOp, Op, parse_op
-from node.migration.migrator import PeerError
+from node.batch.ops import Op, parse_op
+from node.errors import BadOp, PeerError
 from node.state import NodeState
 from node.store.counter_store import (
     Plan,

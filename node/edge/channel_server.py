@@ -22,7 +22,7 @@ from redis.exceptions import RedisError
 
 from cluster import wire
 from node.batch.runner import MAX_OPS, start_batch
-from node.migration.migrator import PeerError
+from node.errors import PeerError
 from node.state import NodeState
 
 __all__ = ["ChannelServer"]

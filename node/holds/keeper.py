@@ -28,8 +28,8 @@ from redis.exceptions import RedisError
 
 from cluster import wire
 from cluster.model.keys import HOLDS_KEY, hold_id_of, limit_key_of
+from node.errors import PeerError
 from node.holds.coordinator_records import where_decided
-from node.migration.migrator import PeerError
 from node.topology.ownership import Role
 
 if TYPE_CHECKING:

@@ -17,6 +17,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from cluster import wire
 from cluster.model.keys import limit_key_of, marker_key, marker_pattern
+from node.errors import PeerError
 from node.migration.copy_step import Budget, Finder, copy_step
 from node.store.scripts import read_lua
 from node.topology.ownership import Ownership
@@ -29,14 +30,6 @@ ExportEntry = tuple[str, bytes | None, int, bool]
 # Guards one move of a copy step: raises PeerError once the topology changed, and holds
 # back the next topology's acknowledgement while the move runs.
 MoveGuard = Callable[[], AbstractAsyncContextManager[None]]
-
-
-class PeerError(Exception):
-    """A call to a peer node failed; `status` is its HTTP answer when it gave one."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def encode_entries(entries: Sequence[ExportEntry]) -> list[list[Any]]:

@@ -13,7 +13,7 @@ from redis.exceptions import RedisError
 
 from cluster.model.keys import DECISION_FENCE_KEY, TOPOLOGY_KEY
 from cluster.model.topology import Topology
-from node.migration.migrator import PeerError
+from node.errors import PeerError
 
 if TYPE_CHECKING:
     from node.state import NodeState

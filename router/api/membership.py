@@ -15,9 +15,9 @@ from cluster.model.errors import FieldError
 from cluster.model.nodes import NodeSpec
 from cluster.web.problem import Problem, invalid, json_body, json_response
 from router.api.handler_tools import admin_only, router_of
-from router.channel.node_channel import NodeUnavailable
 from router.control.cluster_view import ClusterView
-from router.control.resharding import Change, MigrationBlocked, ReshardError
+from router.control.resharding import Change
+from router.errors import JoinRefused, MigrationBlocked, NodeUnavailable, ReshardError
 from router.requests import new_node
 from router.service import Router
 
@@ -78,15 +78,6 @@ async def _require_reachable(view: ClusterView, spec: NodeSpec) -> None:
         ) from None
     finally:
         await channel.close()
-
-
-class JoinRefused(Exception):
-    """Why a node may not join; `kind` is the problem type."""
-
-    def __init__(self, kind: str, status: int, detail: str) -> None:
-        super().__init__(detail)
-        self.kind = kind
-        self.status = status
 
 
 async def _stats_call(view: ClusterView, spec: NodeSpec, token: str | None) -> tuple[int, bytes]:

@@ -15,10 +15,14 @@ from aiohttp import web
 
 from cluster.model.errors import FieldError, ValidationError
 from cluster.web.problem import Problem, invalid
-from router.channel.node_channel import NodeUnavailable
-from router.control.resharding import ReshardError
-from router.decide.quota_adjust import AdjustRefused
-from router.rules.cluster_rules import RulesConflict, RulesUnavailable, UnknownRule
+from router.errors import (
+    AdjustRefused,
+    NodeUnavailable,
+    ReshardError,
+    RulesConflict,
+    RulesUnavailable,
+    UnknownRule,
+)
 
 
 def _rules_conflict(exc: RulesConflict) -> Problem:

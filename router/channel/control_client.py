@@ -22,12 +22,9 @@ from typing import cast
 from urllib.parse import urlsplit
 
 from cluster.web.tls import default_client_context
+from router.errors import ProtocolError
 
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
-
-
-class ProtocolError(ConnectionError):
-    """The node's answer was not HTTP/1.1 we understand."""
 
 
 class _Connection(asyncio.Protocol):

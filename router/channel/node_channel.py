@@ -28,7 +28,6 @@ import ssl
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable
-from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -41,6 +40,7 @@ from cluster.wire import HEALTH_PATH, READY_PATH
 from router.channel.control_client import HttpPool
 from router.channel.link import Done, NodeLink
 from router.channel.op_group import OpGroup
+from router.errors import NodeUnavailable, Reason
 
 log = logging.getLogger("shardlimit.dispatch")
 
@@ -60,25 +60,6 @@ RTT_DECAY = 0.9  # per batch: how fast the remembered slowest round trip fades
 RECOVERY_PROBE_S = 0.1  # cadence of readiness probes while a node is down
 LATE_UNDO_PATIENCE_S = 600.0  # how long a late check is offered back to its node
 CIRCUIT_OPEN = "circuit open"
-
-
-class Reason(StrEnum):
-    """Why a node could not decide: the `reason` label of degraded answers."""
-
-    DOWN = "down"  # the node is known down: nothing was sent
-    UNAVAILABLE = "unavailable"  # refused, reset or 503 on this batch
-    TIMEOUT = "timeout"  # no answer by the deadline plus the margin
-    EXPIRED = "expired"  # the node refused to apply past the deadline, every time
-    OVERLOADED = "overloaded"  # the node's queue in this router was full
-    ERROR = "error"  # the node answered, but not with a usable result
-
-
-class NodeUnavailable(Exception):
-    """The node could not decide; `reason` says why."""
-
-    def __init__(self, message: str, reason: Reason = Reason.UNAVAILABLE) -> None:
-        super().__init__(message)
-        self.reason = reason
 
 
 def _detail(raw: bytes) -> str:

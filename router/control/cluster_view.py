@@ -18,9 +18,10 @@ from cluster.model import topology as topo
 from cluster.model.nodes import NodeSpec
 from cluster.model.partition import Partitioner, new_partitioner, partitioner_from_dict
 from cluster.model.topology import Topology
-from router.channel.node_channel import NodeChannel, NodeUnavailable, Reason
+from router.channel.node_channel import NodeChannel
 from router.channel.op_group import OpGroup, Outcome
 from router.config import RouterConfig
+from router.errors import NodeUnavailable, Reason
 
 log = logging.getLogger("shardlimit.router")
 MAX_MOVED_RETRIES = 5

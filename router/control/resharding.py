@@ -15,30 +15,14 @@ from typing import Any
 from cluster import wire
 from cluster.model.nodes import NodeSpec
 from cluster.model.partition import Partitioner, partitioner_from_dict
-from router.channel.node_channel import NodeUnavailable
 from router.control.cluster_view import ClusterView
+from router.errors import MigrationBlocked, NodeUnavailable, ReshardError
 
 log = logging.getLogger("shardlimit.reshard")
 STEP_ATTEMPTS = 5
 # The nodes a migration leads to, from the current ones (raises ReshardError).
 Change = Callable[[list[NodeSpec]], list[NodeSpec]]
 PUSH_ATTEMPTS = 10  # rounds of topology pushes, 0.5 s apart, before a migration pauses
-
-
-class ReshardError(Exception):
-    """A topology change that cannot start or go on; `slug` names its problem type."""
-
-    def __init__(self, detail: str, slug: str = "reshard-refused") -> None:
-        super().__init__(detail)
-        self.slug = slug
-
-
-class MigrationBlocked(Exception):
-    """The topology changed, but the migration cannot go on: `blocked` says where."""
-
-    def __init__(self, message: str, blocked: dict[str, str] | None) -> None:
-        super().__init__(message)
-        self.blocked = blocked
 
 
 class Resharder:

@@ -23,8 +23,8 @@ from cluster import wire
 from cluster.model import answers
 from cluster.model.keys import hold_id
 from cluster.model.limits import format_amount
-from router.channel.node_channel import NodeUnavailable
 from router.control.cluster_view import ClusterView
+from router.errors import NodeUnavailable
 from router.requests import CheckRequest, RefundRequest
 
 __all__ = ["AllOrNothing"]

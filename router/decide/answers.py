@@ -10,6 +10,7 @@ from cluster.model.algorithms import BY_NAME, NONE
 from cluster.model.limits import LimitSpec, format_amount
 from cluster.model.ratelimit_headers import HeaderPlan, LimitState, header_values
 from cluster.wire import Checked, LimitRow
+from router.errors import ReplayMismatch
 from router.requests import CheckRequest
 from router.rules.book import Rule
 
@@ -52,10 +53,6 @@ def _limit_view(spec: LimitSpec, row: LimitRow) -> answers.LimitState:
         reset_after_ms=_opt(reset),
         **extra,
     )
-
-
-class ReplayMismatch(Exception):
-    """A replayed decision (same key and request_id) was made for other limits."""
 
 
 class _Views:

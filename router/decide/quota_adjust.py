@@ -29,6 +29,7 @@ from cluster.model.limits import (
     to_minor_units,
 )
 from router.control.cluster_view import ClusterView
+from router.errors import AdjustRefused
 from router.requests import parse_key
 from router.rules.book import Rule, RuleBook
 from router.rules.spread_split import share
@@ -48,14 +49,6 @@ class AdjustRequest(msgspec.Struct, frozen=True):
     @property
     def spec(self) -> LimitSpec:
         return self.rule.limits[self.index]
-
-
-class AdjustRefused(Exception):
-    """The node refused: `kind` is "request-id-reused" or "quota-over"."""
-
-    def __init__(self, kind: str, detail: str) -> None:
-        super().__init__(detail)
-        self.kind = kind
 
 
 def _count(body: dict[str, Any], problems: Problems) -> tuple[int, int]:

@@ -38,8 +38,8 @@ from cluster import wire
 from cluster.model.algorithms import NONE
 from cluster.model.keys import sub_key
 from cluster.wire import Checked, LimitRow
-from router.channel.node_channel import NodeUnavailable, Reason
 from router.control.cluster_view import ClusterView
+from router.errors import NodeUnavailable, Reason
 from router.requests import CheckRequest, RefundRequest
 
 SEEN_MAX = 100_000

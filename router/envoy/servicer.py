@@ -37,8 +37,9 @@ from router.envoy.descriptors import (
 )
 from router.envoy.metadata import add_metadata
 from router.envoy.server import GrpcServer
-from router.envoy.settings import EnvoySettings, SettingsError
+from router.envoy.settings import EnvoySettings
 from router.envoy.status import MAX_UINT32, OK, OVER_LIMIT, Outcome
+from router.errors import InvalidRequest, ServiceError, SettingsError
 from router.metrics import ENVOY_ENDPOINT
 from router.requests import CheckRequest
 from router.service import Router
@@ -46,15 +47,6 @@ from router.service import Router
 log = logging.getLogger("shardlimit.envoy")
 _ENUM_UNIT = {number: name for name, number in envoy_status.UNIT_ENUM.items()}
 _COUNTED = 1  # envoy_flags: a denied hit is counted (router/envoy/descriptors.py)
-
-
-class ServiceError(ValueError):
-    """A request envoyproxy/ratelimit refuses with a service error: gRPC UNKNOWN, as
-    its Go error reaches clients, with the same message."""
-
-
-class InvalidRequest(ValueError):
-    """A request shardlimit cannot check: INVALID_ARGUMENT."""
 
 
 def _entries(descriptor: Any) -> list[tuple[str, str]]:

@@ -10,15 +10,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from router.errors import SettingsError
+
 _TRUE = ("1", "t", "true", "y", "yes", "on")
 # Go's time.ParseDuration units, in milliseconds
 _GO_UNITS = {"ns": 1e-6, "us": 1e-3, "µs": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4, "h": 3.6e6}
 _GO_PART = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h)")
 _FALSE = ("0", "f", "false", "n", "no", "off", "")
-
-
-class SettingsError(ValueError):
-    """A setting's value cannot be read: the router refuses to start, naming it."""
 
 
 @dataclass(frozen=True)

@@ -35,8 +35,8 @@ from typing import Any
 
 from cluster import wire
 from cluster.model.errors import ValidationError
-from router.channel.node_channel import NodeUnavailable
 from router.control.cluster_view import ClusterView
+from router.errors import NodeUnavailable, RulesConflict, RulesUnavailable, WouldDelete
 from router.rules.book import Rule, RuleBook, parse_rules_document, rules_document
 
 log = logging.getLogger("shardlimit.rules")
@@ -48,30 +48,6 @@ LEASE_TTL_MS = 10_000
 LEASE_PATIENCE_S = 5.0  # how long a write waits for another router's write to finish
 LEASE_RETRY_S = 0.05  # retry cadence (with jitter) while another write holds the lease
 NODE_TIMEOUT_S = 2.0
-
-
-class RulesConflict(Exception):
-    """The cluster's rules are at another version than the writer expected."""
-
-    def __init__(self, current: int) -> None:
-        super().__init__(f"the cluster's rules are at version {current}")
-        self.current = current
-
-
-class UnknownRule(LookupError):
-    """A change named a rule the cluster does not hold."""
-
-
-class RulesUnavailable(Exception):
-    """The rules could not be read or stored on a majority of the nodes."""
-
-
-class WouldDelete(Exception):
-    """A rules file would delete rules the cluster holds (needs `rules apply --prune`)."""
-
-    def __init__(self, names: list[str]) -> None:
-        super().__init__(", ".join(names))
-        self.names = names
 
 
 def parse_document(doc: Any) -> dict[str, Rule]:

@@ -23,7 +23,8 @@ from router.app import ENVOY
 from router.app import create_app as create_router_app
 from router.config import RouterConfig
 from router.envoy.server import GrpcServer
-from router.envoy.settings import EnvoySettings, SettingsError
+from router.envoy.settings import EnvoySettings
+from router.errors import SettingsError
 from tests.conftest import ADMIN, CLUSTER, PINNED_MS, eventually
 from tests.integration.test_envoy import (
     MESSAGING,

@@ -11,7 +11,8 @@ from cluster.model.nodes import NodeSpec
 from cluster.model.partition import RingPartitioner, SlotPartitioner
 from cluster.model.topology import Topology
 from cluster.wire import Op as WireOp
-from node.batch.ops import BadOp, parse_op
+from node.batch.ops import parse_op
+from node.errors import BadOp
 from node.topology.ownership import Ownership, Role
 
 NODES = [NodeSpec(f"n{i}", f"http://n{i}") for i in (1, 2, 3)]

@@ -9,7 +9,8 @@ from typing import Any
 from cluster import wire
 from cluster.model.nodes import NodeSpec
 from router.channel.link import Done
-from router.channel.node_channel import NodeChannel, NodeUnavailable, Reason
+from router.channel.node_channel import NodeChannel
+from router.errors import NodeUnavailable, Reason
 
 
 def _op(key: str) -> wire.Op:
