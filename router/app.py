@@ -16,7 +16,14 @@ from cluster.model import answers
 from cluster.model.errors import FieldError, Problems, ValidationError
 from cluster.model.limits import expired_quotas, format_amount
 from cluster.web.problem import Problem, invalid, json_body, json_response, problem_middleware
-from router.api.check_answers import MAX_BODY, JsonAnswer, batch_answer, check_answer
+from router.api.check_answers import (
+    CHECK_BATCH_PATH,
+    CHECK_PATH,
+    MAX_BODY,
+    JsonAnswer,
+    batch_answer,
+    check_answer,
+)
 from router.api.handler_tools import ROUTER, admin_only, router_of
 from router.api.membership import abort_migration, add_node, remove_node, resume_migration
 from router.api.openapi import openapi_document
@@ -38,7 +45,7 @@ from router.requests import (
     rule_name,
 )
 from router.rules.book import Rule, parse_rule, parse_rules_document
-from router.rules.cluster_rules import Change
+from router.rules.cluster_rules import RulesChange
 from router.service import Router
 
 __all__ = ["ENVOY", "ROUTER", "create_app"]
@@ -144,7 +151,7 @@ def _etag(version: int) -> dict[str, str]:
     return {"ETag": f'"{version}"'}
 
 
-async def _publish(request: web.Request, change: Change, expected: int | None) -> int:
+async def _publish(request: web.Request, change: RulesChange, expected: int | None) -> int:
     """Apply `change` to the cluster's rules (the router's rules file is never written)."""
     version: int = await router_of(request).cluster_rules.publish(change, expected)
     return version
@@ -335,8 +342,8 @@ def create_app(
     router = Router(config, admin_token, cluster_token)
     app[ROUTER] = router
     app[RING_VIEW] = RingView()
-    app.router.add_post("/v1/check", post_check)
-    app.router.add_post("/v1/check/batch", post_batch)
+    app.router.add_post(CHECK_PATH, post_check)
+    app.router.add_post(CHECK_BATCH_PATH, post_batch)
     app.router.add_post("/v1/refund", post_refund)
     app.router.add_post("/v1/quota/adjust", post_quota_adjust)
     app.router.add_get("/v1/usage", get_usage)

@@ -214,7 +214,21 @@ def check_of(
     problems: Problems,
 ) -> CheckRequest | None:
     """The check from its key, rule and other fields' JSON values; None when a problem
-    was reported since `before` (the count of problems when this check began)."""
+    was reported since `before` (the count of problems when this check began).
+
+    The one core past decoding for both parsers of a check: parse_check here and the
+    typed decoder (router/api/check_bodies.py), so a rule about a check lands once."""
+    if (
+        rule is not None
+        and amount_raw is NO_AMOUNT
+        and request_id is None
+        and type(cost_raw) is int
+        and 0 <= cost_raw <= MAX_COUNT
+        and type(dry_run) is bool
+        and not problems.errors
+    ):
+        # The common check (no amount, no request_id), as the rest below would make it.
+        return CheckRequest(key, rule, cost_raw, rule_zero_amounts(rule), None, dry_run)
     cost = 0
     if not isinstance(cost_raw, int) or isinstance(cost_raw, bool):
         problems.add(f"{path}cost", "must be a non-negative integer")
@@ -263,7 +277,10 @@ def rule_zero_amounts(rule: Rule) -> tuple[int, ...]:
     return (0,) * len(rule.limits)
 
 
-def parse_batch(body: Any, rules: RuleBook, problems: Problems) -> tuple[list[CheckRequest], bool]:
+def parse_check_batch(
+    body: Any, rules: RuleBook, problems: Problems
+) -> tuple[list[CheckRequest], bool]:
+    """A `/v1/check/batch` body: (checks, all_or_nothing)."""
     if not isinstance(body, dict):
         problems.add("body", "must be a JSON object with 'checks'")
         return [], False

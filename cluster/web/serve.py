@@ -15,6 +15,10 @@ from aiohttp import web
 
 log = logging.getLogger("shardlimit")
 
+# How long a stopping server lets the answers in flight be written: aiohttp's default,
+# given to the runner and to a front alike.
+SHUTDOWN_TIMEOUT_S = 60.0
+
 
 class CannotListenError(RuntimeError):
     """The listener could not be bound (the port is taken, the address is not ours)."""
@@ -46,11 +50,13 @@ class FrontSite(web.TCPSite):
         *,
         ssl_context: ssl.SSLContext | None,
         backlog: int,
+        shutdown_timeout: float,
     ) -> None:
         super().__init__(
             runner, host, port, ssl_context=ssl_context, backlog=backlog, reuse_address=True
         )
         self.front = front
+        self.shutdown_timeout = shutdown_timeout  # as the runner's (aiohttp keeps it private)
 
     async def start(self) -> None:
         await web.BaseSite.start(self)
@@ -67,7 +73,7 @@ class FrontSite(web.TCPSite):
 
     async def stop(self) -> None:
         await super().stop()  # the listener first, as aiohttp's own sites
-        await self.front.shutdown(self._runner._shutdown_timeout)
+        await self.front.shutdown(self.shutdown_timeout)
 
 
 async def start_site(
@@ -78,8 +84,10 @@ async def start_site(
     ssl_context: ssl.SSLContext | None = None,
     front: FrontFactory | None = None,
     backlog: int = 1024,
+    shutdown_timeout: float = SHUTDOWN_TIMEOUT_S,
 ) -> web.TCPSite:
-    """Listen on host:port for the set-up `runner`, through `front` when given."""
+    """Listen on host:port for the set-up `runner`, through `front` when given;
+    `shutdown_timeout` is the one `runner` was made with."""
     if front is None:
         site = web.TCPSite(
             runner, host, port, backlog=backlog, reuse_address=True, ssl_context=ssl_context
@@ -87,7 +95,13 @@ async def start_site(
     else:
         assert runner.server is not None
         site = FrontSite(
-            runner, front(runner.server), host, port, ssl_context=ssl_context, backlog=backlog
+            runner,
+            front(runner.server),
+            host,
+            port,
+            ssl_context=ssl_context,
+            backlog=backlog,
+            shutdown_timeout=shutdown_timeout,
         )
     await site.start()
     return site
@@ -101,11 +115,20 @@ async def _serve(
     ssl_context: ssl.SSLContext | None,
     front: FrontFactory | None,
 ) -> None:
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    runner = web.AppRunner(
+        app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT_S
+    )
     await runner.setup()
     try:  # cleaned up also when the port cannot be bound
         try:
-            await start_site(runner, host, port, ssl_context=ssl_context, front=front)
+            await start_site(
+                runner,
+                host,
+                port,
+                ssl_context=ssl_context,
+                front=front,
+                shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+            )
         except OSError as exc:
             raise CannotListenError(f"cannot listen on {host}:{port}: {exc}") from exc
         scheme = "http" if ssl_context is None else "https"

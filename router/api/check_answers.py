@@ -9,13 +9,13 @@ from typing import NamedTuple
 
 import msgspec
 
-from router.api.check_bodies import decode_batch, decode_check
+from router.api.check_bodies import decode_check, decode_check_batch
 from router.decide.answers import ratelimit_headers
 from router.decide.request_ids import raise_if_refused
 from router.service import Router
 
 CHECK_PATH = "/v1/check"
-BATCH_PATH = "/v1/check/batch"
+CHECK_BATCH_PATH = "/v1/check/batch"  # the node's own batch path is cluster.wire.BATCH_PATH
 MAX_BODY = 1024 * 1024
 
 
@@ -34,5 +34,5 @@ async def check_answer(router: Router, raw: bytes) -> JsonAnswer:
 
 
 async def batch_answer(router: Router, raw: bytes) -> JsonAnswer:
-    checks, all_or_nothing = decode_batch(raw, router.rules)
+    checks, all_or_nothing = decode_check_batch(raw, router.rules)
     return JsonAnswer(200, msgspec.json.encode(await router.batch(checks, all_or_nothing)), None)

@@ -43,7 +43,8 @@ from router.errors import NodeUnavailable, Reason
 from router.requests import CheckRequest, RefundRequest
 
 SEEN_MAX = 100_000
-Outcome = tuple[str, wire.Result | NodeUnavailable]
+# The node that answered (or owns the sub-counter that could not) and its answer.
+NodeAnswer = tuple[str, wire.Result | NodeUnavailable]
 
 
 def first_index(request_id: str, n: int) -> int:
@@ -129,7 +130,7 @@ class Spread:
             start = self._turn % n
         return [(start + step) % n for step in range(n)]
 
-    async def check(self, request: CheckRequest, op: wire.Op) -> Outcome:
+    async def check(self, request: CheckRequest, op: wire.Op) -> NodeAnswer:
         if op.cost == 0 and not any(op.amounts):
             return await self.read(request, op)
         n = request.rule.spread
@@ -191,7 +192,7 @@ class Spread:
             raise NodeUnavailable(f"sub-counter {index}: {result!r}", Reason.ERROR)
         return result.limits
 
-    async def read(self, request: CheckRequest, op: wire.Op) -> Outcome:
+    async def read(self, request: CheckRequest, op: wire.Op) -> NodeAnswer:
         """A `cost: 0` check (GET /v1/usage): every sub-counter, summed, exact."""
         n = request.rule.spread
         subs = [self._sub_op(request, op, i) for i in range(n)]

@@ -30,7 +30,7 @@ log = logging.getLogger("shardlimit.envoy")
 
 # envoyproxy/ratelimit's units and their fixed, epoch-aligned windows (its UnitToDivider):
 # a month is 30 days and a year 365 days there, and here too.
-UNIT_MS: dict[str, int] = {
+ENVOY_UNIT_MS: dict[str, int] = {
     "second": 1000,
     "minute": 60_000,
     "hour": 3_600_000,
@@ -124,7 +124,7 @@ def scope_name(domain: str, path: list[tuple[str, str | None]]) -> str:
 
 def rate_limit_rule(scope: str, count: int, unit: str, options: ParseOptions) -> Rule:
     spec = LimitSpec(
-        "fixed_window", limit=count, window_ms=UNIT_MS[unit], envoy_flags=options.envoy_flags
+        "fixed_window", limit=count, window_ms=ENVOY_UNIT_MS[unit], envoy_flags=options.envoy_flags
     )
     return make_rule(scope, (spec,), "allow", cache_denials=options.cache_denials)
 
@@ -158,7 +158,7 @@ class _Loader:
     ) -> DescriptorLimit | None:
         problems = self.problems
         unit = doc.text(data, "unit", path, problems).lower()
-        valid_unit = unit in UNIT_MS
+        valid_unit = unit in ENVOY_UNIT_MS
         unlimited = doc.flag(data, "unlimited", path, problems)
         if unlimited and valid_unit:
             problems.add(f"{path}.unit", "should not specify rate limit unit when unlimited")

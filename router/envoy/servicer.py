@@ -38,7 +38,8 @@ from router.envoy.descriptors import (
 from router.envoy.metadata import add_metadata
 from router.envoy.server import GrpcServer
 from router.envoy.settings import EnvoySettings
-from router.envoy.status import MAX_UINT32, OK, OVER_LIMIT, Outcome
+from router.envoy.status import OK, OVER_LIMIT, DescriptorOutcome
+from router.envoy.yaml_checks import MAX_UINT32
 from router.errors import InvalidRequest, ServiceError, SettingsError
 from router.metrics import ENVOY_ENDPOINT
 from router.requests import CheckRequest
@@ -118,7 +119,7 @@ class RateLimitService:
             for m in found
         ]
 
-    def _check(self, found: Match, hits: int) -> CheckRequest | Outcome | None:
+    def _check(self, found: Match, hits: int) -> CheckRequest | DescriptorOutcome | None:
         """The check a matched descriptor needs, its answer when no node is asked, or
         None when a `rule:` names a rule since deleted (as if nothing matched)."""
         limit = found.limit
@@ -157,7 +158,7 @@ class RateLimitService:
             check = self._check(found, hits)
             if check is None:
                 statuses[index] = rls_pb2.RateLimitResponse.DescriptorStatus(code=OK)
-            elif isinstance(check, Outcome):
+            elif isinstance(check, DescriptorOutcome):
                 statuses[index] = self._record(request.domain, limit, check)
                 blocked_over = blocked_over or check.over
             else:
@@ -205,7 +206,7 @@ class RateLimitService:
             for body in bodies
         ]
 
-    def _record(self, domain: str, limit: DescriptorLimit, outcome: Outcome) -> Any:
+    def _record(self, domain: str, limit: DescriptorLimit, outcome: DescriptorOutcome) -> Any:
         """Count a descriptor's stats (domain and config key, never a value)."""
         if limit.shadow_mode and outcome.over:
             self.shadow_overrides += 1

@@ -14,14 +14,16 @@ from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped]
 
 from cluster.model import answers
 from cluster.model.limits import LimitSpec
-from router.envoy.descriptors import UNIT_MS, DescriptorLimit
+from router.envoy.descriptors import ENVOY_UNIT_MS, DescriptorLimit
 from router.envoy.settings import EnvoySettings
+from router.envoy.yaml_checks import MAX_UINT32
 
 OK = rls_pb2.RateLimitResponse.OK
 OVER_LIMIT = rls_pb2.RateLimitResponse.OVER_LIMIT
-MAX_UINT32 = 2**32 - 1
-UNIT_ENUM = {name: rls_pb2.RateLimitResponse.RateLimit.Unit.Value(name.upper()) for name in UNIT_MS}
-_WINDOWS = {ms: name for name, ms in UNIT_MS.items()}
+UNIT_ENUM = {
+    name: rls_pb2.RateLimitResponse.RateLimit.Unit.Value(name.upper()) for name in ENVOY_UNIT_MS
+}
+_WINDOWS = {ms: name for name, ms in ENVOY_UNIT_MS.items()}
 STAT_NAMES = (
     "total_hits",
     "over_limit",
@@ -33,7 +35,7 @@ STAT_NAMES = (
 
 
 @dataclass
-class Outcome:
+class DescriptorOutcome:
     """A checked descriptor: its answer and the hits its stats count."""
 
     status: Any  # DescriptorStatus
@@ -106,7 +108,7 @@ def checked(
     hits: int,
     settings: EnvoySettings,
     withheld: bool = False,
-) -> Outcome:
+) -> DescriptorOutcome:
     """A descriptor a node (or on_failure) decided. `withheld`: admitted but not counted
     (another descriptor of the request was over, with
     STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT): OK, with what is left uncounted."""
@@ -142,12 +144,12 @@ def checked(
         stats = _hit_stats(configured, before, hits, False, settings.near_limit_ratio)
     if not (over and limit.shadow_mode):
         stats["shadow_mode"] = 0
-    return Outcome(status, over, stats)
+    return DescriptorOutcome(status, over, stats)
 
 
-def blocked(limit: DescriptorLimit, hits: int) -> Outcome:
+def blocked(limit: DescriptorLimit, hits: int) -> DescriptorOutcome:
     """requests_per_unit: 0: over the limit with any hit, OK for a check-only read."""
-    window = UNIT_MS[limit.unit or "second"]
+    window = ENVOY_UNIT_MS[limit.unit or "second"]
     over = hits > 0
     status = rls_pb2.RateLimitResponse.DescriptorStatus(
         code=OVER_LIMIT if over and not limit.shadow_mode else OK,
@@ -158,7 +160,7 @@ def blocked(limit: DescriptorLimit, hits: int) -> Outcome:
     stats = _hit_stats(0, 0, hits, over, 0.0)
     if not (over and limit.shadow_mode):
         stats["shadow_mode"] = 0
-    return Outcome(status, over, stats)
+    return DescriptorOutcome(status, over, stats)
 
 
 def overall(

@@ -31,7 +31,7 @@ from aiohttp.tcp_helpers import tcp_keepalive
 
 from cluster.web.problem import internal_error
 from router.api.check_answers import (
-    BATCH_PATH,
+    CHECK_BATCH_PATH,
     CHECK_PATH,
     MAX_BODY,
     JsonAnswer,
@@ -41,7 +41,7 @@ from router.api.check_answers import (
 from router.api.handler_tools import ROUTER
 from router.api.problems import problem_of
 from router.front.answer_bytes import JSON, PROBLEM_JSON, answer_bytes
-from router.front.offsets import message_start
+from router.front.hand_over import hand_over, unfinished
 from router.service import Router
 
 __all__ = ["FrontConnection", "FrontServer", "front_for"]
@@ -56,7 +56,7 @@ REGION_LIMIT = 4 * 1024 * 1024
 Endpoint = Callable[[Router, bytes], Awaitable[JsonAnswer]]
 _ENDPOINTS: dict[bytes, tuple[str, Endpoint]] = {
     CHECK_PATH.encode(): (CHECK_PATH, check_answer),
-    BATCH_PATH.encode(): (BATCH_PATH, batch_answer),
+    CHECK_BATCH_PATH.encode(): (CHECK_BATCH_PATH, batch_answer),
 }
 # Requests whose meaning only aiohttp implements, or that aiohttp may refuse, go to
 # aiohttp: these headers, a Transfer-Encoding other than chunked, a duplicate of a
@@ -80,7 +80,7 @@ class _Discard(Exception):
 
 
 class _Owed:
-    """One answer owed, in request order."""
+    """One answer owed, in request order, and its making."""
 
     __slots__ = ("close", "data", "http10", "keep_alive", "task")
 
@@ -90,6 +90,33 @@ class _Owed:
         self.close = not keep_alive
         self.data: bytes | None = None
         self.task: asyncio.Task[None] | None = None
+
+    async def make(
+        self, connection: FrontConnection, endpoint: tuple[str, Endpoint], body: bytes
+    ) -> None:
+        """The answer of `endpoint` to `body`; written, with those after it that are
+        ready, once it heads the connection's queue."""
+        path, answer = endpoint
+        router = connection.router
+        started = time.perf_counter()
+        try:
+            status, payload, headers = await answer(router, body)
+            content_type = JSON
+        except Exception as exc:
+            problem = problem_of(exc)
+            if problem is None:
+                connection.front.logger.exception("unhandled error on POST %s", path)
+                problem = internal_error()
+            status, payload, headers = problem.status, problem.body(), problem.headers
+            content_type = PROBLEM_JSON
+        self.data = answer_bytes(
+            self.http10, self.keep_alive, status, content_type, payload, headers
+        )
+        elapsed = time.perf_counter() - started  # as the observe middleware: before writing
+        owed = connection.owed
+        if owed and self is owed[0]:
+            connection.write_ready()
+        router.metrics.responded(path, status, elapsed)
 
 
 class FrontServer:
@@ -299,36 +326,15 @@ class FrontConnection(asyncio.Protocol):
         owed = _Owed(self.parser.get_http_version() == "1.0", self.parser.should_keep_alive())
         self.owed.append(owed)
         body = self.body[0] if len(self.body) == 1 else b"".join(self.body)
-        owed.task = self.loop.create_task(self._answer(owed, _ENDPOINTS[self.url], body))
+        owed.task = self.loop.create_task(owed.make(self, _ENDPOINTS[self.url], body))
         if owed.close:
             self.closing = True
         if owed.close or len(self.owed) >= MAX_OWED:
             self._update_reading()
 
-    # answers
+    # writing answers
 
-    async def _answer(self, owed: _Owed, endpoint: tuple[str, Endpoint], body: bytes) -> None:
-        path, answer = endpoint
-        started = time.perf_counter()
-        try:
-            status, payload, headers = await answer(self.router, body)
-            content_type = JSON
-        except Exception as exc:
-            problem = problem_of(exc)
-            if problem is None:
-                self.front.logger.exception("unhandled error on POST %s", path)
-                problem = internal_error()
-            status, payload, headers = problem.status, problem.body(), problem.headers
-            content_type = PROBLEM_JSON
-        owed.data = answer_bytes(
-            owed.http10, owed.keep_alive, status, content_type, payload, headers
-        )
-        elapsed = time.perf_counter() - started  # as the observe middleware: before writing
-        if self.owed and owed is self.owed[0]:
-            self._write_ready()
-        self.router.metrics.responded(path, status, elapsed)
-
-    def _write_ready(self) -> None:
+    def write_ready(self) -> None:
         """Write every answer ready at the head of the queue, in one write."""
         transport = self.transport
         if self.lost or transport is None:
@@ -384,15 +390,13 @@ class FrontConnection(asyncio.Protocol):
 
     def _drop_completed(self) -> None:
         """Keep only the region's request in progress."""
-        raw = b"".join(self.region)
-        kept = raw[message_start(raw, self.completed) :]
+        kept = unfinished(self.region, self.completed)
         self.region = [kept]
         self.region_size = len(kept)
         self.completed = 0
 
     def _start_hand_over(self) -> None:
-        raw = b"".join(self.region)
-        self.leftover = raw[message_start(raw, self.completed) :]
+        self.leftover = unfinished(self.region, self.completed)
         self.region = []
         self._update_reading()
         if not self.owed and self.transport is not None and not self.write_paused:
@@ -401,14 +405,7 @@ class FrontConnection(asyncio.Protocol):
     def _hand_over(self, transport: asyncio.Transport, leftover: bytes) -> None:
         self.front.forget(self)
         self.transport = None
-        handler = self.front.server()
-        handler.connection_made(transport)
-        transport.set_protocol(handler)
-        if not self.reading:
-            transport.resume_reading()
-        handler.data_received(leftover)
-        if self.eof:
-            handler.eof_received()
+        hand_over(transport, self.front.server, leftover, paused=not self.reading, eof=self.eof)
 
     def close_if_idle(self, idle_since: float) -> None:
         if (

@@ -42,7 +42,7 @@ from router.rules.book import Rule, RuleBook, parse_rules_document, rules_docume
 log = logging.getLogger("shardlimit.rules")
 
 # A rules change: the cluster's current rules in, the rules to store out.
-Change = Callable[[dict[str, Rule]], dict[str, Rule]]
+RulesChange = Callable[[dict[str, Rule]], dict[str, Rule]]
 
 LEASE_TTL_MS = 10_000
 LEASE_PATIENCE_S = 5.0  # how long a write waits for another router's write to finish
@@ -121,7 +121,7 @@ class ClusterRules:
         else:
             self.pending = None
 
-    async def publish(self, change: Change, expected: int | None) -> int:
+    async def publish(self, change: RulesChange, expected: int | None) -> int:
         """Apply `change` to the cluster's current rules, under the rules lease, and store
         the result as the next version on a majority: that version (the current one
         when nothing changed). `change` sees the newest rules a majority holds, never a

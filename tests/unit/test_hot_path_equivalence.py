@@ -11,8 +11,8 @@ from cluster.model import answers
 from cluster.model.errors import Problems
 from cluster.model.limits import LimitSpec, parse_limits
 from cluster.model.ratelimit_headers import HeaderPlan, LimitState, header_values
-from router.api.check_bodies import decode_check
-from router.requests import parse_check
+from router.api.check_bodies import decode_check, decode_check_batch
+from router.requests import parse_check, parse_check_batch
 from router.rules.book import RuleBook
 
 LIMITS = [
@@ -80,3 +80,24 @@ def test_common_checks_decode_as_the_full_parser_parses(tmp_path: Path) -> None:
         full = parse_check(orjson.loads(text), book, problems)
         assert not problems.errors and full is not None
         assert decode_check(text.encode(), book) == full
+
+
+def test_common_batches_decode_as_the_full_parser_parses(tmp_path: Path) -> None:
+    path = tmp_path / "rules.yaml"
+    path.write_text(
+        "rules:\n  basic:\n    limits: [{algorithm: fixed_window, limit: 5, window: 1m}]\n"
+        "  hot:\n    spread: 4\n    limits: [{algorithm: fixed_window, limit: 40, window: 1m}]\n"
+    )
+    book = RuleBook(path)
+    book.load()
+    inline = '[{"algorithm":"fixed_window","limit":3,"window":"1s"}]'
+    bodies = [
+        '{"checks":[{"key":"u:1","rule":"basic"},{"key":"u:2","rule":"hot","cost":2}]}',
+        '{"checks":[{"key":"u:1","rule":"basic","request_id":"r-1"},'
+        '{"key":"u:2","limits":' + inline + ',"dry_run":true}],"all_or_nothing":true}',
+    ]
+    for text in bodies:
+        problems = Problems()
+        full = parse_check_batch(orjson.loads(text), book, problems)
+        assert not problems.errors and full[0]
+        assert decode_check_batch(text.encode(), book) == full

@@ -8,12 +8,27 @@ functions), so it holds by rule rather than by luck:
 - `cluster.sdk` (what applications install) imports only itself and the model, and
   nothing a server needs (redis, grpc, prometheus).
 - `cluster.web` and `cluster.local` import only the model, the wire and themselves.
+
+The rooms of the services (sub-packages, each with one job):
+
+- `router.channel` (everything that talks to nodes) imports no other router room and
+  no router module but `router.errors`.
+- `router.front` and `router.envoy` reach the decision code only through
+  `router.service` (or `router.api`'s shared check handling): nothing of
+  `router.decide`, `router.channel` or `router.control`.
+- The exception modules, `router.errors` and `node.errors`, import nothing of their
+  service.
+- `node.store` imports nothing of the node but `node.errors`.
+- No import cycle among the product's modules, `TYPE_CHECKING` imports included.
+- `router/` and `node/` hold at most 10 modules directly; no product module is over
+  450 lines and no class over 250.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+import itertools
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -47,16 +62,25 @@ def imports_of(path: Path, root: Path = ROOT) -> Iterator[tuple[int, str]]:
                 base = ".".join([*anchor, base] if base else anchor)
             for alias in node.names:
                 # `from cluster import wire` imports the module cluster.wire
+                # and `from node.topology import kept` the module node.topology.kept
+                package_of_ours = base.split(".")[0] in OURS and (
+                    (root / base.replace(".", "/")).is_dir()
+                )
                 yield (
                     node.lineno,
                     f"{base}.{alias.name}"
-                    if base in OURS or base.startswith(("cluster.",))
+                    if base in OURS or base.startswith(("cluster.",)) or package_of_ours
                     else base,
                 )
 
 
 def modules(package: str, root: Path = ROOT) -> list[Path]:
-    return sorted((root / package.replace(".", "/")).rglob("*.py"))
+    """The files of a package, or the one file of a module (none: it does not exist)."""
+    path = root / package.replace(".", "/")
+    if path.is_dir():
+        return sorted(path.rglob("*.py"))
+    file = path.with_suffix(".py")
+    return [file] if file.is_file() else []
 
 
 def within(name: str, prefix: str) -> bool:
@@ -131,3 +155,233 @@ def test_the_checker_sees_violations(tmp_path: Path) -> None:
 def test_cluster_holds_at_most_eight_modules_directly() -> None:
     direct = sorted(p.name for p in (ROOT / "cluster").glob("*.py"))
     assert len(direct) <= 8, direct
+
+
+# Rooms of the services: (allowed of our code, forbidden), as RULES. Imports of `cluster`
+# are allowed here and held to the service's own rule above.
+DECISION_ROOMS = ("router.decide", "router.channel", "router.control")
+ROOM_RULES = {
+    "router.channel": (("cluster", "router.channel", "router.errors"), ()),
+    "router.front": (("cluster", "router"), DECISION_ROOMS),
+    "router.envoy": (("cluster", "router"), DECISION_ROOMS),
+    "router.errors": (("cluster",), ()),
+    "node.errors": (("cluster",), ()),
+    "node.store": (("cluster", "node.store", "node.errors"), ()),
+}
+
+
+@pytest.mark.parametrize("room", sorted(ROOM_RULES))
+def test_room_imports_only_what_its_rule_allows(room: str) -> None:
+    assert modules(room), f"{room} does not exist: move its rule with it"
+    allowed, forbidden = ROOM_RULES[room]
+    assert violations(room, allowed, forbidden) == []
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def test_the_checker_sees_room_violations(tmp_path: Path) -> None:
+    """Each room rule can fail: a tree breaking every one of them, with relative,
+    function-level, `TYPE_CHECKING` and `from package import module` imports."""
+    _write(
+        tmp_path,
+        {
+            "router/channel/link.py": "from router.errors import E\nfrom router import config\n",
+            "router/channel/queue.py": "from ..control import view\n",
+            "router/control/view.py": "",
+            "router/front/server.py": "from router.service import Router\n"
+            "def f():\n    from router.decide.spread import Spread\n",
+            "router/envoy/servicer.py": "from router.channel.link import NodeLink\n",
+            "router/errors.py": "from enum import Enum\nfrom router.requests import X\n",
+            "node/errors.py": "from node import state\n",
+            "node/store/counter_store.py": "from node.errors import E\n"
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+            "    from node.topology import ownership\n",
+            "node/topology/ownership.py": "",
+        },
+    )
+    found = {
+        room: violations(room, allowed, forbidden, root=tmp_path)
+        for room, (allowed, forbidden) in ROOM_RULES.items()
+    }
+    assert found == {
+        "router.channel": [
+            "router/channel/link.py:2 imports router.config",
+            "router/channel/queue.py:1 imports router.control.view",
+        ],
+        "router.front": ["router/front/server.py:3 imports router.decide.spread"],
+        "router.envoy": ["router/envoy/servicer.py:1 imports router.channel.link"],
+        "router.errors": ["router/errors.py:2 imports router.requests"],
+        "node.errors": ["node/errors.py:1 imports node.state"],
+        "node.store": ["node/store/counter_store.py:4 imports node.topology.ownership"],
+    }
+
+
+PRODUCT = ("cluster", "router", "node")
+
+
+def import_graph(root: Path = ROOT) -> dict[str, dict[str, str]]:
+    """Each product module's imports of product modules: {module: {imported: where}}
+    (an imported name resolves to the longest module it names, `a.b.Name` to `a.b`)."""
+    paths = [path for package in PRODUCT for path in modules(package, root)]
+    known = {module_name(path, root) for path in paths}
+    graph: dict[str, dict[str, str]] = {}
+    for path in paths:
+        edges = graph.setdefault(module_name(path, root), {})
+        for line, name in imports_of(path, root):
+            parts = name.split(".")
+            while parts and ".".join(parts) not in known:
+                parts.pop()
+            if parts:
+                edges.setdefault(".".join(parts), f"{path.relative_to(root)}:{line}")
+    return graph
+
+
+def cycles(graph: dict[str, dict[str, str]]) -> list[list[str]]:
+    """One cycle (its modules in import order, the first repeated at the end) through
+    each group of modules that import each other (Tarjan's strongly connected
+    components, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work: list[tuple[str, Iterator[str]]] = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            module, targets = work[-1]
+            target = next(targets, None)
+            if target is not None:
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(sorted(graph.get(target, {})))))
+                elif target in on_stack:
+                    low[module] = min(low[module], index[target])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[module])
+            if low[module] == index[module]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == module:
+                        break
+                if len(group) > 1 or module in graph.get(module, {}):
+                    groups.append(sorted(group))
+    return [_cycle_in(graph, group) for group in groups]
+
+
+def _cycle_in(graph: dict[str, dict[str, str]], group: Iterable[str]) -> list[str]:
+    """The shortest cycle from the group's first module back to itself."""
+    members = set(group)
+    first = min(members)
+    paths = {first: [first]}
+    queue = [first]
+    for module in queue:
+        for target in sorted(graph.get(module, {})):
+            if target == first:
+                return [*paths[module], first]
+            if target in members and target not in paths:
+                paths[target] = [*paths[module], target]
+                queue.append(target)
+    raise AssertionError(f"no cycle through {first}")  # a strongly connected group has one
+
+
+def named(graph: dict[str, dict[str, str]], cycle: list[str]) -> str:
+    """A cycle as `a (a.py:3) -> b (b.py:7) -> a`: each import and where it is."""
+    steps = [f"{a} ({graph[a][b]})" for a, b in itertools.pairwise(cycle)]
+    return " -> ".join([*steps, cycle[-1]])
+
+
+def test_no_import_cycle_among_product_modules() -> None:
+    graph = import_graph()
+    assert [named(graph, cycle) for cycle in cycles(graph)] == []
+
+
+def test_the_checker_sees_import_cycles(tmp_path: Path) -> None:
+    """A cycle through a `TYPE_CHECKING` import and a relative one, a self-import, and
+    modules that do not import each other (no cycle)."""
+    _write(
+        tmp_path,
+        {
+            "node/__init__.py": "",
+            "node/state.py": "from node.holds import keeper\n",
+            "node/holds/__init__.py": "",
+            "node/holds/keeper.py": "from typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n    from ..topology.kept import Kept\n",
+            "node/topology/kept.py": "from node.state import NodeState\n",
+            "router/app.py": "import router.app\nfrom router.service import Router\n",
+            "router/service.py": "from cluster.wire import Op\n",
+            "cluster/wire.py": "import msgspec\n",
+        },
+    )
+    graph = import_graph(tmp_path)
+    assert [named(graph, cycle) for cycle in cycles(graph)] == [
+        "node.holds.keeper (node/holds/keeper.py:3) -> node.topology.kept "
+        "(node/topology/kept.py:1) -> node.state (node/state.py:1) -> node.holds.keeper",
+        "router.app (router/app.py:1) -> router.app",
+    ]
+
+
+@pytest.mark.parametrize("service", ["router", "node"])
+def test_service_holds_at_most_ten_modules_directly(service: str) -> None:
+    direct = sorted(p.name for p in (ROOT / service).glob("*.py"))
+    assert len(direct) <= 10, direct
+
+
+MAX_MODULE_LINES = 450
+MAX_CLASS_LINES = 250
+
+
+def oversized(package: str, root: Path = ROOT) -> list[str]:
+    """Modules over MAX_MODULE_LINES lines and classes over MAX_CLASS_LINES."""
+    found = []
+    for path in modules(package, root):
+        text = path.read_text()
+        where = path.relative_to(root)
+        lines = len(text.splitlines())
+        if lines > MAX_MODULE_LINES:
+            found.append(f"{where}: {lines} lines")
+        for node in ast.walk(ast.parse(text, filename=str(path))):
+            if isinstance(node, ast.ClassDef):
+                size = (node.end_lineno or node.lineno) - node.lineno + 1
+                if size > MAX_CLASS_LINES:
+                    found.append(f"{where}:{node.lineno} class {node.name}: {size} lines")
+    return found
+
+
+@pytest.mark.parametrize("package", PRODUCT)
+def test_no_module_over_450_lines_and_no_class_over_250(package: str) -> None:
+    assert oversized(package) == []
+
+
+def test_the_checker_sees_oversized_code(tmp_path: Path) -> None:
+    body = "".join(f"    a{i} = {i}\n" for i in range(250))
+    _write(
+        tmp_path,
+        {
+            "router/big.py": "x = 1\n" * 451,
+            "router/rooms/fits.py": "x = 1\n" * 450,
+            "router/rooms/wide.py": f"class Wide:\n{body}",
+            "router/rooms/narrow.py": "class Narrow:\n" + body.split("\n", 1)[1],
+        },
+    )
+    assert oversized("router", tmp_path) == [
+        "router/big.py: 451 lines",
+        "router/rooms/wide.py:1 class Wide: 251 lines",
+    ]
