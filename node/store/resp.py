@@ -8,9 +8,10 @@ and handed back in order, so any number of batches share one connection the way
 Redis pipelining intends (Redis runs them one after the other anyway).
 
 Errors are redis-py's, so the node's one Redis-error boundary (node/edge/boundary.py)
-sees the same exceptions from either client: an error reply becomes the
-`ResponseError` subclass redis-py would have raised (NoScriptError, ...) in its
-command's slot; a lost or refused connection raises `ConnectionError`.
+sees the same exceptions from either client: hiredis' reader builds an error reply as
+the `ResponseError` subclass redis-py would have raised (NoScriptError, ...;
+node/store/reply_errors.py) in its command's slot; a lost or refused connection raises
+`ConnectionError`.
 
 There is no read timeout, on purpose: see `NodeState.counters` in node/state.py.
 """
@@ -25,19 +26,18 @@ from typing import Any, cast
 
 import hiredis
 import redis.asyncio as aioredis
-from redis._parsers.base import BaseParser
 from redis.asyncio.connection import Connection, UnixDomainSocketConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+from redis.exceptions import InvalidResponse, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from node.store.reply_errors import reply_error
 
 Arg = str | bytes | int | float
 Command = Sequence[Arg]
 
 log = logging.getLogger("shardlimit.node")
 
-# redis-py's own mapping of an error reply to its exception class (NOSCRIPT -> ...).
-_parse_error = cast(Callable[[str], Exception], BaseParser.parse_error)
 _pack_command = cast(Callable[[tuple[Arg, ...]], bytes], hiredis.pack_command)
 
 
@@ -68,19 +68,10 @@ class _Pending:
                 self.future.set_result(outcome)
 
 
-def _translate(reply: Any) -> Any:
-    """hiredis' ReplyError -> the exception object redis-py would raise. Only top-level
-    errors: a failing script fails its whole call, and the node's scripts return no
-    error tables inside their replies."""
-    if isinstance(reply, hiredis.ReplyError):
-        return _parse_error(str(reply))
-    return reply
-
-
 class _RespProtocol(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
-        self.reader = hiredis.Reader()
+        self.reader = hiredis.Reader(protocolError=InvalidResponse, replyError=reply_error)
         self.pending: deque[_Pending] = deque()
         self.lost: Exception | None = None
         self.corked: list[bytes] | None = None  # writes held for one write (cork/uncork)
@@ -98,7 +89,7 @@ class _RespProtocol(asyncio.Protocol):
         while True:
             try:
                 reply = self.reader.gets()
-            except hiredis.ProtocolError as exc:
+            except InvalidResponse as exc:
                 assert self.transport is not None
                 self.transport.close()  # connection_lost fails every waiter
                 self.lost = RedisConnectionError(f"Redis protocol error: {exc}")
@@ -108,7 +99,7 @@ class _RespProtocol(asyncio.Protocol):
             if not self.pending:
                 continue  # an answer to a request whose waiter is gone (cancelled)
             head = self.pending[0]
-            head.replies.append(_translate(reply))
+            head.replies.append(reply)
             head.left -= 1
             if head.left == 0:
                 self.pending.popleft()

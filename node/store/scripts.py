@@ -1,11 +1,18 @@
-"""Lua scripts shipped as package files and assembled at load time."""
+"""Lua scripts shipped as package files, assembled at load time and registered with the
+node's Redis client."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import cache
 from importlib import resources
 
+import redis.asyncio as aioredis
+from redis.commands.core import AsyncScript
+
 from cluster.model.algorithms import ALGORITHMS, BY_CODE
+
+__all__ = ["ScriptBook", "read_lua", "script_source"]
 
 
 def read_lua(name: str) -> str:
@@ -24,3 +31,26 @@ def script_source(entry: str, codes: tuple[int, ...] | None = None) -> str:
     chosen = [a.code for a in ALGORITHMS] if codes is None else sorted(set(codes))
     algorithms = (f"local CODE = {code}\n" + read_lua(BY_CODE[code].lua_file) for code in chosen)
     return "\n".join([read_lua("common.lua"), *algorithms, read_lua(entry)])
+
+
+class ScriptBook:
+    """The store's scripts, registered with its client once each: the fixed ones, and
+    each entry file assembled with the algorithms a call needs."""
+
+    __slots__ = ("_assembled", "client", "commit", "decide", "settled")
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        self.client = client
+        self.commit = client.register_script(read_lua("commit.lua"))
+        self.decide = client.register_script(read_lua("decide.lua"))
+        self.settled = client.register_script(read_lua("settled.lua"))
+        self._assembled: dict[tuple[str, tuple[int, ...]], AsyncScript] = {}
+
+    def assembled(self, entry: str, algorithm_codes: Iterable[int]) -> AsyncScript:
+        """`entry` with the algorithms of `algorithm_codes` (script_source)."""
+        codes = tuple(sorted(set(algorithm_codes)))
+        script = self._assembled.get((entry, codes))
+        if script is None:
+            script = self.client.register_script(script_source(entry, codes))
+            self._assembled[(entry, codes)] = script
+        return script

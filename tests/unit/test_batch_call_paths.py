@@ -44,7 +44,7 @@ def test_inline_packing_matches_the_general_one() -> None:
     store._estimated_now_ms = lambda: 1_700_000_000_000  # type: ignore[method-assign]
     first = store.plan(ops, 5).calls[0]  # rules and their arguments worked out
     inline = store.plan(ops, 5).calls[0]
-    for rule in store._rules.values():
+    for rule in store.calls.rules.by_limits.values():
         rule.single = None  # every check through _check_entry
     general = store.plan(ops, 5).calls[0]
     assert inline[0] is general[0] and inline[1:] == general[1:] == first[1:]

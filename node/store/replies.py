@@ -1,0 +1,113 @@
+"""Script replies -> results: a plan's replies put back in its ops' order, and each op's
+raw result as its wire result (cluster/wire.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cluster.wire import (
+    Adjusted,
+    AdjustStatus,
+    Checked,
+    Committed,
+    Expired,
+    LimitRow,
+    Refunded,
+    RefundStatus,
+    Reused,
+)
+from node.store.script_calls import CHECK, Plan
+from node.store.store_op import StoreOp
+
+__all__ = [
+    "EXPIRED_REPLY",
+    "REUSED_REPLY",
+    "SKEWED_REPLY",
+    "adjust_result",
+    "assemble",
+    "check_result",
+    "commit_result",
+    "is_expired",
+    "refund_result",
+    "undo_entries",
+]
+
+EXPIRED_REPLY = [-1]  # batch.lua: the deadline had passed, nothing applied
+SKEWED_REPLY = [-2]  # batch.lua: a calendar period did not contain Redis' clock
+REUSED_REPLY = [-3]  # batch.lua: the request_id names another request, nothing applied
+# A check's reply: allowed, stored, n, then one row of ROW ints per limit (a LimitRow),
+# then perhaps its packed undo entries.
+_HEAD = 3
+_ROW = 8
+
+
+def assemble(plan: Plan, replies: list[Any]) -> list[Any]:
+    """The raw result of each of the plan's ops, in their order; batch.lua's error (an
+    exception object) stands for each of its checks."""
+    if not plan.others:  # the common case: checks only, one batch.lua call
+        batch = replies[0]
+        return [batch] * len(plan.ops) if isinstance(batch, Exception) else list(batch)
+    results: list[Any] = [None] * len(plan.ops)
+    at = 0
+    if plan.checks:
+        batch = replies[0]
+        at = 1
+        for position, i in enumerate(plan.checks):
+            results[i] = batch if isinstance(batch, Exception) else batch[position]
+    for i, reply in zip(plan.others, replies[at:], strict=True):
+        results[i] = reply
+    return results
+
+
+def is_expired(raw: Any) -> bool:
+    return bool(raw == EXPIRED_REPLY)
+
+
+def _packed_undo(raw: list[Any]) -> bytes | None:
+    """A check reply's trailing undo entries (present when it consumed)."""
+    end = _HEAD + _ROW * raw[2]
+    extra = raw[end] if len(raw) > end else None
+    return extra if isinstance(extra, bytes) else None
+
+
+def undo_entries(op: StoreOp, raw: Any) -> bytes | None:
+    """The packed undo entries of a check that consumed, else None."""
+    if op.kind is not CHECK or not isinstance(raw, list) or len(raw) <= _HEAD:
+        return None
+    return _packed_undo(raw)
+
+
+_EXPIRED = Expired()
+_REUSED = Reused()
+
+
+def check_result(raw: list[Any]) -> Checked | Reused | Expired:
+    """batch.lua's reply for one check -> its wire result (with its undo entries)."""
+    if len(raw) == 1:
+        if raw == EXPIRED_REPLY:
+            return _EXPIRED
+        if raw == REUSED_REPLY:
+            return _REUSED
+    n = raw[2]
+    if n == 1:  # the common case: one limit, its row and perhaps its undo entries
+        undo = raw[11] if len(raw) > 11 and isinstance(raw[11], bytes) else None
+        return Checked(raw[0] == 1, raw[1] == 1, [LimitRow(*raw[3:11])], undo)
+    rows = [LimitRow(*raw[_HEAD + _ROW * i : _HEAD + _ROW * (i + 1)]) for i in range(n)]
+    return Checked(raw[0] == 1, raw[1] == 1, rows, _packed_undo(raw))
+
+
+def commit_result(raw: int) -> Committed:
+    return Committed(raw == 1)
+
+
+def adjust_result(raw: list[int]) -> Adjusted:
+    if raw[0] not in (1, 2):
+        return Adjusted(AdjustStatus(raw[0]))
+    row = LimitRow(1, raw[1], raw[2], raw[3], -1, -1, raw[4], raw[5])
+    return Adjusted(AdjustStatus(raw[0]), row)
+
+
+def refund_result(raw: list[int]) -> Refunded:
+    n = raw[1]
+    given = [(raw[2 + 2 * i], raw[3 + 2 * i]) for i in range(n)] if raw[0] == 1 else []
+    return Refunded(RefundStatus(raw[0]), given)
