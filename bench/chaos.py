@@ -41,7 +41,7 @@ from bench.chaos_scenarios import (
     run_fault,
     run_router_kill,
 )
-from router.channel.node_channel import CIRCUIT_OPEN
+from router.channel.breaker import CIRCUIT_OPEN
 
 TARGET_P99_MS = 100.0
 TARGET_RECOVERY_S = 1.0

@@ -2,7 +2,7 @@
 
 Hot-path series (decisions, latencies, batch sizes) are lock-free children created once
 per label values (cluster/web/metrics.py). Everything the router already keeps as plain
-state (node channels' ints, breakers, topology, rules, migration progress) is read only
+state (node clients' counters, breakers, topology, rules, migration progress) is read only
 when scraped, by `_StateCollector`.
 
 Cardinality is bounded: `rule` is a rule's name (a configured rule, an Envoy descriptor
@@ -22,7 +22,7 @@ from prometheus_client.registry import Collector
 from cluster import wire
 from cluster.model.algorithms import NONE
 from cluster.web.metrics import Families
-from router.channel.node_channel import NodeChannel
+from router.channel.node_client import NodeClient
 from router.control.cluster_view import ClusterView
 from router.control.resharding import Resharder
 from router.requests import CheckRequest
@@ -186,11 +186,11 @@ class RouterMetrics:
         """Read the router's state at each scrape."""
         self.registry.register(_StateCollector(view, rules, resharder))
 
-    def watch_channel(self, channel: NodeChannel) -> None:
-        """Observe a node channel's batches (called for each channel a router opens)."""
-        node = channel.spec.id
-        channel.on_batch = self.node_batch_ops(node).observe
-        channel.on_round_trip = self.node_round_trip_seconds(node).observe
+    def watch_client(self, client: NodeClient) -> None:
+        """Observe a node client's batches (called for each node client a router makes)."""
+        node = client.spec.id
+        client.queue.on_batch = self.node_batch_ops(node).observe
+        client.outcomes.on_round_trip = self.node_round_trip_seconds(node).observe
 
     def checked(self, request: CheckRequest, result: wire.Checked) -> None:
         """Count a decision a node made."""
@@ -241,8 +241,8 @@ def endpoint_of(request: web.Request) -> str:
     return UNMATCHED_ENDPOINT if resource is None else resource.canonical
 
 
-# Per node channel, read at scrape time: (metric, kind, help, value).
-_CHANNEL_SERIES: tuple[tuple[str, str, str, Callable[[NodeChannel], float]], ...] = (
+# Per node client, read at scrape time: (metric, kind, help, value).
+_NODE_SERIES: tuple[tuple[str, str, str, Callable[[NodeClient], float]], ...] = (
     ("shardlimit_node_up", "gauge", "1 if the router sends the node checks (breaker closed).",
      lambda c: int(c.state == "up")),
     ("shardlimit_node_breaker_open", "gauge",
@@ -297,11 +297,11 @@ class _StateCollector(Collector):
         self.resharder = resharder
 
     def collect(self) -> Iterator[Metric]:
-        channels = sorted(self.view.channels.items())
-        for name, kind, help_text, value in _CHANNEL_SERIES:
+        clients = sorted(self.view.channels.items())
+        for name, kind, help_text, value in _NODE_SERIES:
             family = _family(name, kind, help_text, ["node"])
-            for node_id, channel in channels:
-                family.add_metric([node_id], value(channel))
+            for node_id, client in clients:
+                family.add_metric([node_id], value(client))
             yield family
         view, book = self.view, self.rules
         yield _single(

@@ -49,7 +49,7 @@ class Router:
         self.cluster_rules = ClusterRules(self.view, self.rules)
         self.metrics = RouterMetrics()
         self.metrics.attach(self.view, self.rules, self.resharder)
-        self.view.on_channel = self.metrics.watch_channel
+        self.view.on_client = self.metrics.watch_client
         self.all_or_nothing = AllOrNothing(
             self.view, self.check, self.refund, hold_ms=config.aon_hold_ms
         )

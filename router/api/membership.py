@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import aiohttp
 import orjson
 from aiohttp import web
 
@@ -15,6 +14,7 @@ from cluster.model.errors import FieldError
 from cluster.model.nodes import NodeSpec
 from cluster.web.problem import Problem, invalid, json_body, json_response
 from router.api.handler_tools import admin_only, router_of
+from router.channel.control_client import get_once
 from router.control.cluster_view import ClusterView
 from router.control.resharding import Change
 from router.errors import JoinRefused, MigrationBlocked, NodeUnavailable, ReshardError
@@ -64,11 +64,11 @@ async def _require_reachable(view: ClusterView, spec: NodeSpec) -> None:
     cluster's CA, a client certificate refused), no answer, or a node whose Redis does
     not answer. Raises Problem."""
     try:
-        channel = view.channel_for(spec)  # a channel of its own: not a member yet
+        client = view.client_for(spec)  # a client of its own: not a member yet
     except ValueError as exc:
         raise invalid([FieldError("url", str(exc))]) from None
     try:
-        await channel.get(wire.READY_PATH, timeout_s=NODE_PROBE_S)
+        await client.get(wire.READY_PATH, timeout_s=NODE_PROBE_S)
     except NodeUnavailable as exc:
         raise Problem(
             503,
@@ -77,23 +77,13 @@ async def _require_reachable(view: ClusterView, spec: NodeSpec) -> None:
             "nothing was changed",
         ) from None
     finally:
-        await channel.close()
+        await client.close()
 
 
 async def _stats_call(view: ClusterView, spec: NodeSpec, token: str | None) -> tuple[int, bytes]:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    connector = aiohttp.TCPConnector(ssl=view.ssl_context if view.ssl_context else True)
     try:
-        async with (
-            aiohttp.ClientSession(connector=connector) as session,
-            session.get(
-                spec.url + wire.STATS_PATH,
-                headers=headers,
-                timeout=aiohttp.ClientTimeout(total=NODE_PROBE_S),
-            ) as response,
-        ):
-            return response.status, await response.read()
-    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        return await get_once(spec.url, wire.STATS_PATH, token, view.ssl_context, NODE_PROBE_S)
+    except (TimeoutError, OSError) as exc:
         raise JoinRefused(
             "node-unreachable", 503, f"unreachable: {type(exc).__name__} {exc}"
         ) from exc

@@ -4,8 +4,10 @@ The router talks to a handful of known nodes with small JSON bodies, so it needs
 none of a general client's machinery (redirects, cookies, proxies, chunked
 uploads, DNS). aiohttp's client cost about 40% of the router's CPU per check;
 this one is a pool of asyncio protocols per node that write one pre-framed
-request and parse one Content-Length (or chunked) response. Errors surface as
-OSError (ConnectionError, ssl.SSLError) or TimeoutError; dispatch.py translates them.
+request and read its answer with httptools (llhttp, as the router's front parses
+requests). Errors surface as OSError (ConnectionError, ssl.SSLError, ProtocolError for an
+answer that is not HTTP/1.1 we understand) or TimeoutError; router/channel/node_control.py
+translates them for a member node. It is the router's one client of nodes' HTTP ports.
 
 `https://` node URLs go over TLS with the given client context (cluster/web/tls.py:
 the peer's certificate verified against the cluster CA and the URL's host name,
@@ -17,25 +19,36 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Callable
 from typing import cast
 from urllib.parse import urlsplit
+
+import httptools
 
 from cluster.web.tls import default_client_context
 from router.errors import ProtocolError
 
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+MAX_HEAD_BYTES = 65536
 
 
 class _Connection(asyncio.Protocol):
+    """One keep-alive connection; httptools (llhttp) parses its answers."""
+
     def __init__(self, tls: bool = False) -> None:
         self.transport: asyncio.Transport | None = None
-        self.buffer = bytearray()
+        self.parser = httptools.HttpResponseParser(self)
         self.waiter: asyncio.Future[tuple[int, bytes]] | None = None
         self.closed = False
         self.reusable = True
         self.tls = tls
         self.received = False  # any byte of an answer yet
+        # The answer being read.
+        self.head_size = 0  # bytes received while its head was incomplete
+        self.head_done = False
+        self.length: int | None = None  # its Content-Length
+        self.chunked = False
+        self.body: list[bytes] = []
+        self.body_size = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses; same interface.
@@ -58,77 +71,71 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.received = True
-        self.buffer += data
-        if self.waiter is None or self.waiter.done():
-            if self.waiter is None:
-                # Bytes nobody asked for: the stream is out of step; never reuse it.
-                self.reusable = False
+        waiter = self.waiter
+        if waiter is None or waiter.done():
+            # Bytes nobody asked for: the stream is out of step; never reuse it.
+            self.reusable = False
             return
         try:
-            parsed = self._parse()
+            self.parser.feed_data(data)
+            if not self.head_done:
+                self.head_size += len(data)
+                if self.head_size > MAX_HEAD_BYTES:
+                    raise ProtocolError("response head too large")
+        except httptools.HttpParserCallbackError as exc:
+            cause = exc.__context__
+            self._failed(cause if isinstance(cause, ProtocolError) else ProtocolError(str(exc)))
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            self._failed(ProtocolError(f"unreadable response: {exc}"))
         except ProtocolError as exc:
-            self.reusable = False
-            self.waiter.set_exception(exc)
+            self._failed(exc)
+
+    def _failed(self, error: ProtocolError) -> None:
+        self.reusable = False
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(error)
+
+    # httptools callbacks
+
+    def on_message_begin(self) -> None:
+        if self.waiter is None or self.waiter.done():
+            raise ProtocolError("a second answer to one request")
+        self.head_size = 0
+        self.head_done = False
+        self.length = None
+        self.chunked = False
+        self.body = []
+        self.body_size = 0
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        name = name.lower()
+        if name == b"content-length":
+            self.length = int(value)  # llhttp has checked it is a number
+        elif name == b"transfer-encoding" and b"chunked" in value.lower():
+            self.chunked = True
+
+    def on_headers_complete(self) -> None:
+        self.head_done = True
+        if self.chunked:
             return
-        if parsed is not None:
-            self.waiter.set_result(parsed)
-
-    def _parse(self) -> tuple[int, bytes] | None:
-        end = self.buffer.find(b"\r\n\r\n")
-        if end < 0:
-            if len(self.buffer) > 65536:
-                raise ProtocolError("response head too large")
-            return None
-        head = bytes(self.buffer[:end]).decode("latin-1").split("\r\n")
-        parts = head[0].split(" ", 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
-            raise ProtocolError(f"bad status line {head[0][:80]!r}")
-        status = int(parts[1])
-        length: int | None = None
-        chunked = False
-        for line in head[1:]:
-            name, _, value = line.partition(":")
-            name = name.strip().lower()
-            if name == "content-length":
-                length = int(value.strip())
-            elif name == "transfer-encoding" and "chunked" in value.lower():
-                chunked = True
-            elif name == "connection" and value.strip().lower() == "close":
-                self.reusable = False
-        start = end + 4
-        if chunked:
-            return self._parse_chunked(status, start)
-        if length is None:
+        if self.length is None:
             raise ProtocolError("response without Content-Length")
-        if length > MAX_RESPONSE_BYTES:
+        if self.length > MAX_RESPONSE_BYTES:
             raise ProtocolError("response too large")
-        if len(self.buffer) - start < length:
-            return None
-        body = bytes(self.buffer[start : start + length])
-        del self.buffer[: start + length]
-        return status, body
 
-    def _parse_chunked(self, status: int, start: int) -> tuple[int, bytes] | None:
-        body = bytearray()
-        at = start
-        while True:
-            line_end = self.buffer.find(b"\r\n", at)
-            if line_end < 0:
-                return None
-            size = int(bytes(self.buffer[at:line_end]).split(b";")[0] or b"0", 16)
-            if size == 0:
-                trailer_end = self.buffer.find(b"\r\n", line_end + 2)
-                if trailer_end < 0:
-                    return None
-                del self.buffer[: trailer_end + 2]
-                return status, bytes(body)
-            chunk_start = line_end + 2
-            if len(self.buffer) < chunk_start + size + 2:
-                return None
-            body += self.buffer[chunk_start : chunk_start + size]
-            if len(body) > MAX_RESPONSE_BYTES:
-                raise ProtocolError("response too large")
-            at = chunk_start + size + 2
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+        self.body_size += len(body)
+        if self.body_size > MAX_RESPONSE_BYTES:
+            raise ProtocolError("response too large")
+
+    def on_message_complete(self) -> None:
+        if not self.parser.should_keep_alive():
+            self.reusable = False  # Connection: close
+        body = self.body
+        raw = body[0] if len(body) == 1 else b"".join(body)
+        assert self.waiter is not None
+        self.waiter.set_result((self.parser.get_status_code(), raw))
 
     def send(self, request: bytes) -> asyncio.Future[tuple[int, bytes]]:
         """Write one request; the future of its response (status, body)."""
@@ -144,21 +151,11 @@ class _Connection(asyncio.Protocol):
 
 
 Answer = asyncio.Future[tuple[int, bytes]]
-LateAnswer = Callable[[int, bytes], None]
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
-
-
-def _late(conn: _Connection, on_late: LateAnswer) -> Callable[[Answer], None]:
-    def done(answer: Answer) -> None:
-        conn.close()
-        if not answer.cancelled() and answer.exception() is None:
-            on_late(*answer.result())
-
-    return done
 
 
 class HttpPool:
@@ -227,13 +224,11 @@ class HttpPool:
         timeout_s: float,
         *,
         fresh: bool = False,
-        on_late: LateAnswer | None = None,
     ) -> tuple[int, bytes]:
         """Send one request; (status, body). Raises OSError or TimeoutError.
 
         `fresh`: on a new connection of its own, closed afterwards (liveness probes must
-        not queue behind a pooled connection's request). `on_late`: after a timeout the
-        connection stays open and an answer that still comes is handed to it.
+        not queue behind a pooled connection's request).
 
         The timeout fails the request only if no answer completed it first: after a
         stall of this process, an answer already in the socket buffer is read and wins,
@@ -254,9 +249,6 @@ class HttpPool:
             finally:
                 timer.cancel()
             if not answer.done():
-                if on_late is not None:
-                    answer.add_done_callback(_late(conn, on_late))
-                    conn = None  # stays open for the late answer
                 raise TimeoutError()
             status, raw = answer.result()
         except BaseException:
@@ -266,13 +258,7 @@ class HttpPool:
                     answer.cancel()  # nobody will read what closing it would say
                 conn.close()
             raise
-        if (
-            not fresh
-            and conn.reusable
-            and not conn.closed
-            and not conn.buffer
-            and len(self._idle) < self.max_idle
-        ):
+        if not fresh and conn.reusable and not conn.closed and len(self._idle) < self.max_idle:
             conn.waiter = None
             self._idle.append((loop.time(), conn))
         else:
@@ -283,3 +269,15 @@ class HttpPool:
         for _, conn in self._idle:
             conn.close()
         self._idle.clear()
+
+
+async def get_once(
+    url: str, path: str, token: str | None, ssl_context: ssl.SSLContext | None, timeout_s: float
+) -> tuple[int, bytes]:
+    """One GET of `path` at the node `url` (not a member yet, say) on a connection of its
+    own, with the cluster `token` if given; (status, body). Raises ValueError (not an
+    http(s) URL), OSError or TimeoutError."""
+    pool = HttpPool(
+        url, {"Authorization": f"Bearer {token}"} if token else {}, ssl_context=ssl_context
+    )
+    return await pool.request("GET", path, None, timeout_s, fresh=True)

@@ -1,6 +1,6 @@
 """Many ops bound for one node, answered through one future (a client batch's share of a
 node): no future, done callback or loop wake-up per op, and no object per op either: a
-node's queue holds runs of ops (router/channel/node_channel.py), each answered with one call."""
+node's queue holds runs of ops (router/channel/node_queue.py), each answered with one call."""
 
 from __future__ import annotations
 

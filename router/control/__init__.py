@@ -1,2 +1,3 @@
-"""The router's view of the cluster (topology, one node client per node, routing) and
-the orchestration of live resharding."""
+"""The router's view of the cluster (topology, one node client per node, routing), how
+it keeps that topology in step with the nodes', and the orchestration of live
+resharding. Reaches nodes only through router/channel/."""

@@ -23,7 +23,7 @@ from bench.chaos_scenarios import (
     run_fault,
     run_router_kill,
 )
-from router.channel.node_channel import CIRCUIT_OPEN
+from router.channel.breaker import CIRCUIT_OPEN
 
 
 @pytest.fixture

@@ -428,8 +428,8 @@ async def test_a_router_that_missed_a_change_starts_from_the_layout_the_nodes_ho
     runner, b_url = await _serve(app, front_for(app))
     try:
         b = app[ROUTER]
-        assert b.view._poller is not None
-        b.view._poller.cancel()  # B learns nothing by itself from here on
+        assert b.view.sync.poller is not None
+        b.view.sync.poller.cancel()  # B learns nothing by itself from here on
         n4_url = await add_spare_node(cluster, fourth_redis)
         status, _ = await cluster.post("/v1/cluster/nodes", {"url": n4_url, "id": "n4"}, ADMIN)
         assert status == 202

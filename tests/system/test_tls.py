@@ -45,7 +45,7 @@ from node.app import create_app as create_node_app
 from node.batch.ops import parse_op
 from node.config import NodeConfig
 from router.channel.control_client import HttpPool
-from router.channel.node_channel import NodeChannel
+from router.channel.node_client import NodeClient
 from router.config import parse_config
 
 TLS_REDIS_SERVER = tls_redis_server_binary()
@@ -665,7 +665,7 @@ async def test_tls_liveness_is_answered_while_the_event_loop_is_busy(
         # A router's channel probes that port over TLS with its own certificate.
         spec_url = f"https://127.0.0.1:{port}"
         for context, answered in ((pki.client("router"), True), (pki.client(None), False)):
-            channel = NodeChannel(
+            channel = NodeClient(
                 NodeSpec("n1", spec_url),
                 CLUSTER_TOKEN,
                 deadline_s=1.0,
@@ -676,9 +676,9 @@ async def test_tls_liveness_is_answered_while_the_event_loop_is_busy(
                 ssl_context=context,
             )
             channel.learn_liveness_port(live)
-            assert await channel._probe() is answered
+            assert await channel.liveness.probe() is answered
             # Answered: by the liveness port itself (a refusal there would drop it).
-            assert (channel._live_pool is not None) is answered
+            assert (channel.liveness.live_pool is not None) is answered
             await channel.close()
     finally:
         await runner.cleanup()

@@ -9,7 +9,7 @@ from typing import Any
 from cluster import wire
 from cluster.model.nodes import NodeSpec
 from router.channel.link import Done
-from router.channel.node_channel import NodeChannel
+from router.channel.node_client import NodeClient
 from router.errors import NodeUnavailable, Reason
 
 
@@ -36,8 +36,8 @@ class _Link:
         pass
 
 
-def _channel() -> tuple[NodeChannel, _Link]:
-    channel = NodeChannel(
+def _channel() -> tuple[NodeClient, _Link]:
+    channel = NodeClient(
         NodeSpec("n1", "http://127.0.0.1:9"),
         None,
         deadline_s=1.0,
@@ -47,7 +47,7 @@ def _channel() -> tuple[NodeChannel, _Link]:
         coalesce_max=3,
     )
     link = _Link()
-    channel.link = link  # type: ignore[assignment]
+    channel.queue.link = link  # type: ignore[assignment]
     return channel, link
 
 
@@ -96,7 +96,7 @@ async def test_marked_down_fails_what_is_queued_and_not_what_is_in_flight() -> N
     channel, link = _channel()
     group = channel.submit_group([_op(f"k{i}") for i in range(5)])
     await asyncio.sleep(0)
-    channel._mark_down("test")
+    channel.watchdog.mark_down("test")
     assert channel.queued == 0
     assert group.outcomes[:3] == [None] * 3
     assert all(
