@@ -232,26 +232,26 @@ async def get_cluster(request: web.Request) -> web.Response:
     nodes: list[dict[str, Any]] = []
     specs = {n.id: n for n in (*view.previous_nodes(), *view.topology.nodes)}
     for spec in specs.values():
-        channel = view.channels[spec.id]
+        client = view.clients[spec.id]
         node_stats = stats.get(spec.id, {})
         nodes.append(
             {
                 "id": spec.id,
                 "url": spec.url,
                 "weight": spec.weight,
-                "state": "down" if "error" in node_stats else channel.state,
+                "state": "down" if "error" in node_stats else client.state,
                 "keys": node_stats.get("keys"),
                 "memory_bytes": node_stats.get("memory"),
                 "node_epoch": node_stats.get("epoch"),
                 "share": round(shares.get(spec.id, 0.0), 6),
-                "ops_routed": channel.ops,
-                "node_requests": channel.requests,
-                "last_error": channel.last_error,
+                "ops_routed": client.ops,
+                "node_requests": client.requests,
+                "last_error": client.last_error,
             }
         )
-    total_ops = sum(view.channels[spec_id].ops for spec_id in specs) or 1
+    total_ops = sum(view.clients[spec_id].ops for spec_id in specs) or 1
     for node in nodes:
-        node["load_share"] = round(view.channels[node["id"]].ops / total_ops, 6)
+        node["load_share"] = round(view.clients[node["id"]].ops / total_ops, 6)
     return json_response(
         {
             "epoch": view.topology.epoch,
@@ -296,12 +296,12 @@ async def readyz(request: web.Request) -> web.Response:
 
     async def probe(node_id: str) -> tuple[str, bool]:
         try:
-            await view.channels[node_id].get("/readyz", timeout_s=0.5)
+            await view.clients[node_id].get("/readyz", timeout_s=0.5)
         except NodeUnavailable:
             return node_id, False
         return node_id, True
 
-    states = dict(await asyncio.gather(*(probe(n) for n in view.channels)))
+    states = dict(await asyncio.gather(*(probe(n) for n in view.clients)))
     down = sorted(n for n, ok in states.items() if not ok)
     body = {
         "status": "degraded" if down else "ready",

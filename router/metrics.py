@@ -297,7 +297,7 @@ class _StateCollector(Collector):
         self.resharder = resharder
 
     def collect(self) -> Iterator[Metric]:
-        clients = sorted(self.view.channels.items())
+        clients = sorted(self.view.clients.items())
         for name, kind, help_text, value in _NODE_SERIES:
             family = _family(name, kind, help_text, ["node"])
             for node_id, client in clients:

@@ -62,7 +62,7 @@ class ClusterView:
         # fresh: the topology (or its cluster id) was made at this start, not found on disk.
         self.fresh = False
         self.topology = self._initial_topology()
-        self.channels: dict[str, NodeClient] = {}  # node id -> the router's client of it
+        self.clients: dict[str, NodeClient] = {}  # node id -> the router's client of it
         self._owners: dict[str, str] = {}
         self._owners_of: Partitioner = self.topology.partitioner
         self._owner_chars = 0  # characters of the keys in _owners
@@ -129,11 +129,11 @@ class ClusterView:
         """A client of each node of the topology (and of a running migration's previous
         layout) that has none yet, or whose address changed."""
         for spec in (*self.topology.nodes, *self.previous_nodes()):
-            if spec.id in self.channels and self.channels[spec.id].spec == spec:
+            if spec.id in self.clients and self.clients[spec.id].spec == spec:
                 continue
-            self.channels[spec.id] = self.client_for(spec)
+            self.clients[spec.id] = self.client_for(spec)
             if self.on_client is not None:
-                self.on_client(self.channels[spec.id])
+                self.on_client(self.clients[spec.id])
 
     def _owner_cache(self, room: int = 1) -> dict[str, str]:
         """The owners cache with room for `room` more keys, emptied when the partitioner
@@ -162,7 +162,7 @@ class ClusterView:
         node_id = self.owner(key)
         topology = self.topology
         return Attempt(
-            node_id, topology.epoch, self.channels[node_id].submit(op, topology.layout_id)
+            node_id, topology.epoch, self.clients[node_id].submit(op, topology.layout_id)
         )
 
     def send_many(self, keys: list[str], ops: list[wire.Op]) -> list[GroupAttempt]:
@@ -186,7 +186,7 @@ class ClusterView:
                 node_id,
                 epoch,
                 indexes,
-                self.channels[node_id].submit_group([ops[i] for i in indexes], layout),
+                self.clients[node_id].submit_group([ops[i] for i in indexes], layout),
             )
             for node_id, indexes in by_node.items()
         ]
@@ -206,7 +206,7 @@ class ClusterView:
             return not (
                 isinstance(outcome, NodeUnavailable)
                 and outcome.reason is Reason.TIMEOUT
-                and self.channels[node_id].state == "up"
+                and self.clients[node_id].state == "up"
             )
         return not isinstance(outcome, wire.Moved | wire.Expired)
 
@@ -221,7 +221,7 @@ class ClusterView:
         while True:
             attempt, first = first or self.send(key, op), None
             node_id, epoch = attempt.node_id, attempt.epoch
-            client = self.channels[node_id]
+            client = self.clients[node_id]
             try:
                 result = await attempt.future
             except NodeUnavailable as exc:
@@ -260,7 +260,7 @@ class ClusterView:
 
     async def close(self) -> None:
         await self.sync.close()
-        for client in self.channels.values():
+        for client in self.clients.values():
             await client.close()
 
 

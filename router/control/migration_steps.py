@@ -57,7 +57,7 @@ class MigrationSteps:
                 continue
             body = {"heir": heir.id, "url": heir.url}
             try:
-                answer = await self.view.channels[node.id].post(
+                answer = await self.view.clients[node.id].post(
                     wire.DECISIONS_HANDOVER_PATH, body, timeout_s=60.0
                 )
             except NodeUnavailable as exc:
@@ -78,7 +78,7 @@ class MigrationSteps:
         a busy source Redis should not pause a whole migration."""
         for attempt in range(STEP_ATTEMPTS):
             try:
-                return await self.view.channels[source].post(
+                return await self.view.clients[source].post(
                     wire.MIGRATE_PATH, step, timeout_s=30.0
                 )
             except NodeUnavailable as exc:

@@ -246,7 +246,7 @@ class Resharder:
         for node_id in members:
             for migration_id in ids:
                 with contextlib.suppress(NodeUnavailable):  # markers also expire on their own
-                    await self.view.channels[node_id].post(
+                    await self.view.clients[node_id].post(
                         wire.MIGRATION_CLEANUP_PATH, {"migration": migration_id}, timeout_s=30.0
                     )
         self.progress["phase"] = "done"

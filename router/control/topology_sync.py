@@ -30,7 +30,7 @@ class View(Protocol):
     topology: Topology
     # The topology was made at this start, not found on disk.
     fresh: bool
-    channels: dict[str, NodeClient]
+    clients: dict[str, NodeClient]
 
     def member_ids(self) -> list[str]: ...
 
@@ -108,7 +108,7 @@ class TopologySync:
 
     async def refresh_from(self, node_id: str) -> None:
         try:
-            data = await self.view.channels[node_id].get(wire.TOPOLOGY_PATH, timeout_s=1.0)
+            data = await self.view.clients[node_id].get(wire.TOPOLOGY_PATH, timeout_s=1.0)
             self.adopt(Topology.from_dict(data))
         except (NodeUnavailable, ValueError, KeyError, TypeError) as exc:
             log.warning("could not fetch the topology from %s: %s", node_id, exc)
@@ -116,7 +116,7 @@ class TopologySync:
     async def _node_epoch(self, node_id: str) -> int:
         """A node's epoch from its stats (which also tell its liveness port).
         Raises NodeUnavailable."""
-        client = self.view.channels[node_id]
+        client = self.view.clients[node_id]
         stats = await client.get(wire.STATS_PATH, timeout_s=1.0)
         client.learn_liveness_port(stats.get("live"))
         self._note_cluster(node_id, stats.get("cluster_id"))
@@ -131,7 +131,7 @@ class TopologySync:
             except (NodeUnavailable, ValueError, TypeError):
                 return 0, node_id
 
-        found = await asyncio.gather(*(epoch_of(n) for n in list(self.view.channels)))
+        found = await asyncio.gather(*(epoch_of(n) for n in list(self.view.clients)))
         if self.view.fresh:
             for _epoch, node_id in sorted(found, reverse=True):
                 if node_id in self.foreign:
@@ -177,7 +177,7 @@ class TopologySync:
         """Acquire, renew or release the change lease `name` ("topology" or "rules")
         for `token`: whether it is held afterwards. Raises NodeUnavailable."""
         payload = {"name": name, "action": action, "token": token, "ttl_ms": ttl_ms}
-        lock = self.view.channels[self.lock_node()]
+        lock = self.view.clients[self.lock_node()]
         answer = await lock.post(wire.LEASE_PATH, payload, timeout_s=5.0)
         return bool(answer.get("held"))
 
@@ -187,7 +187,7 @@ class TopologySync:
 
     async def push_topology(self, node_id: str) -> bool:
         view = self.view
-        client = view.channels[node_id]
+        client = view.clients[node_id]
         if node_id in self.foreign:
             self.push_failures[node_id] = (
                 f"node {node_id} answers for another cluster ({self.foreign[node_id]})"
@@ -208,7 +208,7 @@ class TopologySync:
     async def node_stats(self) -> dict[str, dict[str, Any]]:
         async def one(node_id: str) -> tuple[str, dict[str, Any]]:
             try:
-                stats: dict[str, Any] = await self.view.channels[node_id].get(wire.STATS_PATH)
+                stats: dict[str, Any] = await self.view.clients[node_id].get(wire.STATS_PATH)
                 return node_id, stats
             except NodeUnavailable as exc:
                 return node_id, {"error": str(exc)}

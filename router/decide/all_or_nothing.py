@@ -76,7 +76,7 @@ class AllOrNothing:
             for i, r in enumerate(requests)
         ]
         owners = (self.view.owner(r.key) for r in requests)
-        channels = self.view.channels
+        channels = self.view.clients
         coordinator = next(
             (o for o in owners if o in channels and channels[o].state == "up"),
             self.view.owner(requests[0].key),
@@ -113,7 +113,7 @@ class AllOrNothing:
         `holds` names the batch's holds: a "commit" record lasts until each of them
         was reported settled by its node, however long that takes.
         """
-        channel = self.view.channels.get(coordinator)
+        channel = self.view.clients.get(coordinator)
         if channel is None:
             return "abort"
         if channel.breaker.is_open:

@@ -162,7 +162,7 @@ class ClusterRules:
     async def _lease(self, node_id: str, action: str) -> bool:
         payload = {"name": "rules", "action": action, "token": self.token, "ttl_ms": LEASE_TTL_MS}
         try:
-            answer = await self.view.channels[node_id].post(
+            answer = await self.view.clients[node_id].post(
                 wire.LEASE_PATH, payload, timeout_s=NODE_TIMEOUT_S
             )
         except NodeUnavailable:
@@ -196,7 +196,7 @@ class ClusterRules:
 
         async def one(node_id: str) -> tuple[str, int, dict[str, Any]] | None:
             try:
-                data = await self.view.channels[node_id].get(
+                data = await self.view.clients[node_id].get(
                     wire.RULES_PATH, timeout_s=NODE_TIMEOUT_S
                 )
                 return node_id, int(data["version"]), dict(data["rules"])
@@ -212,7 +212,7 @@ class ClusterRules:
 
     async def _store(self, node_id: str, version: int, doc: dict[str, Any]) -> bool:
         try:
-            answer = await self.view.channels[node_id].post(
+            answer = await self.view.clients[node_id].post(
                 wire.RULES_PATH,
                 {"version": version, "rules": doc},
                 method="PUT",

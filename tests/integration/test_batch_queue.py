@@ -12,7 +12,7 @@ async def test_batch_beyond_a_full_queue_answers_overloaded_and_consumes_nothing
 ) -> None:
     """A client batch's checks for one node join its queue together: those that fit are
     decided, the rest answered at once with on_failure, reason `overloaded`."""
-    for channel in cluster.router.view.channels.values():
+    for channel in cluster.router.view.clients.values():
         channel.queue_max = 3
     key = "burst:batch"
     checks = [{"key": key, "limits": [WINDOW]} for _ in range(10)]
@@ -24,8 +24,8 @@ async def test_batch_beyond_a_full_queue_answers_overloaded_and_consumes_nothing
     assert {b["degraded_reason"].split(":")[0] for b in overloaded} == {"overloaded"}
     assert all(not b["degraded"] for b in body["results"][:3])  # in order: the first fit
     owner = cluster.router.view.owner(key)
-    assert cluster.router.view.channels[owner].overloaded == 7
-    for channel in cluster.router.view.channels.values():
+    assert cluster.router.view.clients[owner].overloaded == 7
+    for channel in cluster.router.view.clients.values():
         channel.queue_max = 1000
     status, one = await cluster.check({"key": key, "limits": [WINDOW], "cost": 0})
     assert status == 200 and one["limits"][0]["remaining"] == 100 - 3

@@ -53,7 +53,7 @@ async def test_dead_redis_degrades_only_its_keys_then_recovers(fast_cluster: Clu
                 assert open_body["degraded"] is False and open_status == 200
                 assert closed_body["degraded"] is False and closed_status == 200
     # The breaker is open now: answers for n1 do not wait on it at all.
-    assert cluster.router.view.channels["n1"].state == "down"
+    assert cluster.router.view.clients["n1"].state == "down"
     status, ready = await cluster.get("/readyz")
     assert status == 503 and ready["nodes"]["n1"] == "down"
     status, info = await cluster.get("/v1/cluster")
@@ -88,7 +88,7 @@ async def test_dead_node_process_degrades_its_keys(fast_cluster: Cluster) -> Non
 async def test_full_node_queue_answers_overloaded_and_consumes_nothing(cluster: Cluster) -> None:
     """Backpressure: one batch in flight per node and at most 3 checks waiting; the rest
     are answered at once with on_failure, reason `overloaded`, and consume nothing."""
-    for channel in cluster.router.view.channels.values():
+    for channel in cluster.router.view.clients.values():
         channel.max_inflight, channel.queue_max = 1, 3
     key = "burst:1"
     payload = {"key": key, "limits": [WINDOW]}
@@ -99,12 +99,12 @@ async def test_full_node_queue_answers_overloaded_and_consumes_nothing(cluster: 
     assert {b["degraded_reason"].split(":")[0] for b in overloaded} == {"overloaded"}
     assert all(status == 200 for status, b in results if b["degraded"])  # fixed_window: open
     owner = cluster.router.view.owner(key)
-    assert cluster.router.view.channels[owner].overloaded == len(overloaded)
+    assert cluster.router.view.clients[owner].overloaded == len(overloaded)
     degraded = cluster.router.metrics.count(
         "shardlimit_degraded_decisions_total", reason="overloaded"
     )
     assert degraded == len(overloaded)
-    for channel in cluster.router.view.channels.values():
+    for channel in cluster.router.view.clients.values():
         channel.queue_max = 1000
     status, body = await cluster.check({**payload, "cost": 0})
     assert status == 200 and body["limits"][0]["remaining"] == 100 - len(admitted)

@@ -152,7 +152,7 @@ async def test_a_late_answer_the_router_gave_up_on_is_taken_back(cluster: Cluste
     """A node stopped between finishing a batch and answering it answers after the router
     gave up (and answered degraded): the router takes back what that answer consumed."""
     key = "late:1"
-    channel = cluster.router.view.channels[cluster.router.view.owner(key)]
+    channel = cluster.router.view.clients[cluster.router.view.owner(key)]
     limits = LIMITS["fixed_window"]
     check = WireOp(
         "check",

@@ -97,7 +97,7 @@ async def test_sigstopped_node_degrades_fast_and_recovers(
             for key in other:
                 _, body = await check(key)
                 assert body["degraded"] is False and body["allowed"] is True
-            assert router.view.channels["n3"].state == "down"
+            assert router.view.clients["n3"].state == "down"
             timings.sort()
             p99 = timings[int(len(timings) * 0.99) - 1]
             print(f"hung node: p99 {p99 * 1000:.1f} ms, max {timings[-1] * 1000:.1f} ms")
