@@ -71,6 +71,7 @@ __all__ = [
     "LimitRow",
     "Moved",
     "Op",
+    "OpKind",
     "RefundStatus",
     "Refunded",
     "Refused",
@@ -112,6 +113,17 @@ CONTENT_TYPE: Final = "application/msgpack"
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 
 
+class OpKind(enum.StrEnum):
+    """What an op does. A member equals (and encodes as) its plain string, so the wire
+    bytes are those of a `str` kind and code building ops with "check" stays valid."""
+
+    CHECK = "check"
+    REFUND = "refund"
+    COMMIT = "commit"
+    UNDO = "undo"
+    ADJUST = "adjust"
+
+
 class Op(msgspec.Struct, array_like=True, frozen=True):
     """One operation on one limit key. `limits` are LimitSpec.to_wire() lists.
 
@@ -120,7 +132,7 @@ class Op(msgspec.Struct, array_like=True, frozen=True):
     that answer's `Checked.undo` said.
     """
 
-    kind: str  # "check", "refund", "commit" or "undo"
+    kind: str  # an OpKind value; a str here so an unknown kind fails that op, not the batch
     key: str
     scope: str
     limits: list[list[Any]]

@@ -28,10 +28,9 @@ from node.edge.boundary import redis_boundary
 from node.edge.channel_server import ChannelServer
 from node.errors import PeerError
 from node.health.metrics import held_keys
-from node.holds import coordinator_records as decisions
+from node.holds.coordinator_records import parse_entries
 from node.migration.migrator import decode_entries, encode_entries
 from node.state import NodeState
-from node.topology.kept import install_topology, moves_of_epoch
 from node.topology.ownership import Role
 
 log = logging.getLogger("shardlimit.node")
@@ -110,7 +109,7 @@ async def put_topology(request: web.Request, state: NodeState, body: Any) -> web
     topology = _parse_topology(body)
     if isinstance(topology, str):
         return problem(400, "bad-topology", topology)
-    refused = await install_topology(state, topology)
+    refused = await state.kept.install(topology)
     if refused is not None:
         return problem(409, refused.kind, refused.detail)
     return json_response({"epoch": state.epoch})
@@ -132,11 +131,11 @@ async def export_keys(
     newer = _parse_topology(body.topology)
     if isinstance(newer, Topology) and newer.epoch > state.epoch:
         # The asking node is ahead of us (a push to us is on its way): take it now.
-        await install_topology(state, newer)
+        await state.kept.install(newer)
     else:
         # A push of this topology may have come first and still wait for batches of
         # the older one: a key they count is frozen only once they reached Redis.
-        await state.wait_drained(state.epoch)
+        await state.gate.drained(state.epoch)
     ownership = state.ownership
     # Safe to hand out exactly the keys this node no longer serves: it never writes
     # them again, so the copy is frozen (and empty once the background copy ran).
@@ -179,7 +178,7 @@ async def migrate_step(
         return problem(409, "wrong-migration", "this node is not in that migration")
     try:
         budget = state.migrator.budget(migration, rate, busy_pct)
-        guard = functools.partial(moves_of_epoch, state, ownership.epoch)
+        guard = functools.partial(state.kept.moves_of_epoch, ownership.epoch)
         step = await state.migrator.copy_batch(ownership, cursor, count, budget, guard)
         if step["cursor"] == 0:
             # Every moving key is at its new owner now: so go the holds on them.
@@ -327,7 +326,7 @@ async def hand_over_decisions(
     """This node leaves the cluster: fence its decisions, give its records to `heir`."""
     heir, url = body.heir, body.url
     try:
-        handed = await decisions.hand_over(state, heir, url.rstrip("/"))
+        handed = await state.records.hand_over(heir, url.rstrip("/"))
     except PeerError as exc:
         return problem(503, "peer-unavailable", f"{heir} did not take the records: {exc}")
     return json_response({"handed": handed, "heir": heir})
@@ -337,10 +336,10 @@ async def hand_over_decisions(
 async def adopt_decisions(
     request: web.Request, state: NodeState, body: wire.Entries
 ) -> web.Response:
-    entries = decisions.parse_entries(body.entries)
+    entries = parse_entries(body.entries)
     if isinstance(entries, str):
         return problem(400, "bad-decisions", entries)
-    return json_response({"adopted": await decisions.adopt(state, entries)})
+    return json_response({"adopted": await state.records.adopt(entries)})
 
 
 @internal(wire.Holds, slug="bad-holds")

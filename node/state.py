@@ -4,26 +4,25 @@ metrics, and their start and close. The handlers are in node/app.py."""
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
-from collections import Counter
 
 import aiohttp
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from cluster import wire
 from cluster.model.topology import Topology
 from node.config import NodeConfig
-from node.errors import PeerError
 from node.health.liveness import LivenessResponder
 from node.health.metrics import NodeMetrics
-from node.holds.coordinator_records import where_decided
+from node.holds.coordinator_records import CoordinatorRecords
 from node.holds.keeper import HoldKeeper
 from node.migration.migrator import Migrator
+from node.migration.peer_client import PeerClient
 from node.store.counter_store import CounterStore
 from node.store.scripts import read_lua
-from node.topology.kept import load_persisted
+from node.topology.current import CurrentTopology
+from node.topology.epoch_gate import EpochGate
+from node.topology.kept import KeptTopology
 from node.topology.ownership import Ownership
 
 __all__ = ["NodeState"]
@@ -32,6 +31,9 @@ log = logging.getLogger("shardlimit.node")
 
 
 class NodeState:
+    """Builds the node's pieces and hands each what it uses (the current topology, the
+    store, the epoch gate, the peers); the handlers reach them through it."""
+
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
         node_id, redis_url, cluster_token = config.node_id, config.redis_url, config.cluster_token
@@ -64,22 +66,23 @@ class NodeState:
         self.store = CounterStore(self.counters)
         if decision_ttl_ms is not None:
             self.store.decision_ttl_ms = decision_ttl_ms
-        # All-or-nothing holds: swept, settled where their key lives (node/holds/keeper.py).
-        self.holds = HoldKeeper(self, functools.partial(_resolve, self))
-        self.ownership: Ownership | None = None
-        # node/topology/kept.py: one install at a time; the kept topology read once.
-        self.topology_lock = asyncio.Lock()
-        self.topology_loaded = False
+        self.current = CurrentTopology(node_id)
+        # Batches, hold settles and copy-step moves in flight per topology epoch: a new
+        # epoch is acknowledged only once every one begun under an older one reached Redis.
+        self.gate = EpochGate()
+        self.kept = KeptTopology(self.current, self.redis, self.gate)
         self._session: aiohttp.ClientSession | None = None
+        self.peers = PeerClient(self.session, cluster_token)  # the other nodes
         # The copy's SCAN and MIGRATE calls may take longer than a read timeout.
-        self.migrator = Migrator(self.counters, self.session, cluster_token)
+        self.migrator = Migrator(self.counters, self.peers)
+        self.records = CoordinatorRecords(self.current, self.store, self.peers)
+        # All-or-nothing holds: swept, settled where their key lives (node/holds/keeper.py).
+        self.holds = HoldKeeper(
+            self.current, self.store, self.migrator, self.peers, self.gate, self.records
+        )
         self.lease_script = self.redis.register_script(read_lua("lease.lua"))
         self.rules_script = self.redis.register_script(read_lua("rules.lua"))
         self.sweeper: asyncio.Task[None] | None = None
-        # Batches in flight per topology epoch: a new epoch is acknowledged only
-        # once every batch validated against an older one has reached Redis.
-        self.inflight: Counter[int] = Counter()
-        self.drained = asyncio.Condition()
         self.expired_batches = 0  # batches answered `expired` (late in, or late out)
         self.undone_checks = 0  # checks taken back because their answer was late
         self.metrics = NodeMetrics(node_id, self.redis, self)
@@ -92,29 +95,27 @@ class NodeState:
         return self._session
 
     @property
+    def ownership(self) -> Ownership | None:
+        return self.current.ownership
+
+    @property
     def topology(self) -> Topology | None:
-        return self.ownership.topology if self.ownership else None
+        return self.current.topology
 
     @topology.setter
     def topology(self, value: Topology | None) -> None:
-        self.ownership = Ownership.build(self.node_id, value) if value is not None else None
+        self.current.adopt(value)
 
     @property
     def epoch(self) -> int:
-        return self.ownership.epoch if self.ownership else 0
-
-    async def wait_drained(self, below_epoch: int) -> None:
-        async with self.drained:
-            await self.drained.wait_for(
-                lambda: not any(n for e, n in self.inflight.items() if e < below_epoch)
-            )
+        return self.current.epoch
 
     async def start(self) -> None:
         try:
             await self.store.measure_skew()
         except (RedisError, OSError):
             log.warning("redis not reachable at start-up; clock skew assumed 0")
-        await load_persisted(self)
+        await self.kept.load_persisted()
         self.sweeper = asyncio.get_running_loop().create_task(self.holds.run_forever())
         self.liveness.start()
 
@@ -128,23 +129,3 @@ class NodeState:
         await self.counters.aclose()
         await self.store.close()
         await self.migrator.close()
-
-
-async def _resolve(state: NodeState, batch: str, coordinator: str) -> str | None:
-    """A held batch's fate, asking its coordinator to record "abort" if undecided."""
-    where = where_decided(state, coordinator)
-    if where == state.node_id:
-        decided = await state.store.decide(batch, "abort")
-        return None if decided == "fenced" else decided  # ask the successor, later
-    spec = state.ownership.node_spec(where) if state.ownership and where else None
-    if spec is None:
-        log.warning("batch %s: coordinator %s is not in the topology; aborting", batch, coordinator)
-        return "abort"
-    try:
-        body = await state.migrator.post(
-            spec.url + wire.DECISION_PATH, {"batch": batch, "decision": "abort"}, timeout_s=1.0
-        )
-    except PeerError:
-        return None
-    decision = body.get("decision") if isinstance(body, dict) else None
-    return decision if decision in ("commit", "abort") else None

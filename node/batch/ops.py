@@ -2,22 +2,31 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
 from cluster.model.keys import INLINE_SCOPE, MAX_KEY_BYTES, REQUEST_ID, RULE_NAME
 from cluster.model.limits import MAX_DURATION_MS, LimitSpec
 from cluster.wire import Op as WireOp
+from cluster.wire import OpKind
 from node.errors import BadOp
 
 MAX_TTL_MS = 30 * 86_400_000
 MAX_HOLD_MS = 600_000
 MAX_ADJUST = 10**15  # counts and minor units stay exact in Lua doubles
+# The kinds as module constants: a global name is cheaper to reach than an enum attribute.
+CHECK: Final = OpKind.CHECK
+REFUND: Final = OpKind.REFUND
+COMMIT: Final = OpKind.COMMIT
+UNDO: Final = OpKind.UNDO
+ADJUST: Final = OpKind.ADJUST
+# A wire op's kind (a plain str) -> its member; one lookup validates it too.
+_KINDS: Final[dict[str, OpKind]] = {kind.value: kind for kind in OpKind}
 
 
 class Op(msgspec.Struct, frozen=True):  # a Struct: built once per op, ~10x cheaper
-    kind: str  # "check", "refund", "commit" or "undo"
+    kind: OpKind  # the member itself: compared by identity (`op.kind is CHECK`)
     key: str
     scope: str
     limits: tuple[LimitSpec, ...]
@@ -83,9 +92,10 @@ def _valid_scope(scope: str) -> bool:
 
 def parse_op(wire: WireOp) -> Op:
     """A decoded wire op (types already checked by msgspec) -> a validated Op."""
-    if wire.kind not in ("check", "refund", "commit", "undo", "adjust"):
+    kind = _KINDS.get(wire.kind)
+    if kind is None:
         raise BadOp("op must be 'check', 'refund', 'commit', 'undo' or 'adjust'")
-    if (wire.kind == "undo") != (wire.undo is not None):
+    if (kind is UNDO) != (wire.undo is not None):
         raise BadOp("an undo op, and only an undo op, carries undo entries")
     key = wire.key
     # At most 4 bytes per character: short keys need no encoding to be measured.
@@ -104,7 +114,7 @@ def parse_op(wire: WireOp) -> Op:
         raise BadOp("record_ttl_ms too large")
     if wire.quota_ttl_ms > MAX_DURATION_MS:
         raise BadOp("quota_ttl_ms too large")
-    if wire.kind in ("refund", "commit") and request_id is None:
+    if request_id is None and (kind is REFUND or kind is COMMIT):
         raise BadOp(f"{wire.kind} needs a request_id")
     if wire.hold_ms > MAX_HOLD_MS:
         raise BadOp(f"hold_ms must be at most {MAX_HOLD_MS}")
@@ -116,7 +126,7 @@ def parse_op(wire: WireOp) -> Op:
     ):
         raise BadOp("bad batch or coordinator")
     return Op(
-        wire.kind,
+        kind,
         key,
         scope,
         limits,
@@ -131,7 +141,7 @@ def parse_op(wire: WireOp) -> Op:
         coordinator,
         wire.undo,
         wire.quota_ttl_ms,
-        _adjust(wire) if wire.adjust is not None or wire.kind == "adjust" else None,
+        _adjust(wire, kind) if wire.adjust is not None or kind is ADJUST else None,
         _fingerprint(wire) if wire.fingerprint is not None else "",
     )
 
@@ -145,8 +155,8 @@ def _fingerprint(wire: WireOp) -> str:
     return value
 
 
-def _adjust(wire: WireOp) -> tuple[int, int, int, int] | None:
-    if (wire.kind == "adjust") != (wire.adjust is not None):
+def _adjust(wire: WireOp, kind: OpKind) -> tuple[int, int, int, int] | None:
+    if (kind is ADJUST) != (wire.adjust is not None):
         raise BadOp("an adjust op, and only an adjust op, carries an adjustment")
     if wire.adjust is None:
         return None

@@ -13,15 +13,15 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Final
 
 from cluster import wire
-from node.batch.ops import Op, parse_op
+from cluster.wire import OpKind
+from node.batch.ops import CHECK, Op, parse_op
 from node.errors import BadOp, PeerError
 from node.state import NodeState
 from node.store.counter_store import (
-    Plan,
     adjust_result,
     check_result,
     commit_result,
@@ -56,15 +56,16 @@ class _Prepared:
 
 def _prepare(
     state: NodeState, deadline_ms: int, ops: list[wire.Op], layout: int = 0
-) -> _Prepared | None:
-    """Parse and place the ops; None when the batch came past its deadline. Ops the
-    router placed by this node's layout, outside a migration, are served as placed
-    (wire.Request: the same layout places them the same way)."""
+) -> _Prepared | list[wire.Result]:
+    """Parse and place the ops; the final results instead when nothing is left to run
+    (the batch came past its deadline, or no op is for this node). Ops the router placed
+    by this node's layout, outside a migration, are served as placed (wire.Request: the
+    same layout places them the same way)."""
     state.metrics.batch_ops.observe(len(ops))
     if _now_ms() > deadline_ms:
         state.expired_batches += 1
-        return None
-    ownership = state.ownership
+        return [wire.Expired()] * len(ops)
+    ownership = state.current.ownership
     batch = _Prepared(deadline_ms, len(ops), ownership)
     results, runnable, slots = batch.results, batch.runnable, batch.slots
     placed = (
@@ -90,7 +91,7 @@ def _prepare(
                 batch.imports[source].extend(state.store.redis_keys(op))
         runnable.append(op)
         slots.append(index)
-    return batch
+    return batch if runnable else results
 
 
 def _fill(batch: _Prepared, outputs: list[Any]) -> bool:
@@ -107,30 +108,26 @@ async def _too_late(state: NodeState, batch: _Prepared, outputs: list[Any]) -> N
     state.undone_checks += taken_back
     log.warning("batch finished past its deadline: %d checks taken back", taken_back)
     for index, op in zip(batch.slots, batch.runnable, strict=True):
-        if op.kind == "check":
+        if op.kind is CHECK:
             batch.results[index] = wire.Expired()
 
 
-async def _release(state: NodeState, epoch: int) -> None:
-    state.inflight[epoch] -= 1
-    if state.epoch != epoch:
-        # A newer topology waits for batches of older epochs to reach Redis.
-        async with state.drained:
-            state.drained.notify_all()
+async def _outputs_in(state: NodeState, batch: _Prepared, outputs: Awaitable[list[Any]]) -> None:
+    """The results once Redis' outputs are in, taken back if they came too late."""
+    done = await outputs
+    if not _fill(batch, done):
+        await _too_late(state, batch, done)
 
 
 async def run_batch(state: NodeState, deadline_ms: int, ops: list[wire.Op]) -> list[wire.Result]:
     """One result per op, in order. Ops for keys this node does not own: `Moved`.
-    Raises PeerError (moving keys could not be imported), RedisError or OSError."""
+    Raises PeerError (moving keys could not be imported), RedisError or OSError.
+    start_batch() below is the same with its common case run as callbacks."""
     batch = _prepare(state, deadline_ms, ops)
-    if batch is None:
-        return [wire.Expired()] * len(ops)
-    if batch.runnable:
-        state.inflight[batch.epoch] += 1
-        try:
-            await _run(state, batch)
-        finally:
-            await _release(state, batch.epoch)
+    if isinstance(batch, list):
+        return batch
+    async with state.gate.hold(batch.epoch):
+        await _run(state, batch)
     return batch.results
 
 
@@ -139,7 +136,7 @@ async def _run(state: NodeState, batch: _Prepared) -> None:
     if batch.imports and ownership is not None:
         # This node took the topology before its work of the older one drained: a copy
         # step may still be moving these very keys away. The pull comes after it.
-        await state.wait_drained(batch.epoch)
+        await state.gate.drained(batch.epoch)
         try:
             await _pull(state, ownership, batch.imports)
         except PeerError as exc:
@@ -150,9 +147,7 @@ async def _run(state: NodeState, batch: _Prepared) -> None:
             for index in batch.slots:
                 batch.results[index] = wire.Moved(batch.epoch)
             return
-    outputs = await state.store.run(batch.runnable, batch.deadline_ms)
-    if not _fill(batch, outputs):
-        await _too_late(state, batch, outputs)
+    await _outputs_in(state, batch, state.store.run(batch.runnable, batch.deadline_ms))
 
 
 Answer = Callable[[list[wire.Result] | BaseException], None]
@@ -163,17 +158,15 @@ def start_batch(
 ) -> None:
     """run_batch() for the channel: `answer` gets the results (or the exception). The
     common case, a batch of keys this node owns and a Redis connection already open,
-    runs as callbacks, without a task; anything else goes through run_batch()."""
+    runs as callbacks, without a task; anything else finishes as run_batch() does, in
+    a task."""
     batch = _prepare(state, deadline_ms, ops, layout)
-    if batch is None:
-        answer([wire.Expired()] * len(ops))
+    if isinstance(batch, list):
+        answer(batch)
         return
-    if not batch.runnable:
-        answer(batch.results)
-        return
-    store = state.store
+    store, gate, epoch = state.store, state.gate, batch.epoch
     plan = store.plan(batch.runnable, deadline_ms) if batch.imports is None else None
-    state.inflight[batch.epoch] += 1
+    gate.enter(epoch)
 
     def replied(raw: list[Any] | Exception) -> None:
         assert plan is not None
@@ -182,13 +175,11 @@ def start_batch(
             return
         outputs = store.results_now(plan, raw)
         if outputs is None:
-            _spawn(state, batch, _complete(state, batch, plan, raw), answer)
+            _spawn(state, batch, _outputs_in(state, batch, store.complete(plan, raw)), answer)
         elif not _fill(batch, outputs):
             _spawn(state, batch, _too_late(state, batch, outputs), answer)
-        elif state.epoch != batch.epoch:
-            _spawn(state, batch, _nothing(), answer)
         else:
-            state.inflight[batch.epoch] -= 1
+            gate.leave(epoch)
             answer(batch.results)
 
     if plan is None or not store.send_now(plan, replied):
@@ -197,16 +188,6 @@ def start_batch(
 
 async def _raise(error: BaseException) -> None:
     raise error
-
-
-async def _nothing() -> None:
-    pass
-
-
-async def _complete(state: NodeState, batch: _Prepared, plan: Plan, raw: list[Any]) -> None:
-    outputs = await state.store.complete(plan, raw)
-    if not _fill(batch, outputs):
-        await _too_late(state, batch, outputs)
 
 
 _background: set[asyncio.Task[None]] = set()
@@ -224,7 +205,7 @@ def _spawn(
         except Exception as exc:
             outcome = exc
         finally:
-            await _release(state, batch.epoch)
+            state.gate.leave(batch.epoch)
         answer(outcome)
 
     task = asyncio.get_running_loop().create_task(finish())
@@ -232,18 +213,28 @@ def _spawn(
     task.add_done_callback(_background.discard)
 
 
+def _undone(out: Any) -> wire.Result:
+    return wire.Undone(int(out))
+
+
+# What Redis' output for an op of each kind becomes. A check's output is a list, read
+# before the table is looked at (the fast path); a check's entry here only meets a reply
+# of no known shape, which refund_result fails on (an error, not a guessed answer).
+_RESULTS: Final[dict[OpKind, Callable[[Any], wire.Result]]] = {
+    OpKind.CHECK: refund_result,
+    OpKind.REFUND: refund_result,
+    OpKind.COMMIT: commit_result,
+    OpKind.UNDO: _undone,
+    OpKind.ADJUST: adjust_result,
+}
+
+
 def _result(op: Op, out: Any) -> wire.Result:
-    if op.kind == "check" and type(out) is list:
+    if op.kind is CHECK and type(out) is list:
         return check_result(out)
     if isinstance(out, Exception):
         return wire.Failed(str(out))
-    if op.kind == "commit":
-        return commit_result(out)
-    if op.kind == "undo":
-        return wire.Undone(int(out))
-    if op.kind == "adjust":
-        return adjust_result(out)
-    return refund_result(out)
+    return _RESULTS[op.kind](out)
 
 
 async def _pull(state: NodeState, ownership: Ownership, imports: dict[str, list[str]]) -> None:

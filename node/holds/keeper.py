@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 from redis.exceptions import RedisError
@@ -29,19 +29,19 @@ from redis.exceptions import RedisError
 from cluster import wire
 from cluster.model.keys import HOLDS_KEY, hold_id_of, limit_key_of
 from node.errors import PeerError
-from node.holds.coordinator_records import where_decided
+from node.holds.coordinator_records import CoordinatorRecords
+from node.migration.migrator import Migrator
+from node.migration.peer_client import PeerClient
+from node.store.counter_store import CounterStore
+from node.store.limit_args import LIMIT_ARGS
+from node.topology.current import CurrentTopology
+from node.topology.epoch_gate import EpochGate
 from node.topology.ownership import Role
-
-if TYPE_CHECKING:
-    from node.state import NodeState
 
 log = logging.getLogger("shardlimit.node")
 UNRESOLVED_RETRY_MS = 1_000  # a hold whose fate or owner cannot be reached: retried after
 SWEEP_EVERY_S = 0.25
 SWEEP_BATCH = 200
-# How a sweeper learns a held batch's fate: (batch, coordinator) -> "commit", "abort",
-# or None when the coordinator cannot be asked right now.
-Resolver = Callable[[str, str], Awaitable[str | None]]
 
 
 def valid_entry(entry: Any) -> bool:
@@ -51,51 +51,58 @@ def valid_entry(entry: Any) -> bool:
     keys, args = entry.get("k"), entry.get("a")
     if not (isinstance(keys, list) and keys and all(isinstance(k, str) for k in keys)):
         return False
-    if not (isinstance(args, list) and all(type(a) is int for a in args) and len(args) % 8 == 0):
+    if not (
+        isinstance(args, list) and all(type(a) is int for a in args) and len(args) % LIMIT_ARGS == 0
+    ):
         return False
     owner = limit_key_of(keys[0])
     return hold_id_of(keys[0]) is not None and all(limit_key_of(k) == owner for k in keys)
 
 
 class HoldKeeper:
-    def __init__(self, state: NodeState, resolve: Resolver) -> None:
-        self.state = state
-        self.resolve = resolve
+    """Settles this node's holds; `records` learns a held batch's fate from its
+    coordinator and takes the reports of settled holds."""
+
+    def __init__(
+        self,
+        current: CurrentTopology,
+        store: CounterStore,
+        migrator: Migrator,
+        peers: PeerClient,
+        gate: EpochGate,
+        records: CoordinatorRecords,
+    ) -> None:
+        self.current = current
+        self.store = store
+        self.migrator = migrator  # pulls a key moving here before its hold is settled
+        self.peers = peers
+        self.gate = gate
+        self.records = records
         self.settled_here = 0  # holds settled on this node's Redis
         self.settled_elsewhere = 0  # holds settled on the node their key moved to
 
     async def settle_here(self, entry: dict[str, Any], decision: str) -> bool:
         """Settle one hold on this node if it serves the key (importing it first when
         the key is moving here); False if another node serves it."""
-        state = self.state
-        ownership = state.ownership
+        ownership = self.current.ownership
         record = entry["k"][0]
         limit_key = limit_key_of(record)
         assert limit_key is not None
         role, source = ownership.role(limit_key) if ownership else (Role.OWN, None)
         if role is Role.MOVED:
             return False
-        epoch = state.epoch
         # Counted like a batch: no topology change is acknowledged while it runs.
-        state.inflight[epoch] += 1
-        try:
+        async with self.gate.hold(self.current.epoch):
             if role is Role.IMPORT and source is not None and ownership is not None:
                 spec = ownership.node_spec(source)
                 if spec is None:
                     raise PeerError(f"previous owner {source} unknown")
-                await state.migrator.pull(ownership, spec.url, list(entry["k"]))
-            store = state.store
+                await self.migrator.pull(ownership, spec.url, list(entry["k"]))
+            store = self.store
             if decision == "commit":
                 await store.commit_script(keys=[record, HOLDS_KEY], args=[])
             else:
-                limit_args = entry["a"]
-                script = store._script_for("refund.lua", set(limit_args[0::8]))
-                args = [store.offset_ms * 1000, len(limit_args) // 8, 1, *limit_args, 1]
-                await script(keys=entry["k"], args=args)
-        finally:
-            state.inflight[epoch] -= 1
-            async with state.drained:
-                state.drained.notify_all()
+                await store.refund_hold(entry["k"], entry["a"])
         self.settled_here += 1
         return True
 
@@ -103,7 +110,7 @@ class HoldKeeper:
         """Settle where the key lives; False when that cannot be done now."""
         if await self.settle_here(entry, decision):
             return True
-        ownership = self.state.ownership
+        ownership = self.current.ownership
         assert ownership is not None
         limit_key = limit_key_of(entry["k"][0])
         assert limit_key is not None
@@ -112,7 +119,7 @@ class HoldKeeper:
         if spec is None:
             return False
         try:
-            body = await self.state.migrator.post(
+            body = await self.peers.post(
                 spec.url + wire.HOLDS_SETTLE_PATH, {"holds": [[entry, decision]]}, timeout_s=5.0
             )
         except PeerError as exc:
@@ -125,15 +132,15 @@ class HoldKeeper:
 
     async def _report(self, batch: str, coordinator: str, hold: str) -> bool:
         """Tell a committed batch's coordinator that one of its holds is settled."""
-        state = self.state
-        where = where_decided(state, coordinator)
-        if where == state.node_id:
-            return await state.store.settled(batch, [hold]) >= 0  # -1: handed over
-        spec = state.ownership.node_spec(where) if state.ownership and where else None
+        where = self.records.where_decided(coordinator)
+        if where == self.current.node_id:
+            return await self.store.settled(batch, [hold]) >= 0  # -1: handed over
+        ownership = self.current.ownership
+        spec = ownership.node_spec(where) if ownership and where else None
         if spec is None:
             return True  # the coordinator left long ago: nobody keeps its record
         try:
-            await state.migrator.post(
+            await self.peers.post(
                 spec.url + wire.DECISION_PATH, {"batch": batch, "settled": [hold]}, timeout_s=1.0
             )
         except PeerError:
@@ -142,8 +149,7 @@ class HoldKeeper:
 
     async def sweep(self) -> int:
         """Settle holds that ran out; how many were settled."""
-        store = self.state.store
-        client = store.client
+        client = self.store.client
         seconds, micros = await client.time()
         now_ms = seconds * 1000 + micros // 1000
         due = await client.zrangebyscore(HOLDS_KEY, "-inf", now_ms, start=0, num=SWEEP_BATCH)
@@ -155,7 +161,7 @@ class HoldKeeper:
             batch, coordinator = entry.get("b"), entry.get("c")
             decision: str | None = "abort"
             if batch is not None:
-                decision = await self.resolve(batch, coordinator)
+                decision = await self.records.resolve(batch, coordinator)
             done = decision is not None and await self._settle(entry, decision)
             if done and decision == "commit" and batch is not None:
                 hold = hold_id_of(entry["k"][0])
@@ -192,8 +198,8 @@ class HoldKeeper:
         """After a source's copy: give the holds of keys that moved away to their new
         owners (ZADD NX there, same deadline), then forget them here. A removed node
         leaves no hold behind; until then the sweeper above settles them remotely."""
-        client = self.state.store.client
-        ownership = self.state.ownership
+        client = self.store.client
+        ownership = self.current.ownership
         if ownership is None:
             return 0
         raw_all: list[Any] = await client.zrange(HOLDS_KEY, 0, -1, withscores=True)
@@ -209,7 +215,7 @@ class HoldKeeper:
             spec = ownership.node_spec(target)
             if spec is None:
                 continue
-            await self.state.migrator.post(
+            await self.peers.post(
                 spec.url + wire.HOLDS_ADOPT_PATH, {"holds": [list(e) for e in entries]}
             )
             await client.zrem(HOLDS_KEY, *[member for member, _ in entries])
@@ -235,5 +241,5 @@ class HoldKeeper:
             mapping[item[0]] = item[1]
         if not mapping:
             return 0
-        added = await self.state.store.client.zadd(HOLDS_KEY, mapping, nx=True)
+        added = await self.store.client.zadd(HOLDS_KEY, mapping, nx=True)
         return int(added or 0)

@@ -10,8 +10,6 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-import aiohttp
-import orjson
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
 
@@ -19,6 +17,7 @@ from cluster import wire
 from cluster.model.keys import limit_key_of, marker_key, marker_pattern
 from node.errors import PeerError
 from node.migration.copy_step import Budget, Finder, copy_step
+from node.migration.peer_client import PeerClient
 from node.store.scripts import read_lua
 from node.topology.ownership import Ownership
 
@@ -60,21 +59,18 @@ def decode_entries(raw: Any) -> list[ExportEntry]:
 
 
 class Migrator:
-    def __init__(
-        self, client: aioredis.Redis, session_factory: Any, cluster_token: str | None
-    ) -> None:
+    """Moves this node's keys during a migration: `client` is its counters' Redis,
+    `peers` the other nodes."""
+
+    def __init__(self, client: aioredis.Redis, peers: PeerClient) -> None:
         self.client = client
+        self.peers = peers
         self.import_script = client.register_script(read_lua("import.lua"))
         self.revert_script = client.register_script(read_lua("import_revert.lua"))
-        self._session_factory = session_factory
-        self._redis_addresses: dict[str, tuple[str, int, int]] = {}
         self._finder: tuple[tuple[str, int], Finder] | None = None
         self._budget: tuple[str, Budget] | None = None
         # Direct connections to target Redis (the MIGRATE address), for _drop_if_there.
         self._target_clients: dict[tuple[str, int, int], aioredis.Redis] = {}
-        self.headers = {"Content-Type": "application/json"}
-        if cluster_token:
-            self.headers["Authorization"] = f"Bearer {cluster_token}"
 
     async def export(self, keys: Sequence[str], reverted: str | None = None) -> list[ExportEntry]:
         """DUMP + absolute expiry of each key (None when absent). Does not delete.
@@ -139,25 +135,6 @@ class Migrator:
         found = await pipe.execute()
         return [key for key, present in zip(keys, found, strict=True) if not present]
 
-    async def post(self, url: str, payload: Any, timeout_s: float = 10.0) -> Any:
-        """One node-to-node call with the cluster token; every failure becomes PeerError."""
-        session: aiohttp.ClientSession = self._session_factory()
-        try:
-            async with session.post(
-                url,
-                data=orjson.dumps(payload),
-                headers=self.headers,
-                timeout=aiohttp.ClientTimeout(total=timeout_s),
-            ) as response:
-                body = await response.read()
-                if response.status != 200:
-                    raise PeerError(
-                        f"{url} answered {response.status}: {body[:200]!r}", response.status
-                    )
-                return orjson.loads(body)
-        except (aiohttp.ClientError, TimeoutError, OSError, orjson.JSONDecodeError) as exc:
-            raise PeerError(f"{url}: {type(exc).__name__} {exc}") from exc
-
     async def pull(self, ownership: Ownership, source_url: str, keys: Sequence[str]) -> int:
         """Import `keys` from their previous owner unless already imported."""
         migration_id = ownership.migration_id
@@ -167,7 +144,7 @@ class Migrator:
         if not missing:
             return 0
         payload = {"keys": missing, "topology": ownership.topology.to_dict()}
-        body = await self.post(source_url + wire.EXPORT_PATH, payload, timeout_s=5.0)
+        body = await self.peers.post(source_url + wire.EXPORT_PATH, payload, timeout_s=5.0)
         entries = decode_entries(body["entries"])
         return await self.import_entries(migration_id, entries, replace=reverting)
 
@@ -217,24 +194,6 @@ class Migrator:
 
         return await copy_step(finder, move, cursor, count, budget or Budget())
 
-    async def _target_redis(self, target_url: str) -> tuple[str, int, int] | None:
-        address = self._redis_addresses.get(target_url)
-        if address is None:
-            session: aiohttp.ClientSession = self._session_factory()
-            try:
-                async with session.get(
-                    target_url + wire.STATS_PATH,
-                    headers=self.headers,
-                    timeout=aiohttp.ClientTimeout(total=5),
-                ) as response:
-                    info = orjson.loads(await response.read())
-                redis_info = info.get("redis") or {}
-                address = (str(redis_info["host"]), int(redis_info["port"]), int(redis_info["db"]))
-            except (aiohttp.ClientError, TimeoutError, OSError, KeyError, ValueError, TypeError):
-                return None
-            self._redis_addresses[target_url] = address
-        return address
-
     async def _migrate_direct(self, target_url: str, keys: list[str]) -> list[str]:
         """Redis-to-Redis MIGRATE (TTL kept, never REPLACE); returns the keys still here.
 
@@ -242,7 +201,7 @@ class Migrator:
         maybe counted since) is refused with BUSYKEY and stays here; it is dropped
         here if the target has it, else it goes through the import endpoint.
         """
-        address = await self._target_redis(target_url)
+        address = await self.peers.redis_address(target_url)
         if address is None:
             return keys
         host, port, db = address
@@ -295,7 +254,7 @@ class Migrator:
 
     async def _send_dumps(self, target_url: str, migration_id: str, keys: list[str]) -> int:
         entries = await self.export(keys)
-        answer = await self.post(
+        answer = await self.peers.post(
             target_url + wire.IMPORT_PATH,
             {"migration": migration_id, "entries": encode_entries(entries)},
             timeout_s=30.0,

@@ -502,7 +502,7 @@ async def test_a_source_exports_a_key_only_once_its_older_batches_reached_redis(
     second = asyncio.create_task(node_batch(cluster, "n1", [op]))
 
     async def in_flight() -> bool:
-        return state.inflight[before.epoch] == 1
+        return state.gate.in_flight(before.epoch) == 1
 
     await eventually(in_flight)
     adopt = asyncio.create_task(put_topology(cluster, cluster.node_urls["n1"], adding))
@@ -557,7 +557,7 @@ async def test_an_abort_pulls_a_key_back_only_after_the_old_copy_step_moved_it(
     )
 
     async def moving() -> bool:
-        return state.inflight[adding.epoch] == 1
+        return state.gate.in_flight(adding.epoch) == 1
 
     await eventually(moving)
     await put_topology(cluster, n4_url, aborting)
