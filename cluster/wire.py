@@ -114,8 +114,7 @@ NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 
 
 class OpKind(enum.StrEnum):
-    """What an op does. A member equals (and encodes as) its plain string, so the wire
-    bytes are those of a `str` kind and code building ops with "check" stays valid."""
+    """What an op does: a member equals, and encodes as, its plain string ("check")."""
 
     CHECK = "check"
     REFUND = "refund"
