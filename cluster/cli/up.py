@@ -13,7 +13,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from cluster.local.cluster import LocalCluster, UpOptions
+from cluster.local.cluster import LocalCluster
+from cluster.local.up_options import UpOptions
 from cluster.web.auth import ADMIN_TOKEN_ENV, CLUSTER_TOKEN_ENV
 
 log = logging.getLogger("shardlimit.up")

@@ -24,33 +24,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import yaml
-
 from cluster.local.ports import free_port, free_port_run
 from cluster.local.procs import ChildProcess, python_module
 from cluster.local.recorded import listening, node_port, recorded_members, redis_dir
 from cluster.local.redis_proc import RedisProcess, redis_server_binary
+from cluster.local.router_config import write_router_config
+from cluster.local.up_options import UpOptions
 from cluster.model.nodes import NodeSpec
 from cluster.web.auth import ADMIN_TOKEN_ENV, CLUSTER_TOKEN_ENV
-
-
-@dataclass
-class UpOptions:
-    nodes: int = 3
-    partitioner: str = "ring"
-    port: int = 8080
-    base_port: int = 7001
-    host: str = "127.0.0.1"
-    data_dir: Path = Path("data")
-    config: Path | None = None
-    appendfsync: str = "everysec"
-    test_clock: bool = False
-    routers: int = 1  # on consecutive ports from `port`, sharing nodes, rules and topology
-    grpc_port: int | None = None  # Envoy's rate-limit service on the first router
-    envoy_config: Path | None = None  # its descriptors (default: <data dir>/ratelimit.yaml)
-    router_settings: dict[str, Any] = field(default_factory=dict)  # over --config's router:
-    log_level: str | None = None  # the children's SHARDLIMIT_LOG_LEVEL (default: inherited)
-    json_logs: bool = False  # children log JSON objects, one a line
 
 
 def node_process(
@@ -163,54 +144,6 @@ class LocalCluster:
     def _log(self, name: str) -> Path:
         return self.data_dir / "logs" / f"{name}.log"
 
-    def write_router_config(self, index: int = 0) -> Path:
-        base: dict[str, Any] = {}
-        config_dir = Path.cwd()
-        if self.options.config is not None:
-            base = yaml.safe_load(self.options.config.read_text()) or {}
-            config_dir = self.options.config.resolve().parent
-        router = dict(base.get("router") or {})
-        router.update(self.options.router_settings)
-        rules_file = router.get("rules_file")
-        if rules_file:
-            router["rules_file"] = str((config_dir / rules_file).resolve())
-        else:
-            router["rules_file"] = str(self.data_dir / "rules.yaml")
-        router.update(
-            host=self.options.host,
-            port=self.options.port + index,
-            data_dir=str(self.data_dir / self.router_name(index)),
-        )
-        self._envoy_settings(router, index, config_dir)
-        cluster = dict(base.get("cluster") or {})
-        cluster["partitioner"] = self.partitioner
-        cluster["id"] = self.cluster_id()
-        cluster["nodes"] = [spec.to_dict() for spec in self.node_specs()]
-        path = self.data_dir / ("cluster.yaml" if index == 0 else f"cluster-{index + 1}.yaml")
-        path.write_text(yaml.safe_dump({"router": router, "cluster": cluster}, sort_keys=False))
-        return path
-
-    def _envoy_settings(self, router: dict[str, Any], index: int, config_dir: Path) -> None:
-        """gRPC for Envoy on the first router only (one port); the descriptors file."""
-        if self.options.grpc_port is not None:
-            router["grpc_port"] = self.options.grpc_port
-        if index > 0:
-            router.pop("grpc_port", None)
-        if self.options.envoy_config is not None:
-            router["envoy_config"] = str(self.options.envoy_config.resolve())
-        elif router.get("envoy_config"):
-            router["envoy_config"] = str((config_dir / router["envoy_config"]).resolve())
-        elif "grpc_port" in router:
-            router["envoy_config"] = str(self.data_dir / "ratelimit.yaml")
-
-    def cluster_id(self) -> str:
-        """This data dir's cluster id (made once, kept in <data dir>/cluster-id): the
-        routers it starts share it, and another cluster's nodes refuse them."""
-        path = self.data_dir / "cluster-id"
-        if not path.exists():
-            path.write_text(secrets.token_hex(8) + "\n")
-        return path.read_text().strip()
-
     def take_recorded_cluster(self) -> None:
         """On a data dir that holds a cluster: bring back exactly its nodes, each on its
         own Redis data, or refuse naming what is missing (cluster/local/recorded.py)."""
@@ -282,7 +215,14 @@ class LocalCluster:
             )
         for index, url in enumerate(self.router_urls):
             name = self.router_name(index)
-            config = self.write_router_config(index)
+            config = write_router_config(
+                self.options,
+                self.data_dir,
+                index,
+                name=name,
+                partitioner=self.partitioner,
+                members=self.members,
+            )
             self.routers.append(
                 router_process(name, config, url, log=self._log(name), env=env, extra=extra)
             )

@@ -1,22 +1,21 @@
 """One record per algorithm: its public name, its number in Lua, its Lua file, how
 its parameters are packed for the scripts, and which extra fields its decision shows.
 
-Everything that must agree about an algorithm reads it from here: the limit model
-(cluster/model/limits.py), the scripts the node assembles (node/store/scripts.py), the node's
-argument packing (node/store/counter_store.py), the router's decision bodies and its OpenAPI
-document. A Lua file registers itself as `ALG[<code>]` with the code given here.
+Everything that must agree about an algorithm reads it from here: the scripts the node
+assembles (node/store/scripts.py), the node's argument packing (node/store/limit_args.py),
+the router's decision bodies. A Lua file registers itself as `ALG[<code>]` with the code
+given here. The limit model (cluster/model/limits.py) holds each algorithm's API
+parameters, and this module checks on import that both name the same algorithms.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from cluster.model import limits
 from cluster.model.calendar import boundaries, load_timezone
-
-if TYPE_CHECKING:
-    from cluster.model.limits import LimitSpec
+from cluster.model.limits import LimitSpec
 
 __all__ = ["ALGORITHMS", "BY_CODE", "BY_NAME", "DEFAULT_QUOTA_TTL_MS", "NONE", "Algorithm"]
 
@@ -78,3 +77,5 @@ ALGORITHMS: tuple[Algorithm, ...] = (
 )
 BY_NAME = {algorithm.name: algorithm for algorithm in ALGORITHMS}
 BY_CODE = {algorithm.code: algorithm for algorithm in ALGORITHMS}
+# The limit model reads the parameters of exactly these algorithms, in this order.
+assert tuple(BY_NAME) == limits.ALGORITHMS, (tuple(BY_NAME), limits.ALGORITHMS)

@@ -1,29 +1,84 @@
-"""The limit model: algorithms, their parameters, parsing and validation.
+"""The limit model: a rule's limits (`LimitSpec`), their parsing and validation.
 
 A limit is pure data. Counting happens on the node (node/store/lua); this module only
 describes what to count and how to name the counter (its *shape*: the parameters
-that, when changed, make the old counter meaningless).
+that, when changed, make the old counter meaningless). The values inside a limit
+(counts, durations, amounts, timestamps) are read in cluster/model/limit_values.py, rate
+strings in cluster/model/rate_strings.py; both are re-exported here.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from cluster.model import algorithms as algorithm_records
 from cluster.model.calendar import PERIODS, load_timezone
 from cluster.model.errors import Problems
+from cluster.model.limit_values import (
+    DECIMAL_TEXT,
+    MAX_AMOUNT_MINOR,
+    MAX_COUNT,
+    MAX_DURATION_MS,
+    MAX_TIMESTAMP_MS,
+    SPACES,
+    UNIT_MS,
+    format_amount,
+    format_duration,
+    format_timestamp,
+    is_int,
+    parse_decimal,
+    parse_duration,
+    parse_positive_int,
+    parse_timestamp,
+    to_minor_units,
+)
+from cluster.model.rate_strings import RATE_UNIT_MS, expand_rate_string
 
-ALGORITHMS = tuple(algorithm.name for algorithm in algorithm_records.ALGORITHMS)
+__all__ = [
+    "ALGORITHMS",
+    "DECIMAL_TEXT",
+    "MAX_AMOUNT_MINOR",
+    "MAX_AMOUNT_SCALE",
+    "MAX_BUCKET_PERIOD_MS",
+    "MAX_BUCKET_SIZE",
+    "MAX_COUNT",
+    "MAX_DURATION_MS",
+    "MAX_LIMITS_PER_RULE",
+    "MAX_SLIDING_LOG",
+    "MAX_TIMESTAMP_MS",
+    "RATE_UNIT_MS",
+    "SPACES",
+    "UNIT_MS",
+    "LimitSpec",
+    "expand_rate_string",
+    "expired_quotas",
+    "format_amount",
+    "format_duration",
+    "format_timestamp",
+    "parse_decimal",
+    "parse_duration",
+    "parse_limit",
+    "parse_limits",
+    "parse_positive_int",
+    "parse_timestamp",
+    "to_minor_units",
+]
 
-MAX_COUNT = 10**12
+# The parameters of each algorithm of cluster/model/algorithms.py, in its order (which
+# checks that the two agree).
+_KNOWN_FIELDS = {
+    "fixed_window": {"algorithm", "limit", "window"},
+    "sliding_log": {"algorithm", "limit", "window"},
+    "sliding_window": {"algorithm", "limit", "window"},
+    "token_bucket": {"algorithm", "rate", "period", "burst"},
+    "leaky_bucket": {"algorithm", "rate", "period", "capacity"},
+    "calendar": {"algorithm", "period", "timezone", "max_count", "max_amount", "amount_scale"},
+    "quota": {"algorithm", "limit", "max_amount", "amount_scale", "expires_at"},
+}
+ALGORITHMS = tuple(_KNOWN_FIELDS)
+
 MAX_SLIDING_LOG = 10_000
-MAX_DURATION_MS = 10 * 366 * 86_400_000
-MAX_AMOUNT_MINOR = 10**15  # exact in a Lua double (< 2**53)
 MAX_AMOUNT_SCALE = 6
 # token/leaky buckets keep state in units of token*period_ms, exact in a Lua double only
 # below 2**53. Bounds on each field (not on their product, which no schema can state)
@@ -32,20 +87,6 @@ MAX_BUCKET_SIZE = 10**8  # rate, burst, capacity
 MAX_BUCKET_PERIOD_MS = 86_400_000
 assert MAX_BUCKET_SIZE * MAX_BUCKET_PERIOD_MS < 2**53
 MAX_LIMITS_PER_RULE = 16
-
-MAX_TIMESTAMP_MS = 253_402_300_800_000  # 10000-01-01
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$")
-# ASCII white space and digits only, as the OpenAPI document's patterns (ECMA 262) read
-# them: Python's \s and \d take other Unicode characters too. At most 18 significant
-# digits: int() refuses thousands of them.
-SPACES = r"[ \t\n\r\f\v]*"
-_NUMBER = r"0*([0-9]{1,18})"
-_DURATION = re.compile(rf"{SPACES}{_NUMBER}{SPACES}(ms|s|m|h|d){SPACES}")
-# Decimal() also reads underscores anywhere, non-ASCII digits and exponents it cannot hold.
-DECIMAL_TEXT = rf"{SPACES}[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{{1,17}})?{SPACES}"
-_DECIMAL_TEXT = re.compile(DECIMAL_TEXT)
-UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,138 +186,6 @@ class LimitSpec:
         return spec
 
 
-def format_duration(ms: int) -> str:
-    for unit in ("d", "h", "m", "s"):
-        size = UNIT_MS[unit]
-        if ms % size == 0:
-            return f"{ms // size}{unit}"
-    return f"{ms}ms"
-
-
-def format_amount(minor: int, scale: int) -> str:
-    """Minor units -> exact decimal string ("5000000", 2 -> "50000.00")."""
-    sign = "-" if minor < 0 else ""
-    minor = abs(minor)
-    if scale == 0:
-        return f"{sign}{minor}"
-    whole, frac = divmod(minor, 10**scale)
-    return f"{sign}{whole}.{frac:0{scale}d}"
-
-
-def format_timestamp(ms: int) -> str:
-    """Unix ms -> RFC 3339 in UTC ("2026-12-01T00:00:00Z", milliseconds when present)."""
-    moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
-    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
-    return f"{text}.{ms % 1000:03d}Z" if ms % 1000 else f"{text}Z"
-
-
-def parse_timestamp(value: Any, path: str, problems: Problems) -> int | None:
-    """An RFC 3339 date-time with an offset ("2026-12-01T00:00:00Z") -> Unix ms."""
-    if not isinstance(value, str) or not _RFC3339.match(value):
-        problems.add(path, "must be an RFC 3339 date-time with an offset: 2026-12-01T00:00:00Z")
-        return None
-    try:
-        moment = datetime.fromisoformat(value.upper().replace("Z", "+00:00"))
-    except ValueError:
-        problems.add(path, "is not a valid date-time")
-        return None
-    ms = (moment - _EPOCH) // timedelta(milliseconds=1)
-    if not 0 < ms < MAX_TIMESTAMP_MS:
-        problems.add(path, "must be between 1970 and 9999")
-        return None
-    return ms
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def parse_duration(
-    value: Any, path: str, problems: Problems, maximum: int = MAX_DURATION_MS
-) -> int:
-    """`"500ms"`, `"1s"`, `"1m"`, `"1h"`, `"1d"` or an integer number of ms; > 0."""
-    ms: int | None = None
-    if _is_int(value):
-        ms = value
-    elif isinstance(value, str):
-        match = _DURATION.fullmatch(value)
-        if match:
-            ms = int(match.group(1)) * UNIT_MS[match.group(2)]
-    if ms is None:
-        problems.add(path, "must be a duration like '500ms', '1s', '1m', '1h', '1d' or ms")
-        return 0
-    if ms <= 0:
-        problems.add(path, "must be greater than zero")
-        return 0
-    if ms > maximum:
-        problems.add(path, f"must be at most {format_duration(maximum)}")
-        return 0
-    return ms
-
-
-def parse_positive_int(value: Any, path: str, problems: Problems, maximum: int = MAX_COUNT) -> int:
-    if not _is_int(value):
-        problems.add(path, "must be an integer")
-        return 0
-    if value < 1:
-        problems.add(path, "must be at least 1")
-        return 0
-    if value > maximum:
-        problems.add(path, f"must be at most {maximum}")
-        return 0
-    return int(value)
-
-
-def parse_decimal(value: Any, path: str, problems: Problems) -> Decimal | None:
-    """An exact decimal from a JSON number or a string; None after reporting a problem."""
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        problems.add(path, "must be a decimal number or a string holding one")
-        return None
-    if isinstance(value, str) and not _DECIMAL_TEXT.fullmatch(value):
-        problems.add(path, "is not a decimal number")
-        return None
-    try:
-        # repr() of a float is the shortest string that round-trips: 0.1 -> "0.1".
-        number = Decimal(value if isinstance(value, str) else repr(value))
-    except InvalidOperation:
-        problems.add(path, "is not a decimal number")
-        return None
-    if not number.is_finite():
-        problems.add(path, "must be finite")
-        return None
-    return number
-
-
-def to_minor_units(number: Decimal, scale: int, path: str, problems: Problems) -> int | None:
-    """Exact conversion to integer minor units; refuses extra decimal places."""
-    if number > 0 and number.adjusted() > 18:  # "1e999999999": scaleb() would overflow
-        problems.add(path, f"must be at most {format_amount(MAX_AMOUNT_MINOR, scale)}")
-        return None
-    scaled = number.scaleb(scale)
-    if scaled != scaled.to_integral_value():
-        problems.add(path, f"has more than {scale} decimal places")
-        return None
-    minor = int(scaled)
-    if minor < 0:
-        problems.add(path, "must not be negative")
-        return None
-    if minor > MAX_AMOUNT_MINOR:
-        problems.add(path, f"must be at most {format_amount(MAX_AMOUNT_MINOR, scale)}")
-        return None
-    return minor
-
-
-_KNOWN_FIELDS = {
-    "fixed_window": {"algorithm", "limit", "window"},
-    "sliding_log": {"algorithm", "limit", "window"},
-    "sliding_window": {"algorithm", "limit", "window"},
-    "token_bucket": {"algorithm", "rate", "period", "burst"},
-    "leaky_bucket": {"algorithm", "rate", "period", "capacity"},
-    "calendar": {"algorithm", "period", "timezone", "max_count", "max_amount", "amount_scale"},
-    "quota": {"algorithm", "limit", "max_amount", "amount_scale", "expires_at"},
-}
-
-
 def parse_limit(data: Any, path: str, problems: Problems) -> LimitSpec | None:
     """Validate one limit document; report every problem, return None if any."""
     if not isinstance(data, dict):
@@ -284,7 +193,7 @@ def parse_limit(data: Any, path: str, problems: Problems) -> LimitSpec | None:
         return None
     before = len(problems.errors)
     algorithm = data.get("algorithm")
-    if not isinstance(algorithm, str) or algorithm not in algorithm_records.BY_NAME:
+    if not isinstance(algorithm, str) or algorithm not in _KNOWN_FIELDS:
         problems.add(f"{path}.algorithm", f"must be one of: {', '.join(ALGORITHMS)}")
         return None
     for name in sorted(set(data) - _KNOWN_FIELDS[algorithm]):
@@ -319,7 +228,7 @@ def parse_limit(data: Any, path: str, problems: Problems) -> LimitSpec | None:
 
 def _parse_scale(data: dict[str, Any], path: str, problems: Problems) -> int:
     scale = data.get("amount_scale", 2)
-    if not _is_int(scale) or not 0 <= scale <= MAX_AMOUNT_SCALE:
+    if not is_int(scale) or not 0 <= scale <= MAX_AMOUNT_SCALE:
         problems.add(f"{path}.amount_scale", f"must be an integer from 0 to {MAX_AMOUNT_SCALE}")
         return 2
     return int(scale)
@@ -395,45 +304,6 @@ def _parse_calendar(data: dict[str, Any], path: str, problems: Problems) -> Limi
         max_amount=max_amount,
         amount_scale=scale,
     )
-
-
-# `limits`-style rate strings: "10/second", "1000 per day", "500/7 days"; several
-# separated by ";" or ","; an optional "sliding_window:" (or "fixed_window:") first.
-_RATE = re.compile(
-    rf"{SPACES}{_NUMBER}{SPACES}(?:/|per[ \t\n\r\f\v]){SPACES}(?:{_NUMBER})?{SPACES}"
-    r"(second|minute|hour|day|month|year)s?"
-    rf"{SPACES}"
-)
-_RATE_ALGORITHM = re.compile(rf"{SPACES}(fixed_window|sliding_window){SPACES}:")
-# As in the `limits` library: a month is 30 days and a year 365 (calendar months and
-# years that follow the calendar are the `calendar` algorithm's).
-RATE_UNIT_MS = {
-    "second": 1000,
-    "minute": 60_000,
-    "hour": 3_600_000,
-    "day": 86_400_000,
-    "month": 30 * 86_400_000,
-    "year": 365 * 86_400_000,
-}
-
-
-def expand_rate_string(text: str, path: str, problems: Problems) -> list[dict[str, Any]]:
-    """A rate string -> limit documents (fixed_window unless it starts with
-    "sliding_window:"); a problem at `path` for each part that is not a rate."""
-    algorithm = "fixed_window"
-    named = _RATE_ALGORITHM.match(text)
-    if named:
-        algorithm, text = named.group(1), text[named.end() :]
-    out: list[dict[str, Any]] = []
-    for part in re.split(r"[;,]", text.lower()):
-        match = _RATE.fullmatch(part)
-        if match is None:
-            problems.add(path, f"'{part.strip()}' is not a rate like '10/second' or '500/7 days'")
-            continue
-        count, multiple, unit = int(match.group(1)), int(match.group(2) or 1), match.group(3)
-        window_ms = multiple * RATE_UNIT_MS[unit]
-        out.append({"algorithm": algorithm, "limit": count, "window": f"{window_ms}ms"})
-    return out
 
 
 def parse_limits(data: Any, path: str, problems: Problems) -> tuple[LimitSpec, ...]:

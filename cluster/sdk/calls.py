@@ -15,6 +15,7 @@ from urllib.parse import quote, urlencode
 import msgspec
 import orjson
 
+from cluster.sdk.decisions import Decision
 from cluster.sdk.errors import (
     AlreadyRefunded,
     BadRequest,
@@ -24,7 +25,6 @@ from cluster.sdk.errors import (
     is_reused,
 )
 from cluster.sdk.results import (
-    Decision,
     QuotaAdjustment,
     RefundResult,
     RuleInfo,

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from cluster.sdk.results import Decision
+from cluster.sdk.decisions import Decision
 
 
 class ShardlimitError(Exception):

@@ -1,4 +1,5 @@
-"""What the SDK's calls return: decisions, refunds, quota adjustments, rules."""
+"""What the SDK's calls return: decisions (cluster/sdk/decisions.py), refunds, quota
+adjustments, rules; each read from the router's answer."""
 
 from __future__ import annotations
 
@@ -10,43 +11,10 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from cluster.model import answers
+from cluster.sdk.decisions import Decision, LimitState
 from cluster.sdk.errors import RequestIdReused, all_decisions, is_reused
 
 _V = TypeVar("_V")
-
-
-@dataclass(frozen=True, slots=True)
-class LimitState:
-    """One limit of a decision. Amount fields are set only for calendar limits."""
-
-    algorithm: str
-    limit: int | None
-    remaining: int | None
-    reset_after_ms: int | None
-    delay_ms: int | None = None
-    max_amount: Decimal | None = None
-    amount_remaining: Decimal | None = None
-    period: str | None = None
-    timezone: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """The router's answer to a check (a 429 is a Decision with `allowed=False`)."""
-
-    allowed: bool
-    key: str
-    rule: str | None
-    node: str
-    retry_after_ms: int | None
-    limits: tuple[LimitState, ...]
-    denied_by: tuple[int, ...] = ()
-    replayed: bool = False
-    dry_run: bool = False
-    degraded: bool = False
-    rolled_back: bool = False
-    rollback_failed: bool = False
-    degraded_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

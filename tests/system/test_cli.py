@@ -18,7 +18,9 @@ from typing import Any
 import pytest
 import yaml
 
-from cluster.cli.main import build_parser, completion_script, legacy_spelling
+from cluster.cli.completion import completion_script
+from cluster.cli.main import legacy_spelling
+from cluster.cli.parser import build_parser
 from cluster.local.cluster import LocalCluster, node_process, scratch_cluster
 from cluster.local.ports import free_port
 from cluster.local.redis_proc import RedisProcess

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from cluster.cli.main import build_parser, completion_script
+from cluster.cli.completion import completion_script
+from cluster.cli.parser import build_parser
 from cluster.local.cluster import LocalCluster, scratch_cluster
 
 pytestmark = pytest.mark.timeout(90)

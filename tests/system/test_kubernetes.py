@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from cluster import wire
-from cluster.cli.main import build_parser
+from cluster.cli.parser import build_parser
 from cluster.web.auth import ADMIN_TOKEN_ENV, CLUSTER_TOKEN_ENV
 from router.config import RouterConfig, load_config
 from router.rules.book import parse_rules_document

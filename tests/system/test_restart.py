@@ -18,7 +18,6 @@ import pytest
 
 from cluster.local.cluster import (
     LocalCluster,
-    UpOptions,
     node_process,
     scratch_cluster,
     scratch_options,
@@ -26,6 +25,7 @@ from cluster.local.cluster import (
 from cluster.local.ports import free_port
 from cluster.local.recorded import listening, recorded_members, redis_version
 from cluster.local.redis_proc import RedisProcess, bundled_redis_server
+from cluster.local.up_options import UpOptions
 from cluster.model import topology as topo
 from cluster.model.nodes import NodeSpec
 from cluster.model.partition import new_partitioner

@@ -1,0 +1,147 @@
+"""`shardlimit serve router|node`: one service in this process, or one line on stderr
+(exit status 2) naming the start-up setting that cannot work."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from cluster.web.auth import ADMIN_TOKEN_ENV, CLUSTER_TOKEN_ENV, token_from
+
+
+def _refuse(command: str, reason: str) -> int:
+    """A start-up setting that cannot work: one line on stderr, exit status 2."""
+    print(f"shardlimit {command}: {reason}", file=sys.stderr)
+    return 2
+
+
+def _unwritable(directory: Path) -> str | None:
+    """Why the router could not keep its files in `directory` (None: it can)."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        return f"{directory} is not a writable directory: {exc.strerror or exc}"
+    return None
+
+
+def cmd_router(args: argparse.Namespace) -> int:
+    import yaml
+
+    from cluster.model.errors import ValidationError
+    from cluster.web.serve import CannotListenError, run_app
+    from cluster.web.tls import TlsError
+    from router.app import ROUTER, create_app
+    from router.config import load_config
+    from router.front.server import front_for
+
+    try:
+        config = load_config(args.config)
+    except ValidationError as exc:
+        return _refuse("router", f"{args.config}: {exc}")
+    except (OSError, yaml.YAMLError) as exc:
+        return _refuse("router", f"cannot read {args.config}: {exc}")
+    data_dir_problem = _unwritable(config.data_dir)
+    if data_dir_problem is not None:
+        return _refuse("router", f"{args.config}: router.data_dir {data_dir_problem}")
+    if args.host:
+        config.host = args.host
+    if args.port is not None:
+        config.port = args.port
+    try:
+        admin = token_from(ADMIN_TOKEN_ENV, args.admin_token_file)
+        cluster_token = token_from(CLUSTER_TOKEN_ENV, args.cluster_token_file)
+    except OSError as exc:
+        return _refuse("router", f"cannot read a token file: {exc}")
+    if admin is None:
+        logging.warning("no admin token set (%s): rule writes are open", ADMIN_TOKEN_ENV)
+    try:
+        server_ssl = config.tls.server_context(client_certs=False)  # applications: none
+        app = create_app(config, admin, cluster_token)
+    except TlsError as exc:
+        return _refuse("router", str(exc))
+    try:
+        run_app(
+            app,
+            config.host,
+            config.port,
+            on_hup=app[ROUTER].reload_rules,
+            ssl_context=server_ssl,
+            front=front_for(app),
+        )
+    except CannotListenError as exc:
+        return _refuse("router", str(exc))
+    return 0
+
+
+_REDIS_TLS_FILES = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
+
+
+def _redis_url_problem(url: str) -> str | None:
+    """Why redis-py cannot use `url` (redis://, rediss:// with ssl_* files, unix://)."""
+    from redis.asyncio.connection import parse_url
+
+    try:
+        settings: dict[str, object] = dict(parse_url(url))
+    except ValueError as exc:
+        return str(exc)
+    for name in _REDIS_TLS_FILES:
+        value = settings.get(name)
+        if isinstance(value, str) and not os.access(value, os.R_OK):
+            return f"{name}: cannot read {value}"
+    return None
+
+
+_NODE_TLS_FLAGS = {
+    "cert": "--tls-cert",
+    "key": "--tls-key",
+    "ca": "--tls-ca",
+    "mutual": "--tls-mutual",
+}
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    from cluster.web.serve import CannotListenError, run_app
+    from cluster.web.tls import TlsError, TlsFiles
+    from node.app import create_app
+    from node.config import NodeConfig
+
+    tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_ca, args.tls_mutual)
+    problems = tls.problems(_NODE_TLS_FLAGS.__getitem__)
+    if problems:
+        return _refuse("node", "; ".join(f"{flag}: {message}" for flag, message in problems))
+    redis_problem = _redis_url_problem(args.redis)
+    if redis_problem is not None:
+        return _refuse("node", f"--redis: {redis_problem}")
+    try:
+        cluster_token = token_from(CLUSTER_TOKEN_ENV, args.cluster_token_file)
+    except OSError as exc:
+        return _refuse("node", f"cannot read --cluster-token-file: {exc}")
+    if cluster_token is None:
+        logging.warning("no cluster token set (%s): node endpoints are open", CLUSTER_TOKEN_ENV)
+    try:
+        server_ssl = tls.server_context(client_certs=tls.mutual)
+        client_ssl = tls.client_context()
+        app = create_app(
+            NodeConfig(
+                args.id,
+                args.redis,
+                cluster_token,
+                test_mode=args.test_clock,
+                host=args.host,
+                server_ssl=server_ssl,
+                client_ssl=client_ssl,
+            )
+        )
+    except TlsError as exc:
+        return _refuse("node", str(exc))
+    try:
+        run_app(app, args.host, args.port, ssl_context=server_ssl)
+    except CannotListenError as exc:
+        return _refuse("node", str(exc))
+    return 0

@@ -1,0 +1,26 @@
+"""What `shardlimit up` (and a scratch cluster) is asked to start: `UpOptions`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class UpOptions:
+    nodes: int = 3
+    partitioner: str = "ring"
+    port: int = 8080
+    base_port: int = 7001
+    host: str = "127.0.0.1"
+    data_dir: Path = Path("data")
+    config: Path | None = None
+    appendfsync: str = "everysec"
+    test_clock: bool = False
+    routers: int = 1  # on consecutive ports from `port`, sharing nodes, rules and topology
+    grpc_port: int | None = None  # Envoy's rate-limit service on the first router
+    envoy_config: Path | None = None  # its descriptors (default: <data dir>/ratelimit.yaml)
+    router_settings: dict[str, Any] = field(default_factory=dict)  # over --config's router:
+    log_level: str | None = None  # the children's SHARDLIMIT_LOG_LEVEL (default: inherited)
+    json_logs: bool = False  # children log JSON objects, one a line
