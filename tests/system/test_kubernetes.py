@@ -11,6 +11,7 @@ ConfigMap's cluster.yaml and rules.yaml load with the project's own loaders.
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 import tomllib
 from collections.abc import Iterator
@@ -225,7 +226,7 @@ def env_names_read_by_code() -> set[str]:
 
 def registered_routes(app_file: Path) -> set[tuple[str, str]]:
     """(method, path) of every `app.router.add_<method>(path, ...)` in an app module;
-    paths are literals, module constants or `wire.<NAME>` constants."""
+    paths are literals, module constants, constants imported by name or `wire.<NAME>`."""
     tree = ast.parse(app_file.read_text(), str(app_file))
     constants = {
         node.targets[0].id: node.value.value
@@ -237,11 +238,21 @@ def registered_routes(app_file: Path) -> set[tuple[str, str]]:
         and isinstance(node.value.value, str)
     }
 
+    imported = {
+        alias.asname or alias.name: (node.module, alias.name)
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names
+    }
+
     def resolve(expr: ast.expr) -> str:
         if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
             return expr.value
         if isinstance(expr, ast.Name) and expr.id in constants:
             return constants[expr.id]
+        if isinstance(expr, ast.Name) and expr.id in imported:
+            module, name = imported[expr.id]
+            return str(getattr(importlib.import_module(module), name))
         if (
             isinstance(expr, ast.Attribute)
             and isinstance(expr.value, ast.Name)
