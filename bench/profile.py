@@ -28,7 +28,10 @@ PY_SPY = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
 # Innermost frames that mean "waiting in the event loop" (uvloop's poll is native code).
 IDLE = ("Runner.run (asyncio/runners.py", "Condition.wait (threading.py")
 LAYERS = (
-    ("socket writes (send syscalls)", ("writelines", "_writelines", "send (router/channel/control_client")),
+    (
+        "socket writes (send syscalls)",
+        ("writelines", "_writelines", "send (router/channel/control_client"),
+    ),
     ("aiohttp", ("aiohttp/",)),
     ("redis-py", ("redis/",)),
     ("asyncio", ("asyncio/",)),

@@ -78,9 +78,7 @@ class MigrationSteps:
         a busy source Redis should not pause a whole migration."""
         for attempt in range(STEP_ATTEMPTS):
             try:
-                return await self.view.clients[source].post(
-                    wire.MIGRATE_PATH, step, timeout_s=30.0
-                )
+                return await self.view.clients[source].post(wire.MIGRATE_PATH, step, timeout_s=30.0)
             except NodeUnavailable as exc:
                 self.run.blocked = {"node": source, "reason": f"copy step failed: {exc}"}
                 if attempt == STEP_ATTEMPTS - 1:
