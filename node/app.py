@@ -31,6 +31,7 @@ from node.health.metrics import held_keys
 from node.holds.coordinator_records import parse_entries
 from node.migration.migrator import decode_entries, encode_entries
 from node.state import NodeState
+from node.store.connect import primary_address
 from node.topology.ownership import Role
 
 log = logging.getLogger("shardlimit.node")
@@ -196,8 +197,7 @@ async def stats(request: web.Request, state: NodeState, body: Any) -> web.Respon
     topology = state.topology
     memory = (await state.redis.info("memory"))["used_memory"]
     redis_version = str((await state.redis.info("server")).get("redis_version", ""))
-    kwargs = state.redis.connection_pool.connection_kwargs
-    address = {"host": kwargs.get("host"), "port": kwargs.get("port"), "db": kwargs.get("db", 0)}
+    address = await primary_address(state.redis)
     return json_response(
         {
             "node": state.node_id,

@@ -9,7 +9,9 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class NodeConfig:
     node_id: str
-    redis_url: str  # redis:// or rediss:// (TLS: ?ssl_ca_certs=...), user:password@ for AUTH
+    # redis:// or rediss:// (TLS: ?ssl_ca_certs=...), user:password@ for AUTH, or
+    # redis+sentinel:// (node/store/connect.py)
+    redis_url: str
     cluster_token: str | None = None  # what routers and peer nodes must present
     host: str = "127.0.0.1"  # the address the node serves on; its side ports bind there too
     # The listener's context (cluster/web/tls.py), which the liveness and channel ports

@@ -7,7 +7,6 @@ import asyncio
 import logging
 
 import aiohttp
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from cluster.model.topology import Topology
@@ -18,6 +17,7 @@ from node.holds.coordinator_records import CoordinatorRecords
 from node.holds.keeper import HoldKeeper
 from node.migration.migrator import Migrator
 from node.migration.peer_client import PeerClient
+from node.store.connect import redis_client
 from node.store.counter_store import CounterStore
 from node.store.scripts import read_lua
 from node.topology.current import CurrentTopology
@@ -47,9 +47,10 @@ class NodeState:
         self.client_ssl = config.client_ssl
         self.cluster_token = cluster_token
         self.test_mode = config.test_mode
-        # redis://, or rediss:// (TLS: ?ssl_ca_certs=...&ssl_certfile=...), user:password@
-        # for AUTH. Over TLS the store keeps redis-py's pipeline (node/store/resp.py).
-        self.redis = aioredis.from_url(
+        # redis://, rediss:// (TLS: ?ssl_ca_certs=...&ssl_certfile=...), user:password@ for
+        # AUTH, or redis+sentinel:// (node/store/connect.py). Over TLS or Sentinel the store
+        # keeps redis-py's pipeline (node/store/resp.py).
+        self.redis = redis_client(
             redis_url, socket_connect_timeout=0.25, socket_timeout=1.0, max_connections=64
         )
         # Counter scripts get a client of their own WITHOUT a read timeout: a reply is
@@ -60,7 +61,7 @@ class NodeState:
         # (batch.lua checks), and a dead one breaks the connection.
         # Its pool grows under a burst: a connect may queue behind a saturated machine
         # (a dead Redis refuses at once; the timeout is only for an unreachable host).
-        self.counters = aioredis.from_url(
+        self.counters = redis_client(
             redis_url, socket_connect_timeout=2.0, socket_timeout=None, max_connections=64
         )
         self.store = CounterStore(self.counters)

@@ -72,7 +72,11 @@ def _node_server_args(node: argparse.ArgumentParser) -> None:
     node.add_argument("--id", required=True, help="the node's id in the cluster (e.g. n1)")
     node.add_argument("--host", default="127.0.0.1", help="listen on this address")
     node.add_argument("--port", type=int, required=True, help="listen on this port")
-    node.add_argument("--redis", required=True, help="redis://host:port/db")
+    node.add_argument(
+        "--redis",
+        required=True,
+        help="redis://host:port/db, or redis+sentinel://host:port[,host:port...]/master-name",
+    )
     node.add_argument(
         "--cluster-token-file", help=f"the cluster token (else env {CLUSTER_TOKEN_ENV})"
     )

@@ -83,9 +83,18 @@ _REDIS_TLS_FILES = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
 
 
 def _redis_url_problem(url: str) -> str | None:
-    """Why redis-py cannot use `url` (redis://, rediss:// with ssl_* files, unix://)."""
+    """Why the node cannot use `url` (redis://, rediss:// with ssl_* files, unix://,
+    redis+sentinel://)."""
     from redis.asyncio.connection import parse_url
 
+    from cluster.model.sentinel_url import is_sentinel_url, parse_sentinel_url
+
+    if is_sentinel_url(url):
+        try:
+            parse_sentinel_url(url)
+        except ValueError as exc:
+            return str(exc)
+        return None
     try:
         settings: dict[str, object] = dict(parse_url(url))
     except ValueError as exc:

@@ -29,6 +29,7 @@ from cluster.local.procs import ChildProcess, python_module
 from cluster.local.recorded import listening, node_port, recorded_members, redis_dir
 from cluster.local.redis_proc import RedisProcess, redis_server_binary
 from cluster.local.router_config import write_router_config
+from cluster.local.sentinel_proc import Replication
 from cluster.local.up_options import UpOptions
 from cluster.model.nodes import NodeSpec
 from cluster.web.auth import ADMIN_TOKEN_ENV, CLUSTER_TOKEN_ENV
@@ -91,6 +92,7 @@ class LocalCluster:
     members: list[NodeSpec] = field(default_factory=list)
     partitioner: str = ""
     notes: list[str] = field(default_factory=list)  # what `up` tells the user it decided
+    replication: Replication | None = None  # replicas and Sentinels (options.replicas > 0)
 
     def __post_init__(self) -> None:
         self.partitioner = self.options.partitioner
@@ -192,6 +194,10 @@ class LocalCluster:
         env = self.env()
         extra = ("--json",) if self.options.json_logs else ()
         promised = self._promised_ports()
+        if self.options.replicas:
+            self.replication = Replication(
+                self.data_dir, self.options.replicas, promised, self.options.down_after_ms
+            )
         for spec in self.members:
             node_id = spec.id
             redis = RedisProcess(
@@ -201,12 +207,13 @@ class LocalCluster:
             )
             promised.add(redis.port)
             self.redis.append(redis)
+            url = redis.url if self.replication is None else self.replication.add(node_id, redis)
             clock = ("--test-clock",) if self.options.test_clock else ()
             self.nodes.append(
                 node_process(
                     node_id,
                     node_port(spec),
-                    redis.url,
+                    url,
                     host=self.options.host,
                     log=self._log(f"node-{node_id}"),
                     env=env,
@@ -238,6 +245,8 @@ class LocalCluster:
             self._build()
             for redis in self.redis:
                 redis.start()
+            if self.replication is not None:
+                self.replication.start()
             for node in self.nodes:
                 node.spawn()
             for node in self.nodes:
@@ -285,8 +294,12 @@ class LocalCluster:
                 child.terminate()
             for child in tier:
                 child.wait_stopped(grace)
+        if self.replication is not None:
+            self.replication.stop_sentinels(grace)
         for redis in self.redis:
             redis.stop(grace)
+        if self.replication is not None:
+            self.replication.stop_replicas(grace)
 
     def __enter__(self) -> LocalCluster:
         self.start()

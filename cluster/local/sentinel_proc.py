@@ -18,11 +18,14 @@ from typing import Any
 
 import redis
 
+from cluster.local.ports import free_port
 from cluster.local.procs import ChildProcess
 from cluster.local.redis_proc import RedisProcess, redis_server_binary
+from cluster.model.sentinel_url import sentinel_url
 
 __all__ = [
     "DOWN_AFTER_MS",
+    "Replication",
     "SentinelProcess",
     "ask",
     "replica_of",
@@ -32,6 +35,7 @@ __all__ = [
 
 DOWN_AFTER_MS = 1000  # Sentinel's `down-after-milliseconds`: how long before a primary is down
 FAILOVER_TIMEOUT_MS = 10_000
+SENTINELS = 3  # per local cluster: a majority (2) agrees a primary is down and elects
 
 
 def replica_of(primary: RedisProcess, port: int, data_dir: Path) -> RedisProcess:
@@ -145,3 +149,64 @@ def wait_for(condition: Callable[[], bool], within: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what}: not within {within:.0f} s")
         time.sleep(0.02)
+
+
+@dataclass
+class Replication:
+    """The replicas of every shard of a local cluster and the 3 Sentinels that watch
+    them all (each shard's master name is its node id)."""
+
+    data_dir: Path
+    replicas: int
+    taken: set[int]  # ports promised to other children; ours are added
+    down_after_ms: int = DOWN_AFTER_MS
+    host: str = "127.0.0.1"
+    shards: dict[str, list[RedisProcess]] = field(default_factory=dict)  # id -> replicas
+    sentinels: list[SentinelProcess] = field(default_factory=list)
+    _primaries: dict[str, tuple[str, int]] = field(default_factory=dict)
+    _sentinel_ports: list[int] = field(default_factory=list)
+
+    def _port(self) -> int:
+        port = free_port(avoid=self.taken)
+        self.taken.add(port)
+        return port
+
+    def add(self, node_id: str, primary: RedisProcess) -> str:
+        """Replicas for `primary`; the node's redis+sentinel:// URL."""
+        if not self._sentinel_ports:
+            self._sentinel_ports = [self._port() for _ in range(SENTINELS)]
+        self._primaries[node_id] = (primary.host, primary.port)
+        self.shards[node_id] = [
+            replica_of(primary, self._port(), self.data_dir / f"redis-{node_id}-replica{i + 1}")
+            for i in range(self.replicas)
+        ]
+        return sentinel_url([(self.host, port) for port in self._sentinel_ports], node_id)
+
+    def start(self) -> None:
+        """The replicas, then the Sentinels (after every primary is up)."""
+        for replicas in self.shards.values():
+            for replica in replicas:
+                replica.start()
+        self.sentinels = [
+            SentinelProcess(
+                port,
+                self.data_dir / f"sentinel-{i + 1}",
+                self._primaries,
+                quorum=SENTINELS // 2 + 1,
+                down_after_ms=self.down_after_ms,
+                host=self.host,
+            )
+            for i, port in enumerate(self._sentinel_ports)
+        ]
+        for sentinel in self.sentinels:
+            sentinel.start()
+
+    def stop_sentinels(self, grace: float = 10.0) -> None:
+        """First, so that stopping the primaries starts no failover."""
+        for sentinel in self.sentinels:
+            sentinel.stop(grace)
+
+    def stop_replicas(self, grace: float = 10.0) -> None:
+        for replicas in self.shards.values():
+            for replica in replicas:
+                replica.stop(grace)

@@ -24,3 +24,5 @@ class UpOptions:
     router_settings: dict[str, Any] = field(default_factory=dict)  # over --config's router:
     log_level: str | None = None  # the children's SHARDLIMIT_LOG_LEVEL (default: inherited)
     json_logs: bool = False  # children log JSON objects, one a line
+    replicas: int = 0  # replica redis-servers per node, with 3 Sentinels (0: one Redis each)
+    down_after_ms: int = 1000  # the Sentinels' down-after-milliseconds
