@@ -7,12 +7,10 @@ answers `Expired` for a batch that reached it late (including one that waited in
 its socket buffer while the process was stopped), the batch script refuses to run
 when Redis' clock is past it, and a batch whose results are ready only after it is
 taken back before the node answers `Expired`. The router gives up on a batch only
-at the deadline + its margin, so an answer it gave up on never consumed anything
-(as long as the router's clock runs ahead of the node's by less than that margin;
-see the README).
+at the deadline + its margin, so an answer it gave up on never consumed anything (while
+the router's clock runs ahead of the node's by less than that margin; see the README).
 
-The answer is a `BatchReply`: one result per op, in order, each one of the tagged
-types of `Result`.
+The answer is a `BatchReply`: one result per op, in order, each a tagged `Result`.
 
 The hot path does not use HTTP: every node also listens on a *channel* port (announced
 as `channel` in its `/healthz` answer) for one long-lived, multiplexed connection per
@@ -152,6 +150,7 @@ class Op(msgspec.Struct, array_like=True, frozen=True):
     # kind "check" with a request_id: what the id promises to repeat
     # (cluster/model/keys.py request_fingerprint); a record made for another answers Reused
     fingerprint: str | None = None
+    durable: bool = False  # acknowledged only once a replica holds it (durability: replica)
 
 
 class Batch(msgspec.Struct, array_like=True, frozen=True):

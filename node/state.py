@@ -9,6 +9,7 @@ import logging
 import aiohttp
 from redis.exceptions import RedisError
 
+from cluster.model.sentinel_url import is_sentinel_url
 from cluster.model.topology import Topology
 from node.config import NodeConfig
 from node.health.liveness import LivenessResponder
@@ -65,6 +66,7 @@ class NodeState:
             redis_url, socket_connect_timeout=2.0, socket_timeout=None, max_connections=64
         )
         self.store = CounterStore(self.counters)
+        self.store.replicated = is_sentinel_url(redis_url)
         if decision_ttl_ms is not None:
             self.store.decision_ttl_ms = decision_ttl_ms
         self.current = CurrentTopology(node_id)

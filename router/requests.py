@@ -71,6 +71,7 @@ class CheckRequest(msgspec.Struct, frozen=True):  # built per check: cheaper tha
             coordinator,
             quota_ttl_ms=quota_ttl_ms,
             fingerprint=self.fingerprint,
+            durable=self.rule.durability == "replica",
         )
 
 

@@ -44,6 +44,7 @@ class Op(msgspec.Struct, frozen=True):  # a Struct: built once per op, ~10x chea
     quota_ttl_ms: int = 0  # quota limits: lifetime from last change (0: the default)
     adjust: tuple[int, int, int, int] | None = None  # kind "adjust" (cluster/wire.py)
     fingerprint: str = ""  # a check's request fingerprint ("": none, replays unchecked)
+    durable: bool = False  # acknowledged only once a replica holds it (cluster/wire.py)
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -143,6 +144,7 @@ def parse_op(wire: WireOp) -> Op:
         wire.quota_ttl_ms,
         _adjust(wire, kind) if wire.adjust is not None or kind is ADJUST else None,
         _fingerprint(wire) if wire.fingerprint is not None else "",
+        wire.durable,
     )
 
 

@@ -22,6 +22,7 @@ from node.batch.ops import CHECK, Op, parse_op
 from node.errors import BadOp, PeerError
 from node.state import NodeState
 from node.store.counter_store import (
+    ReplicaAcks,
     adjust_result,
     check_result,
     commit_result,
@@ -101,12 +102,14 @@ def _fill(batch: _Prepared, outputs: list[Any]) -> bool:
     return _now_ms() <= batch.deadline_ms
 
 
-async def _too_late(state: NodeState, batch: _Prepared, outputs: list[Any]) -> None:
+async def _too_late(
+    state: NodeState, batch: _Prepared, outputs: list[Any], why: str = "finished past its deadline"
+) -> None:
     """The router may have given up on this answer: take back what it consumed."""
     taken_back = await state.store.undo(list(zip(batch.runnable, outputs, strict=True)))
     state.expired_batches += 1
     state.undone_checks += taken_back
-    log.warning("batch finished past its deadline: %d checks taken back", taken_back)
+    log.warning("batch %s: %d checks taken back", why, taken_back)
     for index, op in zip(batch.slots, batch.runnable, strict=True):
         if op.kind is CHECK:
             batch.results[index] = wire.Expired()
@@ -114,9 +117,12 @@ async def _too_late(state: NodeState, batch: _Prepared, outputs: list[Any]) -> N
 
 async def _outputs_in(state: NodeState, batch: _Prepared, outputs: Awaitable[list[Any]]) -> None:
     """The results once Redis' outputs are in, taken back if they came too late."""
-    done = await outputs
-    if not _fill(batch, done):
-        await _too_late(state, batch, done)
+    await _settle(state, batch, await outputs)
+
+
+async def _settle(state: NodeState, batch: _Prepared, outputs: list[Any]) -> None:
+    if not _fill(batch, outputs):
+        await _too_late(state, batch, outputs)
 
 
 async def run_batch(state: NodeState, deadline_ms: int, ops: list[wire.Op]) -> list[wire.Result]:
@@ -147,7 +153,23 @@ async def _run(state: NodeState, batch: _Prepared) -> None:
             for index in batch.slots:
                 batch.results[index] = wire.Moved(batch.epoch)
             return
-    await _outputs_in(state, batch, state.store.run(batch.runnable, batch.deadline_ms))
+    acks = _replica_acks(state, batch)
+    outputs = await state.store.run(batch.runnable, batch.deadline_ms, acks)
+    if acks is not None and acks.missing:
+        # No replica holds the batch in time: it could be lost to a failover, so it is
+        # taken back and answered degraded, as a late one is.
+        state.metrics.replica_timeouts.inc()
+        _fill(batch, outputs)
+        await _too_late(state, batch, outputs, "not held by a replica in time")
+        return
+    await _settle(state, batch, outputs)
+
+
+def _replica_acks(state: NodeState, batch: _Prepared) -> ReplicaAcks | None:
+    """A WAIT for the batch when the shard has replicas and an op asks for one."""
+    if not state.store.replicated or not any(op.durable for op in batch.runnable):
+        return None
+    return ReplicaAcks(batch.deadline_ms - _now_ms())
 
 
 Answer = Callable[[list[wire.Result] | BaseException], None]
@@ -165,7 +187,8 @@ def start_batch(
         answer(batch)
         return
     store, gate, epoch = state.store, state.gate, batch.epoch
-    plan = store.plan(batch.runnable, deadline_ms) if batch.imports is None else None
+    fast = batch.imports is None and not store.replicated  # a replica's WAIT: run_batch's way
+    plan = store.plan(batch.runnable, deadline_ms) if fast else None
     gate.enter(epoch)
 
     def replied(raw: list[Any] | Exception) -> None:

@@ -80,6 +80,12 @@ class NodeMetrics:
             "node",
             "kind",
         )
+        self.replica_timeouts = families.counter(
+            "shardlimit_node_replica_wait_timeouts_total",
+            "Batches with `durability: replica` checks that no replica acknowledged in "
+            "time (WAIT): taken back and answered degraded.",
+            "node",
+        )(node_id)
         self.keys_copied = migrated(node_id, "copied")
         self.keys_pulled = migrated(node_id, "pulled")
         self.keys = Gauge(

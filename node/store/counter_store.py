@@ -61,6 +61,27 @@ def _ignore(_seconds: float) -> None:
     pass
 
 
+class ReplicaAcks:
+    """For a batch of `durability: replica` ops: every pipeline that carries its writes
+    ends with WAIT 1 on the same connection (WAIT counts the writes of its own
+    connection); `missing` once any of them was not acknowledged by a replica in time."""
+
+    __slots__ = ("missing", "wait_ms")
+
+    def __init__(self, wait_ms: int) -> None:
+        self.wait_ms = max(1, wait_ms)  # WAIT 0 would wait forever
+        self.missing = False
+
+    def commands(self, commands: list[Any]) -> list[Any]:
+        return [*commands, ("WAIT", 1, self.wait_ms)]
+
+    def note(self, replies: list[Any]) -> list[Any]:
+        acked = replies.pop()
+        if not (isinstance(acked, int) and acked >= 1):
+            self.missing = True
+        return replies
+
+
 class CounterStore:
     """Runs a batch of operations as ONE Redis pipeline of script calls."""
 
@@ -86,6 +107,9 @@ class CounterStore:
         self.skew_ms = 0
         # Seconds of each script pipeline, for /metrics (node/health/metrics.py).
         self.on_redis_call: Callable[[float], None] = _ignore
+        # The shard has replicas (its primary is found through Sentinel): `durable` ops
+        # are acknowledged only once one holds them. Without, they are served as primary.
+        self.replicated = False
 
     @property
     def offset_ms(self) -> int:
@@ -143,13 +167,16 @@ class CounterStore:
         left: int = await self.scripts.settled(keys=keys, args=[self.decision_ttl_ms, *holds])
         return left
 
-    async def run(self, ops: Sequence[StoreOp], deadline_ms: int = 0) -> list[Any]:
+    async def run(
+        self, ops: Sequence[StoreOp], deadline_ms: int = 0, acks: ReplicaAcks | None = None
+    ) -> list[Any]:
         """Raw results in order, from ONE pipeline: one batch.lua call for all checks,
         one call per refund or commit. A script error becomes an exception object in
         its op's slot. A check reaching Redis after `deadline_ms` (real Unix ms, 0 =
-        none) is not applied: its raw result is EXPIRED_REPLY."""
+        none) is not applied: its raw result is EXPIRED_REPLY. With `acks`, each pipeline
+        waits for a replica (ReplicaAcks)."""
         plan = self.plan(ops, deadline_ms)
-        return await self.complete(plan, await self._evalsha_all(plan.calls))
+        return await self.complete(plan, await self._evalsha_all(plan.calls, acks), acks)
 
     def plan(self, ops: Sequence[StoreOp], deadline_ms: int) -> Plan:
         """The script calls of run()."""
@@ -188,16 +215,18 @@ class CounterStore:
         results = assemble(plan, replies)
         return None if SKEWED_REPLY in results else results
 
-    async def complete(self, plan: Plan, replies: list[Any]) -> list[Any]:
+    async def complete(
+        self, plan: Plan, replies: list[Any], acks: ReplicaAcks | None = None
+    ) -> list[Any]:
         """run()'s results from the plan's replies, sending again what did not run."""
-        replies = await self._resend_missing(plan.calls, replies)
+        replies = await self._resend_missing(plan.calls, replies, acks)
         results = assemble(plan, replies)
         ops = plan.ops
         skewed = [i for i, r in enumerate(results) if r == SKEWED_REPLY]
         if skewed:
             # Our estimate of Redis time was more than a period off: re-measure, retry those.
             await self.measure_skew()
-            retry = await self.run([ops[i] for i in skewed], plan.deadline_ms)
+            retry = await self.run([ops[i] for i in skewed], plan.deadline_ms, acks)
             for i, r in zip(skewed, retry, strict=True):
                 results[i] = r
         return results
@@ -219,14 +248,24 @@ class CounterStore:
             raise failed[0]
         return len(calls)
 
-    async def _evalsha_all(self, calls: list[ScriptCall]) -> list[Any]:
+    async def _execute(self, calls: list[ScriptCall], acks: ReplicaAcks | None) -> list[Any]:
+        commands = evalsha_commands(calls)
+        if acks is None:
+            return await self._sender.execute(commands)
+        return acks.note(await self._sender.execute(acks.commands(list(commands))))
+
+    async def _evalsha_all(
+        self, calls: list[ScriptCall], acks: ReplicaAcks | None = None
+    ) -> list[Any]:
         """One pipeline of EVALSHA calls; results (or error objects) in order."""
         started = time.perf_counter()
-        results = await self._sender.execute(evalsha_commands(calls))
+        results = await self._execute(calls, acks)
         self.on_redis_call(time.perf_counter() - started)
-        return await self._resend_missing(calls, results)
+        return await self._resend_missing(calls, results, acks)
 
-    async def _resend_missing(self, calls: list[ScriptCall], replies: list[Any]) -> list[Any]:
+    async def _resend_missing(
+        self, calls: list[ScriptCall], replies: list[Any], acks: ReplicaAcks | None = None
+    ) -> list[Any]:
         """Calls answered NOSCRIPT did not run: load their scripts, send them again."""
         missing = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
         if not missing:
@@ -234,7 +273,7 @@ class CounterStore:
         # Redis lost its script cache (restart, SCRIPT FLUSH).
         for script in {calls[i][0].sha: calls[i][0] for i in missing}.values():
             await self.client.script_load(script.script)
-        retried = await self._sender.execute(evalsha_commands([calls[i] for i in missing]))
+        retried = await self._execute([calls[i] for i in missing], acks)
         replies = list(replies)
         for i, r in zip(missing, retried, strict=True):
             replies[i] = r

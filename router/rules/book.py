@@ -17,7 +17,10 @@ from router.rules.watched_file import WatchedFile
 
 log = logging.getLogger("shardlimit.rules")
 ON_FAILURE = ("allow", "deny")
-RULE_FIELDS = frozenset({"limits", "on_failure", "name", "spread", "cache_denials", "shadow"})
+RULE_FIELDS = frozenset(
+    {"limits", "on_failure", "name", "spread", "cache_denials", "shadow", "durability"}
+)
+DURABILITY = ("primary", "replica")
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,8 @@ class Rule:
     cache_denials: bool = False
     # `shadow: true`: decided and counted as usual, but a denial is answered as allowed.
     shadow: bool = False
+    # "replica": a check is acknowledged only once a replica of its shard holds it.
+    durability: str = "primary"
     # `wire` as the list an op carries, shared by every op of the rule (never mutated).
     wire_list: list[list[Any]] = field(default_factory=list, compare=False, repr=False)
 
@@ -55,6 +60,8 @@ def _body(rule: Rule) -> dict[str, Any]:
         body["cache_denials"] = True
     if rule.shadow:
         body["shadow"] = True
+    if rule.durability != default_durability(rule.limits):
+        body["durability"] = rule.durability
     return body
 
 
@@ -70,6 +77,12 @@ def default_on_failure(limits: tuple[LimitSpec, ...]) -> str:
     return "deny" if any(spec.algorithm in money for spec in limits) else "allow"
 
 
+def default_durability(limits: tuple[LimitSpec, ...]) -> str:
+    """Money and quotas survive a failover; plain rate limits take the cheaper way."""
+    money = ("calendar", "quota")
+    return "replica" if any(spec.algorithm in money for spec in limits) else "primary"
+
+
 def make_rule(
     name: str,
     limits: tuple[LimitSpec, ...],
@@ -77,6 +90,7 @@ def make_rule(
     spread: int = 1,
     cache_denials: bool = False,
     shadow: bool = False,
+    durability: str | None = None,
 ) -> Rule:
     subs = split_limits(limits, spread) if spread > 1 else ()
     wire = tuple(spec.to_wire() for spec in limits)
@@ -89,6 +103,7 @@ def make_rule(
         sub_wires=tuple(tuple(spec.to_wire() for spec in sub) for sub in subs),
         cache_denials=cache_denials,
         shadow=shadow,
+        durability=durability or default_durability(limits),
         wire_list=list(wire),
     )
 
@@ -109,6 +124,9 @@ def parse_rule(name: str, data: Any, path: str, problems: Problems) -> Rule | No
     on_failure = data.get("on_failure")
     if on_failure is not None and on_failure not in ON_FAILURE:
         problems.add(f"{path}.on_failure", "must be 'allow' or 'deny'")
+    durability = data.get("durability")
+    if durability is not None and durability not in DURABILITY:
+        problems.add(f"{path}.durability", "must be 'primary' or 'replica'")
     flags = {flag: data.get(flag, False) for flag in ("cache_denials", "shadow")}
     for flag, value in flags.items():
         if not isinstance(value, bool):
@@ -116,7 +134,13 @@ def parse_rule(name: str, data: Any, path: str, problems: Problems) -> Rule | No
     if len(problems.errors) != before:
         return None
     return make_rule(
-        name, limits, on_failure, spread, flags["cache_denials"] is True, flags["shadow"] is True
+        name,
+        limits,
+        on_failure,
+        spread,
+        flags["cache_denials"] is True,
+        flags["shadow"] is True,
+        durability,
     )
 
 

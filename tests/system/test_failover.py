@@ -1,7 +1,9 @@
 """A node whose Redis is a Sentinel-watched primary with a replica (`redis+sentinel://`)
 follows a failover with no operator step: its keys answer degraded, consuming nothing,
 while the primary is down, then normally from the promoted replica, with every count
-the replica had acknowledged."""
+acknowledged under `durability: replica`. Such a check is acknowledged only once the
+replica holds it: while no replica answers, it is answered degraded and consumes
+nothing, and `durability: primary` rules keep being served."""
 
 from __future__ import annotations
 
@@ -10,7 +12,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-import redis
 
 from cluster.local.cluster import scratch_cluster
 from cluster.local.sentinel_proc import sentinel_master
@@ -18,38 +19,39 @@ from tests.conftest import eventually
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]
 ADMIN = "failover-admin-token"
-STOCK = [{"algorithm": "quota", "limit": 1000}]  # no window: nothing rolls over meanwhile
+STOCK = [{"algorithm": "quota", "limit": 1000}]  # no window; durability replica by default
+RATE = [{"algorithm": "fixed_window", "limit": 1000, "window": "1d"}]  # durability primary
 
 
-async def _check(http: aiohttp.ClientSession, router: str, key: str) -> dict[str, Any]:
-    body = {"key": key, "limits": STOCK}
+async def _check(
+    http: aiohttp.ClientSession, router: str, key: str, limits: list[Any] = STOCK
+) -> dict[str, Any]:
+    body = {"key": key, "limits": limits}
     async with http.post(router + "/v1/check", json=body) as resp:
         answer: dict[str, Any] = await resp.json()
         return answer
 
 
-async def _key_on(http: aiohttp.ClientSession, router: str, node: str) -> str:
+async def _key_on(http: aiohttp.ClientSession, router: str, node: str, prefix: str = "sku") -> str:
     for i in range(1000):
-        async with http.get(f"{router}/v1/locate?key=sku:{i}") as resp:
+        async with http.get(f"{router}/v1/locate?key={prefix}:{i}") as resp:
             if (await resp.json())["node"] == node:
-                return f"sku:{i}"
+                return f"{prefix}:{i}"
     raise AssertionError(f"no key of 1,000 on {node}")
 
 
 async def test_a_killed_primary_is_followed_to_its_promoted_replica(tmp_path: Any) -> None:
-    with scratch_cluster(2, admin_token=ADMIN, data_dir=tmp_path / "c", replicas=1) as local:
+    # Two replicas: after the failover the promoted one still has a replica to WAIT for.
+    with scratch_cluster(2, admin_token=ADMIN, data_dir=tmp_path / "c", replicas=2) as local:
         assert local.replication is not None
         async with aiohttp.ClientSession() as http:
             key = await _key_on(http, local.router_url, "n1")
             for _ in range(5):
                 answer = await _check(http, local.router_url, key)
                 assert answer["allowed"] is True and not answer.get("degraded"), answer
+            # A quota is `durability: replica` by default: each of the 5 was acknowledged
+            # only once the replica held it, so nothing here waits for replication.
             primary = local.redis[0]
-            replica = local.replication.shards["n1"][0]
-            writer = redis.Redis(host=primary.host, port=primary.port)
-            assert writer.wait(1, 5000) == 1  # the replica holds the 5 admitted
-            writer.close()
-
             primary.kill()
             killed = time.monotonic()
             admitted_after = 0
@@ -68,7 +70,46 @@ async def test_a_killed_primary_is_followed_to_its_promoted_replica(tmp_path: An
             await eventually(served, within=30)
             print(f"first normal answer {time.monotonic() - killed:.2f} s after the kill")
             sentinels = local.replication.sentinels
-            assert sentinel_master(sentinels, "n1") == (replica.host, replica.port)
+            promoted = sentinel_master(sentinels, "n1")
+            replicas = local.replication.shards["n1"]
+            assert promoted in [(r.host, r.port) for r in replicas]
             answer = await _check(http, local.router_url, key)
             assert answer["limits"][0]["remaining"] == 1000 - 5 - admitted_after - 1
             assert degraded >= 1  # the primary's death was seen, and consumed nothing
+
+
+async def test_replica_checks_wait_for_a_replica_and_primary_ones_do_not(tmp_path: Any) -> None:
+    with scratch_cluster(2, admin_token=ADMIN, data_dir=tmp_path / "c", replicas=1) as local:
+        assert local.replication is not None
+        replica = local.replication.shards["n1"][0]
+        async with aiohttp.ClientSession() as http:
+            stock = await _key_on(http, local.router_url, "n1", "sku")
+            rate = await _key_on(http, local.router_url, "n1", "api")
+            answer = await _check(http, local.router_url, stock)
+            assert answer["allowed"] is True and not answer.get("degraded"), answer
+
+            replica.pause()  # SIGSTOP: connected, silent; WAIT gets no acknowledgement
+            try:
+                for _ in range(3):
+                    answer = await _check(http, local.router_url, stock)
+                    assert answer.get("degraded") is True, answer
+                    assert answer["allowed"] is False, answer  # quotas fail closed
+                    answer = await _check(http, local.router_url, rate, RATE)
+                    assert answer["allowed"] is True and not answer.get("degraded"), answer
+            finally:
+                replica.resume()
+
+            admitted_after = 0
+
+            async def served() -> bool:
+                nonlocal admitted_after
+                answer = await _check(http, local.router_url, stock)
+                if answer.get("degraded"):
+                    return False
+                admitted_after += 1
+                return True
+
+            await eventually(served, within=30)
+            answer = await _check(http, local.router_url, stock)
+            # The degraded checks consumed nothing: 1 before, the served ones after, this one.
+            assert answer["limits"][0]["remaining"] == 1000 - 1 - admitted_after - 1

@@ -285,6 +285,14 @@ def components() -> dict[str, Any]:
                 "description": "answer a used-up key on the router until its quota returns, "
                 "without a node call (a refund through another router shows after that)",
             },
+            "durability": {
+                "type": "string",
+                "enum": ["primary", "replica"],
+                "description": "replica: a check is acknowledged only once a replica of its "
+                "shard holds it (never lost to a failover; answered degraded, consuming "
+                "nothing, when no replica acknowledges in time); default replica for rules "
+                "with a calendar or quota limit, primary otherwise",
+            },
             "shadow": {
                 "type": "boolean",
                 "description": "decide and count as usual, but answer a denial as allowed "
