@@ -90,13 +90,7 @@ class SentinelProcess:
         return [self.binary or redis_server_binary(), str(self.config_file), "--sentinel"]
 
     def pong(self) -> bool:
-        client = redis.Redis(host=self.host, port=self.port, socket_timeout=0.5)
-        try:
-            return bool(client.ping())
-        except redis.exceptions.RedisError:
-            return False
-        finally:
-            client.close()
+        return ask(self.host, self.port, "PING") is not None
 
     def start(self, timeout: float = 10.0) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
