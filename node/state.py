@@ -9,7 +9,7 @@ import logging
 import aiohttp
 from redis.exceptions import RedisError
 
-from cluster.model.sentinel_url import is_sentinel_url
+from cluster.model.sentinel_url import is_sentinel_url, parse_sentinel_url
 from cluster.model.topology import Topology
 from node.config import NodeConfig
 from node.health.liveness import LivenessResponder
@@ -18,8 +18,9 @@ from node.holds.coordinator_records import CoordinatorRecords
 from node.holds.keeper import HoldKeeper
 from node.migration.migrator import Migrator
 from node.migration.peer_client import PeerClient
-from node.store.connect import redis_client
+from node.store.connect import redis_client, sentinel_pool
 from node.store.counter_store import CounterStore
+from node.store.primary_watch import PrimaryWatch
 from node.store.scripts import read_lua
 from node.topology.current import CurrentTopology
 from node.topology.epoch_gate import EpochGate
@@ -67,6 +68,15 @@ class NodeState:
         )
         self.store = CounterStore(self.counters)
         self.store.replicated = is_sentinel_url(redis_url)
+        self.failovers = 0  # promotions of the shard's primary followed since the start
+        self.primary_watch: PrimaryWatch | None = None
+        if self.store.replicated:
+            pools = [sentinel_pool(self.redis), sentinel_pool(self.counters)]
+            self.primary_watch = PrimaryWatch(
+                parse_sentinel_url(redis_url),
+                [pool for pool in pools if pool is not None],
+                self._followed,
+            )
         if decision_ttl_ms is not None:
             self.store.decision_ttl_ms = decision_ttl_ms
         self.current = CurrentTopology(node_id)
@@ -113,7 +123,18 @@ class NodeState:
     def epoch(self) -> int:
         return self.current.epoch
 
+    def _followed(self, primary: tuple[str, int]) -> None:
+        self.failovers += 1
+        self.metrics.failovers.inc()
+
     async def start(self) -> None:
+        if self.primary_watch is None:
+            log.warning(
+                "the node's Redis has no replicas (not a redis+sentinel:// URL): losing it "
+                "loses its counters, and `durability: replica` rules are served as primary"
+            )
+        else:
+            self.primary_watch.start()
         try:
             await self.store.measure_skew()
         except (RedisError, OSError):
@@ -125,6 +146,8 @@ class NodeState:
     async def close(self) -> None:
         if self.sweeper is not None:
             self.sweeper.cancel()
+        if self.primary_watch is not None:
+            await self.primary_watch.close()
         await self.liveness.close()
         if self._session is not None:
             await self._session.close()

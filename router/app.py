@@ -243,6 +243,7 @@ async def get_cluster(request: web.Request) -> web.Response:
                 "keys": node_stats.get("keys"),
                 "memory_bytes": node_stats.get("memory"),
                 "node_epoch": node_stats.get("epoch"),
+                "redis": node_stats.get("replication"),
                 "share": round(shares.get(spec.id, 0.0), 6),
                 "ops_routed": client.ops,
                 "node_requests": client.requests,

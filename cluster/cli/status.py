@@ -61,6 +61,21 @@ def finished(migration: dict[str, Any]) -> str | None:
     )
 
 
+def redis_cell(redis: dict[str, Any] | None) -> str:
+    """The shard's Redis: its primary and live replicas, or why it has none."""
+    if not redis:
+        return "-"
+    if not redis.get("replicated"):
+        return f"{redis.get('primary')} (no replicas: replica rules served as primary)"
+    replicas = redis.get("replicas") or []
+    live = sum(1 for replica in replicas if replica.get("up"))
+    cell = f"{redis.get('primary')} + {live}/{len(replicas)} replicas up"
+    if not live:
+        cell += " (NO LIVE REPLICA: replica rules answer degraded)"
+    failovers = redis.get("failovers") or 0
+    return cell + (f", {failovers} failovers followed" if failovers else "")
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     info = call(args, "GET", "/v1/cluster")
     if args.json:
@@ -70,12 +85,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     table = Table(title=f"epoch {info['epoch']} - {info['partitioner']} partitioner")
-    for column in ("node", "url", "weight", "state", "keys", "share", "load"):
+    for column in ("node", "url", "weight", "state", "keys", "share", "load", "redis"):
         table.add_column(column)
     for node in info["nodes"]:
         share, load = _cell(node.get("share"), ".1%"), _cell(node.get("load_share"), ".1%")
         weight, keys = _cell(node.get("weight")), _cell(node.get("keys"))
-        table.add_row(node["id"], node["url"], weight, node["state"], keys, share, load)
+        redis = redis_cell(node.get("redis"))
+        table.add_row(node["id"], node["url"], weight, node["state"], keys, share, load, redis)
     Console().print(table)
     migration = info.get("migration")
     if migration:

@@ -159,6 +159,7 @@ async def _run(state: NodeState, batch: _Prepared) -> None:
         # No replica holds the batch in time: it could be lost to a failover, so it is
         # taken back and answered degraded, as a late one is.
         state.metrics.replica_timeouts.inc()
+        state.metrics.durability_undone.inc(len(batch.runnable))
         _fill(batch, outputs)
         await _too_late(state, batch, outputs, "not held by a replica in time")
         return

@@ -20,6 +20,7 @@ from redis.exceptions import RedisError
 
 from cluster.model.keys import NODE_SINGLETONS
 from cluster.web.metrics import Families
+from node.health.replication import replication_status
 
 __all__ = ["NodeMetrics", "held_keys"]
 
@@ -42,6 +43,9 @@ class NodeCounts(Protocol):
 
     @property
     def undone_checks(self) -> int: ...
+
+    @property
+    def failovers(self) -> int: ...
 
 
 async def held_keys(client: aioredis.Redis) -> int:
@@ -86,6 +90,37 @@ class NodeMetrics:
             "time (WAIT): taken back and answered degraded.",
             "node",
         )(node_id)
+        self.failovers = families.counter(
+            "shardlimit_node_failovers_total",
+            "Promotions of the shard's Redis primary (Sentinel's +switch-master) the node "
+            "followed.",
+            "node",
+        )(node_id)
+        self.durability_undone = families.counter(
+            "shardlimit_node_durability_undone_checks_total",
+            "Checks taken back because no replica held them in time (`durability: "
+            "replica`): answered degraded, consuming nothing.",
+            "node",
+        )(node_id)
+        self.redis_is_primary = Gauge(
+            "shardlimit_node_redis_is_primary",
+            "1 if the Redis the node writes to answers ROLE master, read at scrape time.",
+            ["node"],
+            registry=registry,
+        ).labels(*node)
+        self.replicas_up = Gauge(
+            "shardlimit_node_redis_replicas_up",
+            "Replicas of the shard's primary that are connected and online.",
+            ["node"],
+            registry=registry,
+        ).labels(*node)
+        self.replica_lag = Gauge(
+            "shardlimit_node_redis_replica_lag_seconds",
+            "The largest time since a connected replica acknowledged the replication "
+            "stream (Redis counts whole seconds).",
+            ["node"],
+            registry=registry,
+        ).labels(*node)
         self.keys_copied = migrated(node_id, "copied")
         self.keys_pulled = migrated(node_id, "pulled")
         self.keys = Gauge(
@@ -102,15 +137,22 @@ class NodeMetrics:
             registry=registry,
         ).labels(*node)
         registry.register(_CountsCollector(node_id, counts))
+        self.counts = counts
 
     async def render(self) -> bytes:
         """The exposition, with the key count read now (kept as it was if Redis fails)."""
         try:
             self.keys.set(await held_keys(self.client))
+            replication = await replication_status(self.client, self.counts.failovers)
         except (RedisError, OSError):
             self.redis_up.set(0)
         else:
             self.redis_up.set(1)
+            self.redis_is_primary.set(replication["role"] == "master")
+            replicas = replication["replicas"]
+            self.replicas_up.set(sum(1 for r in replicas if r["up"]))
+            lags = [r["lag_ms"] for r in replicas if r["up"] and r["lag_ms"] is not None]
+            self.replica_lag.set(max(lags, default=0) / 1000)
         return generate_latest(self.registry)
 
 

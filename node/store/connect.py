@@ -2,8 +2,9 @@
 or redis+sentinel:// (cluster/model/sentinel_url.py): a primary found through Redis
 Sentinel. Under Sentinel every new connection asks the Sentinels for the current
 primary (a primary they see down is no primary: the call fails and the node answers
-503, consuming nothing), and a reply of READONLY (a demoted primary) drops the
-connection, so the next one goes to the promoted replica.
+503, consuming nothing) and checks its ROLE; a reply of READONLY (a demoted primary)
+drops the connection; and once the primary changes (node/store/primary_watch.py follows
+Sentinel's +switch-master), no command is sent on a connection to the old one.
 """
 
 from __future__ import annotations
@@ -11,13 +12,36 @@ from __future__ import annotations
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
+from redis.exceptions import ConnectionError
 
 from cluster.model.sentinel_url import is_sentinel_url, parse_sentinel_url
 
-__all__ = ["primary_address", "redis_client"]
+__all__ = ["PrimaryConnection", "primary_address", "redis_client", "sentinel_pool"]
 
 SENTINEL_TIMEOUT_S = 0.25  # one Sentinel's answer; the next one is asked after it
+
+
+class PrimaryConnection(SentinelManagedConnection):
+    """A connection to the shard's primary that never writes to another server: its
+    server must answer ROLE as a master when connected, and a connection to a server
+    the pool no longer names as the primary reconnects before its next command."""
+
+    async def connect_to(self, address: tuple[str, int]) -> None:
+        await super().connect_to(address)  # type: ignore[no-untyped-call]
+        await self.send_command("ROLE", check_health=False)
+        role = await self.read_response()
+        name = role[0] if isinstance(role, list) and role else role
+        if (name.decode() if isinstance(name, bytes) else str(name)) != "master":
+            await self.disconnect()
+            raise ConnectionError(f"{address[0]}:{address[1]} is no longer the primary")
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        primary = self.connection_pool.master_address
+        if self.is_connected and primary is not None and primary != (self.host, self.port):
+            await self.disconnect()
+            await self.connect()  # type: ignore[no-untyped-call]
+        await super().send_packed_command(command, check_health)
 
 
 def redis_client(url: str, **options: Any) -> aioredis.Redis:
@@ -35,9 +59,16 @@ def redis_client(url: str, **options: Any) -> aioredis.Redis:
         db=target.db,
         username=target.username,
         password=target.password,
+        connection_class=PrimaryConnection,
         **options,
     )
     return client
+
+
+def sentinel_pool(client: aioredis.Redis) -> SentinelConnectionPool | None:
+    """The client's Sentinel-backed pool, or None for a client of a fixed server."""
+    pool = client.connection_pool
+    return pool if isinstance(pool, SentinelConnectionPool) else None
 
 
 async def primary_address(client: aioredis.Redis) -> dict[str, Any]:

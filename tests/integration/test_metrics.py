@@ -124,6 +124,19 @@ async def test_node_keys_gauge_is_the_redis_key_count(cluster: Cluster) -> None:
             await client.aclose()
         assert value(families, "shardlimit_node_keys", node=node) == held == stats_keys[node]
         assert value(families, "shardlimit_node_redis_up", node=node) == 1
+        # A lone Redis: the primary, with no replica and no failover to follow.
+        assert value(families, "shardlimit_node_redis_is_primary", node=node) == 1
+        assert value(families, "shardlimit_node_redis_replicas_up", node=node) == 0
+        assert value(families, "shardlimit_node_failovers_total", node=node) == 0
+        shown = next(n["redis"] for n in info["nodes"] if n["id"] == node)
+        port = cluster.redis[index].port
+        assert shown == {
+            "replicated": False,
+            "primary": f"127.0.0.1:{port}",
+            "role": "master",
+            "replicas": [],
+            "failovers": 0,
+        }
         assert value(families, "shardlimit_node_topology_epoch", node=node) == 1
         counted += held
     assert counted == 30 * 2  # two counters per key

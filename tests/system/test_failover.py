@@ -77,6 +77,23 @@ async def test_a_killed_primary_is_followed_to_its_promoted_replica(tmp_path: An
             assert answer["limits"][0]["remaining"] == 1000 - 5 - admitted_after - 1
             assert degraded >= 1  # the primary's death was seen, and consumed nothing
 
+            async def shown() -> dict[str, Any]:
+                async with http.get(local.router_url + "/v1/cluster") as resp:
+                    nodes = {n["id"]: n for n in (await resp.json())["nodes"]}
+                    redis: dict[str, Any] = nodes["n1"]["redis"]
+                    return redis
+
+            redis = await shown()
+            assert redis["replicated"] is True and redis["role"] == "master", redis
+            assert redis["primary"] == f"{promoted[0]}:{promoted[1]}", redis
+            assert redis["failovers"] == 1, redis
+            # The other replica is connected to the promoted one; Sentinel lists the dead
+            # primary as a replica to be, down.
+            up = {r["addr"]: r["up"] for r in redis["replicas"]}
+            assert up.get(f"{primary.host}:{primary.port}") is False, redis
+            others = [r for r in replicas if (r.host, r.port) != promoted]
+            assert up.get(f"{others[0].host}:{others[0].port}") is True, redis
+
 
 async def test_replica_checks_wait_for_a_replica_and_primary_ones_do_not(tmp_path: Any) -> None:
     with scratch_cluster(2, admin_token=ADMIN, data_dir=tmp_path / "c", replicas=1) as local:

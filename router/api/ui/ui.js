@@ -161,7 +161,7 @@ function card(id) {
   head.append(swatch, el("span", { class: "name" }, id), el("span", { class: "badge" }));
   const dl = el("dl");
   for (const [key, label] of [["keys", "keys"], ["share", "keyspace"], ["load", "load"],
-                              ["count", "points"], ["weight", "weight"]]) {
+                              ["count", "points"], ["weight", "weight"], ["redis", "redis"]]) {
     dl.append(el("dt", { "data-label": key }, label), el("dd", { class: key }));
     if (key === "share" || key === "load") {
       const bar = el("div", { class: "bar" });
@@ -192,8 +192,29 @@ function updateCard(n, counts, leaving) {
   q('[data-label="count"]').textContent = counts.label;
   q(".count").textContent = fmt(counts.byNode.get(n.id) ?? 0);
   q(".weight").textContent = fmt(n.weight);
+  const redis = redisText(n.redis);
+  q(".redis").textContent = redis.text;
+  q(".redis").title = redis.title;
+  c.dataset.replicas = redis.marker;
   q(".error").textContent = n.state === "down" && n.last_error ? n.last_error : "";
   return c;
+}
+
+// The shard's Redis: its primary and how many of its replicas are live. A shard whose
+// replicas are all down is marked: its `durability: replica` rules answer degraded.
+function redisText(r) {
+  if (!r) return { text: "-", title: "", marker: "unknown" };
+  if (!r.replicated) {
+    return { text: `${r.primary}, no replicas`, marker: "none",
+             title: "no replicas: durability replica rules are served as primary" };
+  }
+  const replicas = r.replicas || [];
+  const live = replicas.filter((x) => x.up).length;
+  const title = replicas.map((x) => `${x.addr} ${x.up ? "up" : "down"}` +
+    (x.lag_ms == null ? "" : ` lag ${x.lag_ms} ms`)).join("\n") +
+    (r.failovers ? `\n${r.failovers} failovers followed` : "");
+  return { text: `${r.primary} + ${live}/${replicas.length} replicas`, title,
+           marker: live ? "live" : "no-live-replica" };
 }
 
 function layoutCounts() {

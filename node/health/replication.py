@@ -1,0 +1,80 @@
+"""The shard's replication as the node sees it, for /stats (and so `GET /v1/cluster`,
+`shardlimit status`, /ui) and /metrics:
+
+    {"replicated": bool, "primary": "host:port", "role": "master",
+     "replicas": [{"addr": "host:port", "lag_ms": int | None, "up": bool}], "failovers": N}
+
+`replicas` joins the primary's INFO replication (the replicas connected to it, with
+the time since each last acknowledged the stream: Redis counts it in whole seconds)
+with the replicas a Sentinel knows, so one that is down is listed too, as not up.
+`failovers` counts the promotions this node followed since it started.
+A shard without Sentinel is not `replicated`: its `durability: replica` rules are
+served as `primary` ones (nothing waits for a replica).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from node.store.connect import sentinel_pool
+
+__all__ = ["replication_status"]
+
+
+def _address(host: Any, port: Any) -> str:
+    return f"{host.decode() if isinstance(host, bytes) else host}:{int(port)}"
+
+
+def _connected(info: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """addr -> {"lag_ms", "up"} of the replicas INFO replication lists."""
+    found: dict[str, dict[str, Any]] = {}
+    for name, value in info.items():
+        if name.startswith("slave") and isinstance(value, dict) and "ip" in value:
+            lag = value.get("lag")
+            found[_address(value["ip"], value["port"])] = {
+                "lag_ms": int(lag) * 1000 if lag is not None else None,
+                "up": value.get("state") == "online",
+            }
+    return found
+
+
+async def _known_to_sentinel(client: aioredis.Redis) -> dict[str, bool] | None:
+    """addr -> seen up, as the first Sentinel that answers knows the replicas."""
+    pool = sentinel_pool(client)
+    if pool is None:
+        return None
+    for sentinel in pool.sentinel_manager.sentinels:
+        try:
+            replicas = await sentinel.sentinel_slaves(pool.service_name)
+        except (RedisError, OSError):
+            continue
+        return {
+            _address(r["ip"], r["port"]): not (r.get("is_sdown") or r.get("is_disconnected"))
+            for r in replicas
+        }
+    return None
+
+
+async def replication_status(client: aioredis.Redis, failovers: int) -> dict[str, Any]:
+    """Raises RedisError when the primary does not answer."""
+    info = await client.info("replication")
+    pool = sentinel_pool(client)
+    if pool is not None and pool.master_address is not None:
+        primary = _address(*pool.master_address)
+    else:
+        kwargs = client.connection_pool.connection_kwargs
+        primary = _address(kwargs.get("host", "?"), kwargs.get("port", 0))
+    replicas = _connected(info)
+    for addr, seen_up in (await _known_to_sentinel(client) or {}).items():
+        entry = replicas.setdefault(addr, {"lag_ms": None, "up": False})
+        entry["up"] = entry["up"] and seen_up
+    return {
+        "replicated": pool is not None,
+        "primary": primary,
+        "role": str(info.get("role", "")),
+        "replicas": [{"addr": addr, **entry} for addr, entry in sorted(replicas.items())],
+        "failovers": failovers,
+    }
