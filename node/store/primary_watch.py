@@ -55,6 +55,7 @@ class PrimaryWatch:
         self.pools = pools
         self.on_switch = on_switch
         self.tasks: list[asyncio.Task[None]] = []
+        self.followed: tuple[str, int] | None = None  # the last primary announced
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -70,13 +71,15 @@ class PrimaryWatch:
 
     async def follow(self, address: tuple[str, int]) -> None:
         """Point every pool at `address`; idle connections to another server close."""
-        if all(pool.master_address == address for pool in self.pools):
+        if address == self.followed:
             return  # another Sentinel's announcement of the same promotion
-        for pool in self.pools:
+        self.followed = address
+        for pool in self.pools:  # all named before any await: commands go there only
             pool.master_address = address
-            await pool.disconnect(inuse_connections=False)
         log.warning("following the promoted primary %s:%d", *address)
         self.on_switch(address)
+        for pool in self.pools:
+            await pool.disconnect(inuse_connections=False)
 
     async def _listen(self, host: str, port: int) -> None:
         while True:

@@ -14,8 +14,9 @@ import aiohttp
 import pytest
 
 from cluster.local.cluster import scratch_cluster
-from cluster.local.sentinel_proc import sentinel_master
+from cluster.local.sentinel_proc import sentinel_master, wait_for
 from tests.conftest import eventually
+from tests.system.replication import Served, caught_up, check, key_on, replication
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]
 ADMIN = "failover-admin-token"
@@ -93,6 +94,23 @@ async def test_a_killed_primary_is_followed_to_its_promoted_replica(tmp_path: An
             assert up.get(f"{primary.host}:{primary.port}") is False, redis
             others = [r for r in replicas if (r.host, r.port) != promoted]
             assert up.get(f"{others[0].host}:{others[0].port}") is True, redis
+
+            # A second kill, of the promoted primary, fails over again, to the last
+            # replica. `durability: primary` checks, answered once the replica caught up.
+            rate_key = await key_on(http, local.router_url, "n1", "api")
+            for _ in range(5):
+                answer = await check(http, local.router_url, rate_key, RATE)
+                assert answer["allowed"] is True and not answer.get("degraded"), answer
+            second = next(r for r in replicas if (r.host, r.port) == promoted)
+            written = int(replication(second)["master_repl_offset"])
+            wait_for(lambda: caught_up(second, written, 1), 10, "the last replica caught up")
+            second.kill()
+            served = Served(http, local.router_url, rate_key, RATE)
+            await eventually(served, within=30)
+            assert sentinel_master(sentinels, "n1") == (others[0].host, others[0].port)
+            answer = await check(http, local.router_url, rate_key, RATE)
+            assert answer["limits"][0]["remaining"] == 1000 - 5 - served.count - 1, answer
+            assert (await shown())["failovers"] == 2
 
 
 async def test_replica_checks_wait_for_a_replica_and_primary_ones_do_not(tmp_path: Any) -> None:
