@@ -5,7 +5,12 @@ the Kubernetes OpenAPI schemas that kubernetes-validate ships (strict: unknown f
 errors), then cross-checked against the code: the command lines parse with the real
 `shardlimit` parser, every environment variable is one the code reads, every port is
 the one the command line binds, every HTTP probe path is a registered route, and the
-ConfigMap's cluster.yaml and rules.yaml load with the project's own loaders.
+ConfigMap's cluster.yaml and rules.yaml load with the project's own loaders. The
+replicated shards are checked the same way: each node's redis+sentinel:// URL names its
+own id as the master and the Sentinel pods as the Sentinels, the Sentinels monitor every
+node's shard (quorum 2) at its Redis StatefulSet's pod 0, each shard has a replica, and
+the start scripts are the ones compose/redis/ holds (tests/unit/test_compose_sentinel.py
+runs them).
 """
 
 from __future__ import annotations
@@ -17,7 +22,6 @@ import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
@@ -25,6 +29,7 @@ import yaml
 
 from cluster import wire
 from cluster.cli.parser import build_parser
+from cluster.model.sentinel_url import parse_sentinel_url
 from cluster.web.auth import ADMIN_TOKEN_ENV, CLUSTER_TOKEN_ENV
 from router.config import RouterConfig, load_config
 from router.rules.book import parse_rules_document
@@ -41,6 +46,8 @@ LOG_LEVEL_ENV = "SHARDLIMIT_LOG_LEVEL"
 HTTP_METHODS = frozenset({"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD"})
 VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 PROBES = ("startupProbe", "readinessProbe", "livenessProbe")
+CLUSTER_DOMAIN = "svc.cluster.local"
+REDIS_SCRIPTS = ROOT / "compose" / "redis"
 
 Doc = dict[str, Any]
 
@@ -78,6 +85,64 @@ def deployment() -> Doc:
 
 def statefulset() -> Doc:
     return one("StatefulSet", "shardlimit-node")
+
+
+def sentinels() -> Doc:
+    return one("StatefulSet", "shardlimit-sentinel")
+
+
+def redis_statefulsets() -> dict[str, Doc]:
+    """The Redis StatefulSet of each shard, by the node id it serves (its label)."""
+    found = [
+        d
+        for d in all_docs()
+        if d["kind"] == "StatefulSet"
+        and d["metadata"]["labels"]["app.kubernetes.io/component"] == "redis"
+    ]
+    by_shard = {d["metadata"]["labels"]["shardlimit/shard"]: d for d in found}
+    assert len(by_shard) == len(found), "one Redis StatefulSet per shard"
+    return by_shard
+
+
+def statefulsets() -> list[Doc]:
+    return [d for d in all_docs() if d["kind"] == "StatefulSet"]
+
+
+def pod_names(sts: Doc) -> list[str]:
+    return [f"{sts['metadata']['name']}-{i}" for i in range(sts["spec"]["replicas"])]
+
+
+def pod_host(sts: Doc, pod: str) -> str:
+    """A StatefulSet pod's stable DNS name through its headless Service."""
+    service = one("Service", sts["spec"]["serviceName"])
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["publishNotReadyAddresses"] is True
+    assert selects(service["spec"]["selector"], pod_labels(sts))
+    return f"{pod}.{service['metadata']['name']}.{NAMESPACE}.{CLUSTER_DOMAIN}"
+
+
+def redis_data() -> dict[str, str]:
+    return _dict(one("ConfigMap", "shardlimit-redis")["data"])
+
+
+def sentinel_conf() -> list[list[str]]:
+    """The Sentinels' configuration template, one list of words per directive."""
+    return [
+        line.split()
+        for line in redis_data()["sentinel.conf"].splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+
+
+def expanded_env(c: Doc, pod_name: str) -> dict[str, str]:
+    """The container's plain environment values, `$(VAR)` expanded as the kubelet does."""
+    values: dict[str, str] = {}
+    for entry in c.get("env", []):
+        if "value" in entry:
+            values[entry["name"]] = VAR_REF.sub(lambda m: values[m.group(1)], str(entry["value"]))
+        elif entry["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}:
+            values[entry["name"]] = pod_name
+    return values
 
 
 def pod_spec(workload: Doc) -> Doc:
@@ -322,15 +387,24 @@ def test_inventory_namespace_and_kustomization() -> None:
     docs = all_docs()
     assert sorted((d["kind"], d["metadata"]["name"]) for d in docs) == [
         ("ConfigMap", "shardlimit-config"),
+        ("ConfigMap", "shardlimit-redis"),
         ("Deployment", "shardlimit-router"),
         ("HorizontalPodAutoscaler", "shardlimit-router"),
         ("Namespace", NAMESPACE),
         ("PodDisruptionBudget", "shardlimit-node"),
+        ("PodDisruptionBudget", "shardlimit-redis"),
         ("PodDisruptionBudget", "shardlimit-router"),
+        ("PodDisruptionBudget", "shardlimit-sentinel"),
         ("Secret", "shardlimit-tokens"),
         ("Service", "shardlimit-nodes"),
+        ("Service", "shardlimit-redis"),
         ("Service", "shardlimit-router"),
+        ("Service", "shardlimit-sentinel"),
         ("StatefulSet", "shardlimit-node"),
+        ("StatefulSet", "shardlimit-node-0-redis"),
+        ("StatefulSet", "shardlimit-node-1-redis"),
+        ("StatefulSet", "shardlimit-node-2-redis"),
+        ("StatefulSet", "shardlimit-sentinel"),
     ]
     for doc in docs:
         if doc["kind"] != "Namespace":
@@ -359,7 +433,9 @@ def test_shardlimit_containers_run_the_image_entrypoint() -> None:
         assert "command" not in c, "args go to the image's `shardlimit` entrypoint"
         assert c["image"] == f"shardlimit:{image_version()}"
     assert [c["name"] for c in pod_spec(deployment())["containers"]] == ["router"]
-    assert [c["name"] for c in pod_spec(statefulset())["containers"]] == ["node", "redis"]
+    assert [c["name"] for c in pod_spec(statefulset())["containers"]] == ["node"]
+    # The node pod holds no data: its shard's counters are in the Redis StatefulSets.
+    assert "volumeClaimTemplates" not in statefulset()["spec"]
 
 
 def test_router_command_line_and_ports(tmp_path: Path) -> None:
@@ -397,36 +473,155 @@ def test_node_command_line_ports_and_redis() -> None:
     assert [named_port(node, p["targetPort"]) for p in service["spec"]["ports"]] == [args.port]
     assert [p["port"] for p in service["spec"]["ports"]] == [args.port]
 
-    # The node's Redis is the pod's redis container, over localhost.
-    redis = container(sts, "redis")
-    redis_args = [str(a) for a in redis["args"]]
-    assert redis_args[0] == "redis-server"
-    redis_url = urlsplit(args.redis)
-    assert (redis_url.scheme, redis_url.hostname, redis_url.path) == ("redis", "127.0.0.1", "/0")
-    assert flag(redis_args, "--bind") == "127.0.0.1"
-    assert redis_url.port == int(flag(redis_args, "--port")) == 6379
-    assert "ports" not in redis  # loopback only: nothing to expose
-    assert flag(redis_args, "--appendonly") == "yes"
-    assert flag(redis_args, "--appendfsync") == "everysec"
-    assert flag(redis_args, "--maxmemory-policy") == "noeviction"
-    for probe in ("readinessProbe", "livenessProbe"):
-        command = " ".join(redis[probe]["exec"]["command"])
-        assert f"redis-cli -h 127.0.0.1 -p {redis_url.port} ping" in command
+    # The node's Redis is its shard's primary, found through the Sentinels.
+    assert parse_sentinel_url(args.redis).master == args.id
+
+
+def test_each_node_finds_its_own_shard_through_the_sentinel_pods() -> None:
+    sts, sentinel_sts = statefulset(), sentinels()
+    sentinel = container(sentinel_sts, "sentinel")
+    sentinel_port = named_port(sentinel, "sentinel")
+    conf_port = [int(d[1]) for d in sentinel_conf() if d[0] == "port"]
+    assert conf_port == [sentinel_port] == [26379]
+    service = one("Service", "shardlimit-sentinel")
+    assert [named_port(sentinel, p["targetPort"]) for p in service["spec"]["ports"]] == [
+        sentinel_port
+    ]
+    assert [p["port"] for p in service["spec"]["ports"]] == [sentinel_port]
+    expected = tuple(
+        (pod_host(sentinel_sts, pod), sentinel_port) for pod in pod_names(sentinel_sts)
+    )
+    assert len(expected) == 3
+    for pod in pod_names(sts):
+        args = build_parser().parse_args(expanded_args(container(sts, "node"), pod))
+        url = parse_sentinel_url(args.redis)
+        assert args.id == url.master == pod
+        assert url.sentinels == expected
+        assert (url.db, url.username, url.password) == (0, None, None)
+
+
+def test_the_sentinels_watch_every_shard_with_quorum_2(tmp_path: Path) -> None:
+    sentinel_sts = sentinels()
+    assert sentinel_sts["spec"]["replicas"] == 3
+    conf = sentinel_conf()
+    assert ["sentinel", "resolve-hostnames", "yes"] in conf
+    assert ["sentinel", "announce-hostnames", "yes"] in conf
+    # Hostnames must be allowed before the first monitor line names one.
+    first_monitor = next(i for i, d in enumerate(conf) if d[:2] == ["sentinel", "monitor"])
+    assert conf.index(["sentinel", "resolve-hostnames", "yes"]) < first_monitor
+    node_ids = [n.id for n in router_config(tmp_path).nodes]
+    shards = redis_statefulsets()
+    assert sorted(shards) == sorted(node_ids)
+    monitors = {d[2]: d[3:] for d in conf if d[:2] == ["sentinel", "monitor"]}
+    assert len(monitors) == len([d for d in conf if d[:2] == ["sentinel", "monitor"]])
+    expected = {}
+    for node_id in node_ids:
+        redis_sts = shards[node_id]
+        port = named_port(container(redis_sts, "redis"), "redis")
+        expected[node_id] = [pod_host(redis_sts, pod_names(redis_sts)[0]), str(port), "2"]
+    assert monitors == expected
+    for node_id in node_ids:
+        settings = {
+            tuple(d[1:2]): d[3:] for d in conf if d[0] == "sentinel" and d[2:3] == [node_id]
+        }
+        assert settings[("down-after-milliseconds",)] == ["1000"]
+        assert settings[("parallel-syncs",)] == ["1"]
+        assert int(settings[("failover-timeout",)][0]) >= 2 * 1000
+
+
+def test_the_sentinel_config_is_written_where_the_sentinel_reads_it() -> None:
+    sts = sentinels()
+    init = _list(pod_spec(sts)["initContainers"])
+    assert [c["name"] for c in init] == ["sentinel-config"]
+    sentinel = container(sts, "sentinel")
+    assert sentinel["args"][0] == "redis-server" and sentinel["args"][2:] == ["--sentinel"]
+    conf_path = sentinel["args"][1]
+    script, template, output = init[0]["command"][1:]
+    assert init[0]["command"][0] == "sh" and output == conf_path
+    # Sentinel rewrites its file: a writable emptyDir, the same in both containers.
+    mount, volume = mount_for(sts, sentinel, conf_path)
+    assert volume.get("emptyDir") == {} and not mount.get("readOnly", False)
+    assert mount_for(sts, init[0], output)[1] == volume
+    for path, key in ((script, "sentinel-config.sh"), (template, "sentinel.conf")):
+        mount, volume = mount_for(sts, init[0], path)
+        assert mount["readOnly"] is True and volume["configMap"]["name"] == "shardlimit-redis"
+        assert path.removeprefix(mount["mountPath"].rstrip("/") + "/") == key
+    for pod in pod_names(sts):
+        env = expanded_env(init[0], pod)
+        assert env["SELF"] == pod_host(sts, pod)
+        assert env["SENTINELS"].split() == [
+            f"{pod_host(sts, p)}:{named_port(sentinel, 'sentinel')}" for p in pod_names(sts)
+        ]
+    assert {c["image"] for c in (sentinel, init[0])} == {"redis:7.2-alpine"}
+
+
+def test_each_shard_has_a_primary_and_a_replica() -> None:
+    sentinel_sts = sentinels()
+    sentinel_addresses = [
+        f"{pod_host(sentinel_sts, p)}:{named_port(container(sentinel_sts, 'sentinel'), 'sentinel')}"
+        for p in pod_names(sentinel_sts)
+    ]
+    for node_id, sts in redis_statefulsets().items():
+        assert sts["metadata"]["name"] == f"{node_id}-redis"
+        assert sts["spec"]["replicas"] >= 2  # a primary and at least one replica
+        assert sts["spec"]["podManagementPolicy"] == "Parallel"
+        assert sts["spec"]["serviceName"] == "shardlimit-redis"
+        assert selects(sts["spec"]["selector"]["matchLabels"], pod_labels(sts))
+        for other_id, other in redis_statefulsets().items():
+            if other_id != node_id:
+                assert not selects(sts["spec"]["selector"]["matchLabels"], pod_labels(other))
+        redis = container(sts, "redis")
+        assert redis["command"] == ["sh", "/scripts/redis-start.sh"]
+        mount, volume = mount_for(sts, redis, "/scripts/redis-start.sh")
+        assert mount["readOnly"] is True and volume["configMap"]["name"] == "shardlimit-redis"
+        args = [str(a) for a in redis["args"]]
+        assert args[0] == "redis-server"
+        port = named_port(redis, "redis")
+        assert int(flag(args, "--port")) == port == 6379
+        assert "--bind" not in args  # every interface: nodes, replicas and Sentinels connect
+        assert flag(args, "--protected-mode") == "no"
+        assert "--replicaof" not in args and "--replica-announce-ip" not in args  # the script's
+        assert flag(args, "--appendonly") == "yes"
+        assert flag(args, "--appendfsync") == "everysec"
+        assert flag(args, "--maxmemory-policy") == "noeviction"
+        assert flag(args, "--repl-diskless-sync-delay") == "0"
+        pods = pod_names(sts)
+        for pod in pods:
+            assert expanded_env(redis, pod) == {
+                "POD_NAME": pod,
+                "SHARD": node_id,
+                "SELF": pod_host(sts, pod),
+                "FIRST_PRIMARY": pod_host(sts, pods[0]),
+                "SENTINELS": " ".join(sentinel_addresses),
+            }
+        service = one("Service", "shardlimit-redis")
+        assert [named_port(redis, p["targetPort"]) for p in service["spec"]["ports"]] == [port]
+        for probe in ("readinessProbe", "livenessProbe"):
+            command = " ".join(redis[probe]["exec"]["command"])
+            assert f"redis-cli -h 127.0.0.1 -p {port} ping" in command
+
+
+def test_the_scripts_are_the_ones_compose_uses() -> None:
+    data = redis_data()
+    assert set(data) == {"redis-start.sh", "sentinel-config.sh", "sentinel.conf"}
+    for name in ("redis-start.sh", "sentinel-config.sh"):
+        assert data[name] == (REDIS_SCRIPTS / name).read_text(), name
 
 
 def test_redis_data_is_on_the_volume_claim_template() -> None:
-    sts = statefulset()
-    redis = container(sts, "redis")
-    data_dir = flag([str(a) for a in redis["args"]], "--dir")
-    mount, volume = mount_for(sts, redis, data_dir)
-    assert mount["mountPath"] == data_dir == "/data"
-    assert "persistentVolumeClaim" in volume
-    claim = volume["persistentVolumeClaim"]
-    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
-    assert claim["spec"]["resources"]["requests"]["storage"] == "5Gi"
-    assert [t["metadata"]["name"] for t in sts["spec"]["volumeClaimTemplates"]] == ["redis-data"]
-    assert "redis-data" not in {v["name"] for v in pod_spec(sts).get("volumes", [])}
-    assert pod_spec(sts)["securityContext"]["fsGroup"] == 1000
+    for sts in redis_statefulsets().values():
+        redis = container(sts, "redis")
+        data_dir = flag([str(a) for a in redis["args"]], "--dir")
+        mount, volume = mount_for(sts, redis, data_dir)
+        assert mount["mountPath"] == data_dir == "/data"
+        assert "persistentVolumeClaim" in volume
+        claim = volume["persistentVolumeClaim"]
+        assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+        assert claim["spec"]["resources"]["requests"]["storage"] == "5Gi"
+        templates = [t["metadata"]["name"] for t in sts["spec"]["volumeClaimTemplates"]]
+        assert templates == ["redis-data"]
+        assert "redis-data" not in {v["name"] for v in pod_spec(sts).get("volumes", [])}
+        assert pod_spec(sts)["securityContext"]["fsGroup"] == 1000
 
 
 # ---------------------------------------------------------------- environment, Secret
@@ -451,7 +646,10 @@ def test_every_env_variable_is_read_by_the_code() -> None:
         for helper in for_args:
             assert env[helper]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
             assert helper not in read
-    assert "env" not in container(statefulset(), "redis")
+    # The Redis and Sentinel pods' environment is for their scripts only (checked above).
+    for sts in [*redis_statefulsets().values(), sentinels()]:
+        for c in [*pod_spec(sts)["containers"], *pod_spec(sts).get("initContainers", [])]:
+            assert not set(env_of(c)) & read, c["name"]
 
 
 def test_tokens_come_from_the_secret() -> None:
@@ -493,9 +691,13 @@ def test_probe_paths_are_registered_get_routes() -> None:
     assert {("GET", p) for p in router_probes.values()} <= router_routes
     assert {("GET", p) for p in node_probes.values()} <= node_routes
     assert ("GET", "/readyz") in router_routes  # it exists, deliberately unused
-    redis = container(statefulset(), "redis")
-    assert {p for p in PROBES if p in redis} == {"readinessProbe", "livenessProbe"}
-    assert http_probe_paths(redis) == {}
+    for sts, name in [
+        *((s, "redis") for s in redis_statefulsets().values()),
+        (sentinels(), "sentinel"),
+    ]:
+        c = container(sts, name)
+        assert {p for p in PROBES if p in c} == {"readinessProbe", "livenessProbe"}
+        assert http_probe_paths(c) == {}
 
 
 # ---------------------------------------------------------------- ConfigMap
@@ -570,19 +772,25 @@ def test_router_scaling_and_resources() -> None:
     assert [(m["type"], m["resource"]["name"]) for m in hpa["spec"]["metrics"]] == [
         ("Resource", "cpu")
     ]
-    for c in pod_spec(statefulset())["containers"]:
-        assert {"cpu", "memory"} <= set(c["resources"]["requests"]), c["name"]
-        assert {"cpu", "memory"} <= set(c["resources"]["limits"]), c["name"]
+    for sts in statefulsets():
+        spec = pod_spec(sts)
+        for c in [*spec["containers"], *spec.get("initContainers", [])]:
+            assert {"cpu", "memory"} <= set(c["resources"]["requests"]), c["name"]
+            assert {"cpu", "memory"} <= set(c["resources"]["limits"]), c["name"]
 
 
-def test_disruption_budgets_cover_routers_and_nodes() -> None:
-    for name, workload, other in (
-        ("shardlimit-node", statefulset(), deployment()),
-        ("shardlimit-router", deployment(), statefulset()),
-    ):
+def test_disruption_budgets_cover_every_workload() -> None:
+    workloads = {
+        "shardlimit-node": [statefulset()],
+        "shardlimit-router": [deployment()],
+        "shardlimit-sentinel": [sentinels()],
+        # One budget over every shard's Redis pods: a drain never takes both of a shard.
+        "shardlimit-redis": list(redis_statefulsets().values()),
+    }
+    for name, covered in workloads.items():
         pdb = one("PodDisruptionBudget", name)
         assert pdb["spec"]["maxUnavailable"] == 1
         assert "minAvailable" not in pdb["spec"]
         selector = pdb["spec"]["selector"]["matchLabels"]
-        assert selects(selector, pod_labels(workload))
-        assert not selects(selector, pod_labels(other))
+        for workload in [*statefulsets(), deployment()]:
+            assert selects(selector, pod_labels(workload)) == (workload in covered), name

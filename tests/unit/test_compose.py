@@ -26,9 +26,14 @@ def test_compose_file_matches_the_compose_spec() -> None:
     schema = json.loads(schema_path.read_text())
     doc = yaml.safe_load((ROOT / "compose" / "docker-compose.yml").read_text())
     jsonschema.Draft7Validator(schema).validate(doc)
-    assert {"router", "node1", "node2", "node3", "redis1", "redis2", "redis3"} == set(
-        doc["services"]
-    )
+    shards = [f"redis{i}" for i in (1, 2, 3)]
+    assert {
+        "router",
+        *(f"node{i}" for i in (1, 2, 3)),
+        *shards,
+        *(f"{shard}-replica" for shard in shards),
+        *(f"sentinel-{i}" for i in (1, 2, 3)),
+    } == set(doc["services"])
 
 
 def test_compose_router_config_is_valid() -> None:
