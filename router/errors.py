@@ -38,6 +38,7 @@ class Reason(StrEnum):
     UNAVAILABLE = "unavailable"  # refused, reset or 503 on this batch
     TIMEOUT = "timeout"  # no answer by the deadline plus the margin
     EXPIRED = "expired"  # the node refused to apply past the deadline, every time
+    UNREPLICATED = "unreplicated"  # durability replica: no replica held it in time
     OVERLOADED = "overloaded"  # the node's queue in this router was full
     ERROR = "error"  # the node answered, but not with a usable result
 

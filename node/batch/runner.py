@@ -103,16 +103,19 @@ def _fill(batch: _Prepared, outputs: list[Any]) -> bool:
 
 
 async def _too_late(
-    state: NodeState, batch: _Prepared, outputs: list[Any], why: str = "finished past its deadline"
+    state: NodeState, batch: _Prepared, outputs: list[Any], unreplicated: bool = False
 ) -> None:
-    """The router may have given up on this answer: take back what it consumed."""
+    """The router may have given up on this answer, or no replica holds what it wrote:
+    take back what it consumed."""
     taken_back = await state.store.undo(list(zip(batch.runnable, outputs, strict=True)))
     state.expired_batches += 1
     state.undone_checks += taken_back
+    why = "not held by a replica in time" if unreplicated else "finished past its deadline"
     log.warning("batch %s: %d checks taken back", why, taken_back)
+    expired = wire.Expired(unreplicated)
     for index, op in zip(batch.slots, batch.runnable, strict=True):
         if op.kind is CHECK:
-            batch.results[index] = wire.Expired()
+            batch.results[index] = expired
 
 
 async def _outputs_in(state: NodeState, batch: _Prepared, outputs: Awaitable[list[Any]]) -> None:
@@ -161,7 +164,7 @@ async def _run(state: NodeState, batch: _Prepared) -> None:
         state.metrics.replica_timeouts.inc()
         state.metrics.durability_undone.inc(len(batch.runnable))
         _fill(batch, outputs)
-        await _too_late(state, batch, outputs, "not held by a replica in time")
+        await _too_late(state, batch, outputs, unreplicated=True)
         return
     await _settle(state, batch, outputs)
 

@@ -232,6 +232,11 @@ class ClusterView:
                 resends += 1
                 continue
             if isinstance(result, wire.Expired):
+                if result.unreplicated:  # sent again, it would wait for no replica again
+                    raise NodeUnavailable(
+                        f"node {node_id}: no replica held the check in time",
+                        Reason.UNREPLICATED,
+                    )
                 client.expired += 1
                 if resends >= MAX_RESENDS or client.state != "up":
                     raise NodeUnavailable(
