@@ -21,6 +21,7 @@ from node.migration.peer_client import PeerClient
 from node.store.connect import redis_client, sentinel_pool
 from node.store.counter_store import CounterStore
 from node.store.primary_watch import PrimaryWatch
+from node.store.replica_presence import ReplicaPresence
 from node.store.scripts import read_lua
 from node.topology.current import CurrentTopology
 from node.topology.epoch_gate import EpochGate
@@ -69,6 +70,7 @@ class NodeState:
         self.store = CounterStore(self.counters)
         self.store.replicated = is_sentinel_url(redis_url)
         self.failovers = 0  # promotions of the shard's primary followed since the start
+        self.replicas = ReplicaPresence(self.redis)
         self.primary_watch: PrimaryWatch | None = None
         if self.store.replicated:
             pools = [sentinel_pool(self.redis), sentinel_pool(self.counters)]
@@ -148,6 +150,7 @@ class NodeState:
             self.sweeper.cancel()
         if self.primary_watch is not None:
             await self.primary_watch.close()
+        await self.replicas.close()
         await self.liveness.close()
         if self._session is not None:
             await self._session.close()

@@ -34,6 +34,7 @@ __all__ = ["MAX_OPS", "run_batch", "start_batch"]
 
 log = logging.getLogger("shardlimit.node")
 MAX_OPS = 10_000
+UNREPLICATED: Final = wire.Expired(unreplicated=True)
 
 
 def _now_ms() -> int:
@@ -68,6 +69,7 @@ def _prepare(
         return [wire.Expired()] * len(ops)
     ownership = state.current.ownership
     batch = _Prepared(deadline_ms, len(ops), ownership)
+    no_replica = state.store.replicated and state.replicas.absent
     results, runnable, slots = batch.results, batch.runnable, batch.slots
     placed = (
         ownership is not None
@@ -90,6 +92,10 @@ def _prepare(
                 if batch.imports is None:
                     batch.imports = defaultdict(list)
                 batch.imports[source].extend(state.store.redis_keys(op))
+        if no_replica and op.durable:  # it would only wait for a WAIT to time out
+            state.metrics.unreplicated.inc()
+            results[index] = UNREPLICATED
+            continue
         runnable.append(op)
         slots.append(index)
     return batch if runnable else results
@@ -102,20 +108,32 @@ def _fill(batch: _Prepared, outputs: list[Any]) -> bool:
     return _now_ms() <= batch.deadline_ms
 
 
-async def _too_late(
-    state: NodeState, batch: _Prepared, outputs: list[Any], unreplicated: bool = False
-) -> None:
-    """The router may have given up on this answer, or no replica holds what it wrote:
-    take back what it consumed."""
+async def _too_late(state: NodeState, batch: _Prepared, outputs: list[Any]) -> None:
+    """The router may have given up on this answer: take back what it consumed."""
     taken_back = await state.store.undo(list(zip(batch.runnable, outputs, strict=True)))
     state.expired_batches += 1
     state.undone_checks += taken_back
-    why = "not held by a replica in time" if unreplicated else "finished past its deadline"
-    log.warning("batch %s: %d checks taken back", why, taken_back)
-    expired = wire.Expired(unreplicated)
+    log.warning("batch finished past its deadline: %d checks taken back", taken_back)
     for index, op in zip(batch.slots, batch.runnable, strict=True):
         if op.kind is CHECK:
-            batch.results[index] = expired
+            batch.results[index] = wire.Expired()
+
+
+async def _take_back_durable(state: NodeState, batch: _Prepared, outputs: list[Any]) -> list[Any]:
+    """No replica held the batch in time: its `durability: replica` checks could be lost
+    to a failover, so they are taken back and answered degraded. The rest stands; the
+    outputs of the rest are returned, and the batch keeps only them."""
+    durable = [i for i, op in enumerate(batch.runnable) if op.durable and op.kind is CHECK]
+    taken = [(batch.runnable[i], outputs[i]) for i in durable]
+    state.undone_checks += await state.store.undo(taken)
+    state.metrics.unreplicated.inc(len(durable))
+    log.warning("batch not held by a replica in time: %d checks taken back", len(durable))
+    for i in durable:
+        batch.results[batch.slots[i]] = UNREPLICATED
+    keep = [i for i, op in enumerate(batch.runnable) if not (op.durable and op.kind is CHECK)]
+    batch.runnable = [batch.runnable[i] for i in keep]
+    batch.slots = [batch.slots[i] for i in keep]
+    return [outputs[i] for i in keep]
 
 
 async def _outputs_in(state: NodeState, batch: _Prepared, outputs: Awaitable[list[Any]]) -> None:
@@ -159,21 +177,19 @@ async def _run(state: NodeState, batch: _Prepared) -> None:
     acks = _replica_acks(state, batch)
     outputs = await state.store.run(batch.runnable, batch.deadline_ms, acks)
     if acks is not None and acks.missing:
-        # No replica holds the batch in time: it could be lost to a failover, so it is
-        # taken back and answered degraded, as a late one is.
         state.metrics.replica_timeouts.inc()
-        state.metrics.durability_undone.inc(len(batch.runnable))
-        _fill(batch, outputs)
-        await _too_late(state, batch, outputs, unreplicated=True)
-        return
+        state.replicas.missed()
+        outputs = await _take_back_durable(state, batch, outputs)
     await _settle(state, batch, outputs)
 
 
 def _replica_acks(state: NodeState, batch: _Prepared) -> ReplicaAcks | None:
-    """A WAIT for the batch when the shard has replicas and an op asks for one."""
+    """A WAIT for the batch when the shard has replicas and an op asks for one. It waits
+    half the time left, so the rest of a batch whose WAIT times out is still answered
+    by the deadline."""
     if not state.store.replicated or not any(op.durable for op in batch.runnable):
         return None
-    return ReplicaAcks(batch.deadline_ms - _now_ms())
+    return ReplicaAcks((batch.deadline_ms - _now_ms()) // 2)
 
 
 Answer = Callable[[list[wire.Result] | BaseException], None]

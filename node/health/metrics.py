@@ -96,10 +96,10 @@ class NodeMetrics:
             "followed.",
             "node",
         )(node_id)
-        self.durability_undone = families.counter(
-            "shardlimit_node_durability_undone_checks_total",
-            "Checks taken back because no replica held them in time (`durability: "
-            "replica`): answered degraded, consuming nothing.",
+        self.unreplicated = families.counter(
+            "shardlimit_node_unreplicated_checks_total",
+            "`durability: replica` checks answered degraded because no replica held them in "
+            "time (taken back) or none was live (not run): consuming nothing.",
             "node",
         )(node_id)
         self.redis_is_primary = Gauge(

@@ -1,0 +1,73 @@
+"""Whether a replica can acknowledge now, so that `durability: replica` checks do not
+wait for one that is not there.
+
+After a WAIT that no replica answered in time, the shard counts as having no live
+replica: its durable checks are answered degraded (`unreplicated`) at once, without
+running, and nothing else in their batches waits for a WAIT. Meanwhile the primary's
+INFO replication is read every PROBE_S; once it lists a replica online that has
+acknowledged the stream within LIVE_LAG_S, WAIT is tried again. Without this, each
+batch would hold its in-flight slot for the whole WAIT timeout while the replicas are
+down, and `durability: primary` checks of the same node would queue behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+__all__ = ["ReplicaPresence", "live_replicas"]
+
+log = logging.getLogger("shardlimit.node")
+
+PROBE_S = 0.1
+LIVE_LAG_S = 1  # Redis reports the lag in whole seconds; replicas acknowledge each second
+
+
+def live_replicas(info: dict[str, Any]) -> int:
+    """Replicas INFO replication lists as online and acknowledging."""
+    return sum(
+        1
+        for name, value in info.items()
+        if name.startswith("slave")
+        and isinstance(value, dict)
+        and value.get("state") == "online"
+        and int(value.get("lag", 0)) <= LIVE_LAG_S
+    )
+
+
+class ReplicaPresence:
+    def __init__(self, client: aioredis.Redis) -> None:
+        self.client = client
+        self.absent = False  # read on the hot path: a plain attribute
+        self._probe: asyncio.Task[None] | None = None
+
+    def missed(self) -> None:
+        """No replica acknowledged a WAIT in time."""
+        if self.absent:
+            return
+        self.absent = True
+        log.warning("no replica acknowledges: durability replica checks answer degraded")
+        self._probe = asyncio.get_running_loop().create_task(self._until_back())
+
+    async def _until_back(self) -> None:
+        while True:
+            await asyncio.sleep(PROBE_S)  # a period: Redis has no event to wait on
+            try:
+                info = await self.client.info("replication")
+            except (RedisError, OSError):
+                continue
+            if live_replicas(info) > 0:
+                self.absent = False
+                log.warning("a replica acknowledges again: durability replica checks served")
+                return
+
+    async def close(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._probe
