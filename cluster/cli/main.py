@@ -39,6 +39,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         routers=args.routers,
         grpc_port=args.grpc_port,
         envoy_config=args.envoy_config,
+        replicas=args.replicas,
+        down_after_ms=args.down_after_ms,
     )
     return run_up(options, args.json)
 

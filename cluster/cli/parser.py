@@ -42,6 +42,18 @@ def _positive(value: str) -> int:
     return number
 
 
+def _replicas(value: str) -> int:
+    if not value.isdigit() or int(value) > 8:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 0 to 8, not {value!r}")
+    return int(value)
+
+
+def _down_after_ms(value: str) -> int:
+    if not value.isdigit() or not 100 <= int(value) <= 3_600_000:
+        raise argparse.ArgumentTypeError(f"must be milliseconds from 100 to 3600000, not {value!r}")
+    return int(value)
+
+
 class Parser(argparse.ArgumentParser):
     """A user mistake is one line on stderr (and exit status 2), never a usage screen."""
 
@@ -98,8 +110,33 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"shardlimit {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    up = sub.add_parser("up", help="start a local cluster: router, nodes, Redis")
+    up = sub.add_parser(
+        "up",
+        help="start a local cluster: router, nodes, Redis",
+        description="Start a local cluster in the foreground: routers, counter nodes and "
+        "their Redis (with --replicas, replica redis-servers and 3 Redis Sentinels that "
+        "fail a primary over). A process that exits is restarted, after 0.5 s doubling to "
+        "10 s while it keeps exiting; counters live in Redis (AOF) and survive. Ctrl-C or "
+        "SIGTERM stops everything. `up` again on the same --data-dir brings back the same "
+        "cluster: its nodes, replicas and Sentinels, on the same ports.",
+    )
     up.add_argument("--nodes", type=int, default=3, help="counter nodes to start (default 3)")
+    up.add_argument(
+        "--replicas",
+        type=_replicas,
+        default=0,
+        metavar="N",
+        help="replica redis-servers per node, failed over by 3 Redis Sentinels (default 0: "
+        "one Redis per node); a data dir keeps the count it was started with",
+    )
+    up.add_argument(
+        "--down-after-ms",
+        type=_down_after_ms,
+        default=1000,
+        metavar="MS",
+        help="with --replicas: how long the Sentinels wait before they fail over a "
+        "primary that does not answer (default 1000; a data dir keeps it)",
+    )
     up.add_argument(
         "--partitioner",
         choices=("ring", "slots"),

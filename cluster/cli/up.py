@@ -1,8 +1,10 @@
-"""`shardlimit up`: a whole local cluster in the foreground until Ctrl-C / SIGTERM."""
+"""`shardlimit up`: a whole local cluster in the foreground until Ctrl-C / SIGTERM,
+restarting any child that exits (cluster/local/supervisor.py)."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster.local.cluster import LocalCluster
+from cluster.local.supervisor import Restart
 from cluster.local.up_options import UpOptions
 from cluster.web.auth import ADMIN_TOKEN_ENV, CLUSTER_TOKEN_ENV
 
@@ -49,10 +52,24 @@ def cluster_token(data_dir: Path) -> tuple[str, str]:
     return token, f"saved in {path}"
 
 
+def _report_restart(as_json: bool, restart: Restart) -> None:
+    _say(
+        as_json,
+        logging.WARNING,
+        restart.message,
+        child=restart.name,
+        returncode=restart.returncode,
+        restart_in_s=restart.delay,
+        restart=restart.attempt,
+        log=str(restart.log),
+    )
+
+
 def run_up(options: UpOptions, as_json: bool) -> int:
     """With `as_json` the summary is one JSON line on stdout, and every log line (this
-    command's on stderr, the children's in their log files) is a JSON object. Exits 1
-    when a child fails to start or exits while the cluster runs."""
+    command's on stderr, the children's in their log files) is a JSON object. A child
+    that exits while the cluster runs is restarted, one log line each time. Exits 1
+    when a child fails to start, 0 once stopped by a signal."""
     admin = os.environ.get(ADMIN_TOKEN_ENV) or secrets.token_urlsafe(24)
     try:
         token, token_source = cluster_token(options.data_dir)
@@ -61,7 +78,6 @@ def run_up(options: UpOptions, as_json: bool) -> int:
         return 1
     options.json_logs = options.json_logs or as_json
     local = LocalCluster(options, admin, token)
-    failed = False
     stop = threading.Event()
 
     def on_signal(_signum: int, _frame: object) -> None:
@@ -77,21 +93,11 @@ def run_up(options: UpOptions, as_json: bool) -> int:
             print(json.dumps(info), flush=True)
         else:
             print_summary(info)
-        while not stop.is_set():
-            stop.wait(0.5)
-            for child in local.children:
-                if not child.alive and not stop.is_set():
-                    message = f"{child.name} exited with {child.returncode}; see {child.log}"
-                    _say(
-                        as_json,
-                        logging.ERROR,
-                        message,
-                        child=child.name,
-                        returncode=child.returncode,
-                        log=str(child.log),
-                    )
-                    failed = True
-                    stop.set()
+        # Ticked from this thread: a child restarted from a thread that ends would get
+        # PR_SET_PDEATHSIG with it (cluster/local/procs.py).
+        supervisor = local.supervise(functools.partial(_report_restart, as_json), in_thread=False)
+        while not stop.wait(0.1):
+            supervisor.tick()
     except (RuntimeError, OSError) as exc:
         _say(as_json, logging.ERROR, f"shardlimit up failed: {exc}")
         return 1
@@ -102,7 +108,7 @@ def run_up(options: UpOptions, as_json: bool) -> int:
         log.info("stopped: router, nodes and Redis processes are down")
     else:
         print("stopped: router, nodes and Redis processes are down", flush=True)
-    return 1 if failed else 0
+    return 0
 
 
 def print_summary(info: dict[str, Any]) -> None:
@@ -113,6 +119,12 @@ def print_summary(info: dict[str, Any]) -> None:
             f"  node {node['id']:<4} {node['url']:<24} redis {node['redis']}  "
             f"data {node['redis_dir']}"
         )
+        if node.get("replicas"):
+            ports = ", ".join(str(port) for port in node["replicas"])
+            print(f"       {'':<4} redis-servers on {node['redis_port']} (first primary), {ports}")
+    sentinels: list[str] = next((n["sentinels"] for n in info["nodes"] if n.get("sentinels")), [])
+    if sentinels:
+        print(f"sentinels:    {', '.join(sentinels)} (each node's master name is its id)")
     print(f"data dir:     {info['data_dir']}")
     print(f"logs:         {info['logs']}")
     for note in info.get("notes") or []:
@@ -132,4 +144,4 @@ def print_summary(info: dict[str, Any]) -> None:
         '-d \'{"key":"user:1","limits":[{"algorithm":"fixed_window",'
         '"limit":10,"window":"1m"}]}\''
     )
-    print("Ctrl-C stops everything.", flush=True)
+    print("A process that exits is restarted. Ctrl-C stops everything.", flush=True)

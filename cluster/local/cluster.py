@@ -9,6 +9,8 @@ One launcher for `shardlimit up` (cluster/cli/up.py), the benchmarks and the cha
 
 Nodes are `shardlimit serve node`, routers `shardlimit serve router` from a config
 written under the data dir; `stop()` takes routers, then nodes, then Redis down.
+`supervise()` (which `shardlimit up` does) restarts any child that exits; without it a
+killed child stays down, as chaos tests want.
 """
 
 from __future__ import annotations
@@ -18,18 +20,25 @@ import os
 import secrets
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from cluster.local.ports import free_port, free_port_run
+from cluster.local.ports import free_port_run
 from cluster.local.procs import ChildProcess, python_module
-from cluster.local.recorded import listening, node_port, recorded_members, redis_dir
+from cluster.local.recorded import (
+    RecordedPorts,
+    listening,
+    node_port,
+    recorded_members,
+)
 from cluster.local.redis_proc import RedisProcess, redis_server_binary
 from cluster.local.router_config import write_router_config
 from cluster.local.sentinel_proc import Replication
+from cluster.local.shards import Shards, build_shards, follow_recorded
+from cluster.local.supervisor import Restart, Supervisor, Watched, log_restart
 from cluster.local.up_options import UpOptions
 from cluster.model.nodes import NodeSpec
 from cluster.web.auth import ADMIN_TOKEN_ENV, CLUSTER_TOKEN_ENV
@@ -93,6 +102,9 @@ class LocalCluster:
     partitioner: str = ""
     notes: list[str] = field(default_factory=list)  # what `up` tells the user it decided
     replication: Replication | None = None  # replicas and Sentinels (options.replicas > 0)
+    recorded_ports: RecordedPorts | None = None  # how the data dir was started before
+    supervisor: Supervisor | None = None
+    shards: Shards | None = None  # the Redis side, once built
 
     def __post_init__(self) -> None:
         self.partitioner = self.options.partitioner
@@ -148,7 +160,10 @@ class LocalCluster:
 
     def take_recorded_cluster(self) -> None:
         """On a data dir that holds a cluster: bring back exactly its nodes, each on its
-        own Redis data, or refuse naming what is missing (cluster/local/recorded.py)."""
+        own Redis data, or refuse naming what is missing (cluster/local/recorded.py);
+        with the replicas and Sentinels it was started with."""
+        self.recorded_ports, note = follow_recorded(self.options, self.data_dir)
+        self.notes += [note] if note else []
         recorded = recorded_members(self.data_dir, self.options.host, redis_server_binary())
         if recorded is None:
             return
@@ -178,6 +193,8 @@ class LocalCluster:
         )
         if self.options.grpc_port is not None:
             owners[self.options.grpc_port] = "the gRPC listener"
+        for port in self.recorded_ports.ports() if self.recorded_ports else ():
+            owners[port] = "a recorded Redis or Sentinel"  # only replicated ones record ports
         taken = [
             f"{port} ({who})"
             for port, who in sorted(owners.items())
@@ -193,21 +210,16 @@ class LocalCluster:
         """Every child, not started yet."""
         env = self.env()
         extra = ("--json",) if self.options.json_logs else ()
-        promised = self._promised_ports()
-        if self.options.replicas:
-            self.replication = Replication(
-                self.data_dir, self.options.replicas, promised, self.options.down_after_ms
-            )
-        for spec in self.members:
+        self.shards = build_shards(
+            self.options,
+            self.data_dir,
+            [spec.id for spec in self.members],
+            self._promised_ports(),
+            self.recorded_ports,
+        )
+        self.redis, self.replication = self.shards.redis, self.shards.replication
+        for spec, url in zip(self.members, self.shards.urls, strict=True):
             node_id = spec.id
-            redis = RedisProcess(
-                port=free_port(avoid=promised),
-                data_dir=redis_dir(self.data_dir, node_id),
-                appendfsync=self.options.appendfsync,
-            )
-            promised.add(redis.port)
-            self.redis.append(redis)
-            url = redis.url if self.replication is None else self.replication.add(node_id, redis)
             clock = ("--test-clock",) if self.options.test_clock else ()
             self.nodes.append(
                 node_process(
@@ -266,7 +278,21 @@ class LocalCluster:
             if not child.alive:
                 raise RuntimeError(f"{child.name} exited with {child.returncode}; see {child.log}")
 
+    def supervise(
+        self, report: Callable[[Restart], None] = log_restart, *, in_thread: bool = True
+    ) -> Supervisor:
+        """Restart every child (router, node, Redis, Sentinel) that exits from now on
+        until `stop()`, reporting each restart. `in_thread`: from a thread of its own,
+        else the caller calls `tick()` (as `shardlimit up` does from its main loop)."""
+        assert self.shards is not None, "supervise() a started cluster"
+        watched = [Watched(child) for child in self.children] + self.shards.watched()
+        self.supervisor = Supervisor(watched, report)
+        if in_thread:
+            self.supervisor.run_in_thread()
+        return self.supervisor
+
     def summary(self) -> dict[str, Any]:
+        assert self.shards is not None, "the summary of a started cluster"
         return {
             "router": self.router_url,
             "routers": self.router_urls,
@@ -274,13 +300,8 @@ class LocalCluster:
             "data_dir": str(self.data_dir),
             "logs": str(self.data_dir / "logs"),
             "nodes": [
-                {
-                    "id": self.node_id(i),
-                    "url": self.node_url(i),
-                    "redis": r.url,
-                    "redis_dir": str(r.data_dir),
-                }
-                for i, r in enumerate(self.redis)
+                {"id": self.node_id(i), "url": self.node_url(i), **self.shards.summary(i)}
+                for i in range(len(self.redis))
             ],
             "partitioner": self.partitioner,
             "notes": self.notes,
@@ -288,7 +309,10 @@ class LocalCluster:
 
     def stop(self, grace: float = 10.0) -> None:
         """Routers, then nodes (SIGTERM together, then awaited), then Redis (SIGTERM:
-        Redis fsyncs its AOF). Every child, also when one of them misbehaves."""
+        Redis fsyncs its AOF). Every child, also when one of them misbehaves; none is
+        restarted meanwhile."""
+        if self.supervisor is not None:
+            self.supervisor.halt()
         for tier in (self.routers, self.nodes):
             for child in tier:
                 child.terminate()
@@ -300,6 +324,8 @@ class LocalCluster:
             redis.stop(grace)
         if self.replication is not None:
             self.replication.stop_replicas(grace)
+        if self.supervisor is not None:
+            self.supervisor.close()  # after the stops: its thread spawned some children
 
     def __enter__(self) -> LocalCluster:
         self.start()

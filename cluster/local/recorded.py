@@ -1,10 +1,13 @@
 """The cluster a data dir records: which nodes `up` must bring back, and where their
-Redis data lives (`<data dir>/redis-<node id>`, for nodes added live too)."""
+Redis data lives (`<data dir>/redis-<node id>`, for nodes added live too); with
+replicas, the ports of every Redis and Sentinel (`RecordedPorts`)."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -13,6 +16,47 @@ from cluster.model.nodes import NodeSpec
 from cluster.model.partition import partitioner_from_dict
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+PORTS_FILE = "processes.json"
+
+
+@dataclass
+class RecordedPorts:
+    """How the Redis side of a local cluster was started: replicas per node, the
+    Sentinels' down-after, and, with replicas, the ports to start them on again. Those
+    must not change: each Sentinel rewrites its own config file naming the primaries',
+    replicas' and other Sentinels' ports, and a replica follows its primary's port."""
+
+    replicas: int = 0
+    down_after_ms: int = 1000
+    sentinels: list[int] = field(default_factory=list)
+    redis: dict[str, list[int]] = field(default_factory=dict)  # id -> primary, replicas
+
+    def ports(self) -> set[int]:
+        return {*self.sentinels, *(p for ports in self.redis.values() for p in ports)}
+
+
+def load_ports(data_dir: Path) -> RecordedPorts | None:
+    path = data_dir / PORTS_FILE
+    if not path.exists():
+        return None
+    try:
+        raw = json.loads(path.read_text())
+        return RecordedPorts(
+            replicas=int(raw["replicas"]),
+            down_after_ms=int(raw["down_after_ms"]),
+            sentinels=[int(p) for p in raw["sentinels"]],
+            redis={str(k): [int(p) for p in v] for k, v in raw["redis"].items()},
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise RuntimeError(f"{path} is not a record of a local cluster ({exc})") from exc
+
+
+def save_ports(data_dir: Path, ports: RecordedPorts) -> None:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / PORTS_FILE
+    spare = path.with_suffix(".tmp")
+    spare.write_text(json.dumps(asdict(ports), indent=1) + "\n")
+    spare.replace(path)
 
 
 def redis_dir(data_dir: Path, node_id: str) -> Path:

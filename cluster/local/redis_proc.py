@@ -184,6 +184,22 @@ class RedisProcess:
         self.child.spawn()
         return self.child
 
+    def spawn(self) -> None:
+        """Start it without waiting until it answers (a supervisor's restart)."""
+        self._spawn()
+
+    def follow(self, primary: tuple[str, int] | None) -> None:
+        """From its next start, replicate `primary` (None: start as a primary)."""
+        args = self.extra_args
+        if "--replicaof" in args:
+            at = args.index("--replicaof")
+            args = args[:at] + args[at + 3 :]
+        if primary is not None:
+            args = [*args, "--replicaof", primary[0], str(primary[1])]
+        self.extra_args = args
+        if self.child is not None:
+            self.child.args = self.command()
+
     def start(self, timeout: float = 10.0) -> None:
         self._spawn()
         self.wait_ready(timeout)

@@ -87,6 +87,8 @@ def test_up_serves_then_stops_every_child(tmp_path: Path) -> None:
         info = json.loads(line)
         assert info["admin_token"] == "admin-from-env"
         assert [n["id"] for n in info["nodes"]] == ["n1", "n2"]
+        # No --replicas: one Redis per node, no Sentinel.
+        assert [(n["replicas"], n["sentinels"]) for n in info["nodes"]] == [([], [])] * 2
         router = info["router"]
         request = urllib.request.Request(
             router + "/v1/check",
@@ -139,3 +141,18 @@ def test_up_serves_then_stops_every_child(tmp_path: Path) -> None:
         with socket.socket() as sock:
             assert sock.connect_ex(("127.0.0.1", node_port)) != 0, f"port {node_port} still open"
     assert any((data_dir / "redis-n1").rglob("*.aof"))
+
+
+@pytest.mark.timeout(60)
+def test_up_help_names_replicas_and_supervision() -> None:
+    def up(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "cluster.cli", "up", *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=30)
+
+    shown = up("--help")
+    assert shown.returncode == 0
+    for text in ("--replicas N", "--down-after-ms MS", "Sentinels", "is restarted"):
+        assert text in shown.stdout, text
+    refused = up("--replicas", "-1")
+    assert refused.returncode == 2
+    assert "argument --replicas: must be a whole number from 0 to 8, not '-1'" in refused.stderr
