@@ -1,14 +1,13 @@
 """The router↔node batch protocol: one typed definition both sides import.
 
-A batch is one HTTP request `POST BATCH_PATH` whose body is a msgpack-encoded
-`Batch` (positional arrays, no field names on the wire). `deadline_ms` is a Unix
-time in milliseconds on the router's clock. The node applies no op after it: it
-answers `Expired` for a batch that reached it late (including one that waited in
-its socket buffer while the process was stopped), the batch script refuses to run
-when Redis' clock is past it, and a batch whose results are ready only after it is
-taken back before the node answers `Expired`. The router gives up on a batch only
-at the deadline + its margin, so an answer it gave up on never consumed anything (while
-the router's clock runs ahead of the node's by less than that margin; see the README).
+A batch is one HTTP request `POST BATCH_PATH` whose body is a msgpack-encoded `Batch`
+(positional arrays, no field names on the wire). `deadline_ms` is a Unix time in ms on
+the router's clock. The node applies no op after it: it answers `Expired` for a batch
+that reached it late (also one that waited in its socket buffer while the process was
+stopped), the batch script refuses to run when Redis' clock is past it, and a batch
+whose results are ready only after it is taken back before the node answers `Expired`.
+The router gives up on a batch only at the deadline + its margin, so an answer it gave
+up on never consumed anything (while the router's clock is ahead by less than that).
 
 The answer is a `BatchReply`: one result per op, in order, each a tagged `Result`.
 
@@ -44,6 +43,7 @@ __all__ = [
     "HOLDS_ADOPT_PATH",
     "HOLDS_SETTLE_PATH",
     "IMPORT_PATH",
+    "LANDED_PATH",
     "LEASE_PATH",
     "MAX_FRAME_BYTES",
     "METRICS_PATH",
@@ -96,6 +96,7 @@ TOPOLOGY_PATH: Final = "/node/v1/topology"  # PUT: adopt a topology; GET: the no
 STATS_PATH: Final = "/node/v1/stats"  # epoch, liveness port, key counts
 EXPORT_PATH: Final = "/node/v1/export"  # a migration source hands out moving keys
 IMPORT_PATH: Final = "/node/v1/import"  # a target takes keys in
+LANDED_PATH: Final = "/node/v1/landed"  # which MIGRATEd keys a target holds (and a replica)
 HOLDS_SETTLE_PATH: Final = "/node/v1/holds/settle"  # settle holds whose key moved here
 HOLDS_ADOPT_PATH: Final = "/node/v1/holds/adopt"  # a source hands over holds of moved keys
 MIGRATE_PATH: Final = "/node/v1/migrate"  # one copy step of a migration
@@ -224,7 +225,9 @@ class Moved(msgspec.Struct, array_like=True, frozen=True, tag="moved"):
 
 
 class Expired(msgspec.Struct, array_like=True, frozen=True, tag="expired"):
-    """Not applied: the deadline passed first. Safe to send again."""
+    """Not applied: the deadline passed first (send again), or no replica held it."""
+
+    unreplicated: bool = False
 
 
 class Failed(msgspec.Struct, array_like=True, frozen=True, tag="error"):
@@ -361,8 +364,7 @@ class FrameBuffer:
                 break
             bodies.append(bytes(buffer[at + 4 : end]))
             at = end
-        if at:
-            del buffer[:at]
+        del buffer[:at]
         return bodies
 
 
@@ -383,15 +385,18 @@ class Control(msgspec.Struct, kw_only=True):
 
 class ExportKeys(Control):
     """A node importing moving keys asks their old owner for them, with its topology
-    (the owner takes it first when it is newer)."""
+    (the owner takes it first when it is newer). LANDED_PATH takes `keys` alone."""
 
     keys: Annotated[list[str], msgspec.Meta(max_length=MAX_EXPORT_KEYS)]
     topology: dict[str, Any] | None = None
 
 
-class ImportKeys(Control):
+class Entries(Control):
+    entries: Any  # checked by the receiving module, which knows their shape
+
+
+class ImportKeys(Entries):  # entries: node/migration/migrator.py decode_entries
     migration: _Id
-    entries: Any  # [[key, base64 dump, ttl ms], ...]: node/migration/migrator.py decode_entries
 
 
 class MigrateStep(Control):
@@ -435,10 +440,6 @@ class Decision(Control):
 class DecisionsHandover(Control):
     heir: _Id
     url: Annotated[str, msgspec.Meta(pattern="^https?://")]
-
-
-class Entries(Control):
-    entries: Any  # checked by the receiving module, which knows their shape
 
 
 class Holds(Control):

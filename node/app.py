@@ -28,6 +28,7 @@ from node.edge.boundary import redis_boundary
 from node.edge.channel_server import ChannelServer
 from node.errors import PeerError
 from node.health.metrics import held_keys
+from node.health.replication import replication_status
 from node.holds.coordinator_records import parse_entries
 from node.migration.migrator import decode_entries, encode_entries
 from node.state import NodeState
@@ -164,7 +165,24 @@ async def import_keys(
         return problem(400, "bad-import", str(exc))
     reverting = state.ownership.reverts is not None
     restored = await state.migrator.import_entries(migration, entries, replace=reverting)
+    # The sender drops its copy on this answer: with replicas, only once one holds them.
+    if state.store.replicated and not await state.migrator.replica_holds_writes():
+        return problem(503, "no-replica", "no replica acknowledged the imported keys in time")
     return json_response({"restored": restored, "received": len(entries)})
+
+
+@internal(wire.ExportKeys, slug="bad-keys")
+async def landed_keys(
+    request: web.Request, state: NodeState, body: wire.ExportKeys
+) -> web.Response:
+    """Which of `keys` (a source MIGRATEd them here with COPY) this node's Redis lacks;
+    with replicas, answered only once one of them holds the others: the source drops
+    its copy of those on this answer (node/migration/durable.py)."""
+    replicated = state.store.replicated
+    missing, acked = await state.migrator.landed(body.keys, replicated)
+    if replicated and acked < 1:
+        return problem(503, "no-replica", "no replica acknowledged the migrated keys in time")
+    return json_response({"missing": missing, "replicated": replicated})
 
 
 @internal(wire.MigrateStep, slug="bad-step")
@@ -180,7 +198,9 @@ async def migrate_step(
     try:
         budget = state.migrator.budget(migration, rate, busy_pct)
         guard = functools.partial(state.kept.moves_of_epoch, ownership.epoch)
-        step = await state.migrator.copy_batch(ownership, cursor, count, budget, guard)
+        step = await state.migrator.copy_batch(
+            ownership, cursor, count, budget, guard, replicated=state.store.replicated
+        )
         if step["cursor"] == 0:
             # Every moving key is at its new owner now: so go the holds on them.
             step["holds"] = await state.holds.hand_over(ownership.moving_away)
@@ -198,6 +218,7 @@ async def stats(request: web.Request, state: NodeState, body: Any) -> web.Respon
     memory = (await state.redis.info("memory"))["used_memory"]
     redis_version = str((await state.redis.info("server")).get("redis_version", ""))
     address = await primary_address(state.redis)
+    replication = await replication_status(state.redis, state.failovers)
     return json_response(
         {
             "node": state.node_id,
@@ -205,6 +226,7 @@ async def stats(request: web.Request, state: NodeState, body: Any) -> web.Respon
             "keys": keys,
             "memory": memory,
             "redis": address,
+            "replication": replication,
             "live": state.liveness.port,
             "expired_batches": state.expired_batches,
             "undone_checks": state.undone_checks,
@@ -388,6 +410,7 @@ def create_app(config: NodeConfig) -> web.Application:
     app.router.add_get(wire.TOPOLOGY_PATH, get_topology)
     app.router.add_post(wire.EXPORT_PATH, export_keys)
     app.router.add_post(wire.IMPORT_PATH, import_keys)
+    app.router.add_post(wire.LANDED_PATH, landed_keys)
     app.router.add_post(wire.HOLDS_SETTLE_PATH, settle_holds)
     app.router.add_post(wire.HOLDS_ADOPT_PATH, adopt_holds)
     app.router.add_post(wire.MIGRATE_PATH, migrate_step)

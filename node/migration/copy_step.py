@@ -54,6 +54,11 @@ SLOT_MASK = HASH_SLOTS - 1
 FIND_IN_REDIS = False
 
 Mover = Callable[[str, list[str]], Awaitable[int]]  # (target, keys) -> keys moved
+Chunk = Callable[[str], int]  # target -> keys per move
+
+
+def _migrate_chunk(target: str) -> int:
+    return MIGRATE_CHUNK
 
 
 def _owner_at(points: list[Any], owners: list[Any], position: int) -> str:
@@ -203,10 +208,11 @@ async def copy_step(
     count: int,
     budget: Budget,
     *,
-    chunk: int = MIGRATE_CHUNK,
+    chunk: Chunk = _migrate_chunk,
 ) -> dict[str, Any]:
-    """Examine up to `count` keys from `cursor`; move those that change owner. Finding
-    the next keys overlaps with moving the previous ones."""
+    """Examine up to `count` keys from `cursor`; move those that change owner, up to
+    `chunk(target)` keys per move. Finding the next keys overlaps with moving the
+    previous ones."""
     queue: asyncio.Queue[tuple[str, list[str]] | None] = asyncio.Queue(maxsize=4)
     totals = {"scanned": 0, "moved": 0, "restored": 0}
     timing = {"find_s": 0.0, "move_s": 0.0, "paused_s": budget.paused_s}
@@ -241,9 +247,10 @@ async def copy_step(
             for target, keys in found.items():
                 buffer = pending.setdefault(target, [])
                 buffer += keys
-                while len(buffer) >= chunk:
-                    await put((target, buffer[:chunk]))
-                    del buffer[:chunk]
+                size = chunk(target)
+                while len(buffer) >= size:
+                    await put((target, buffer[:size]))
+                    del buffer[:size]
             if moving.done():
                 break  # the mover failed: its exception is raised below
             if cursor == 0 or totals["scanned"] >= count:

@@ -6,21 +6,24 @@ See docs/resharding.md for the protocol and why each step is safe to repeat.
 from __future__ import annotations
 
 import base64
+import logging
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError, ResponseError
 
 from cluster import wire
 from cluster.model.keys import limit_key_of, marker_key, marker_pattern
 from node.errors import PeerError
-from node.migration.copy_step import Budget, Finder, copy_step
+from node.migration.copy_step import MIGRATE_CHUNK, Budget, Finder, copy_step
+from node.migration.direct import LANDED_GROUP, DirectMover
+from node.migration.durable import held
 from node.migration.peer_client import PeerClient
 from node.store.scripts import read_lua
 from node.topology.ownership import Ownership
 
+log = logging.getLogger("shardlimit.node")
 MARKER_TTL_MS = 2 * 86_400_000
 # (redis key, dump or None, absolute expiry ms or -1, authoritative): authoritative is
 # False only when a migration is aborted and the sender never held the key (the
@@ -69,8 +72,10 @@ class Migrator:
         self.revert_script = client.register_script(read_lua("import_revert.lua"))
         self._finder: tuple[tuple[str, int], Finder] | None = None
         self._budget: tuple[str, Budget] | None = None
-        # Direct connections to target Redis (the MIGRATE address), for _drop_if_there.
-        self._target_clients: dict[tuple[str, int, int], aioredis.Redis] = {}
+        # (migration id, run_id of this node's Redis, cursor) of the last copy step that
+        # succeeded: a SCAN cursor means nothing to another Redis process.
+        self._scanned_on: tuple[str, str, int] | None = None
+        self.direct = DirectMover(client, peers)  # MIGRATE to the targets' Redis
 
     async def export(self, keys: Sequence[str], reverted: str | None = None) -> list[ExportEntry]:
         """DUMP + absolute expiry of each key (None when absent). Does not delete.
@@ -164,14 +169,29 @@ class Migrator:
         count: int,
         budget: Budget | None = None,
         guard: MoveGuard | None = None,
+        *,
+        replicated: bool = False,
     ) -> dict[str, Any]:
         """One copy step (node/migration/copy_step.py): examine up to `count` keys from
         `cursor`, send those that moved away to their new owners, then drop them here.
         Each move runs under `guard`. When an abort hands keys back, they go through the import
-        endpoint (never MIGRATE, which cannot replace the target's stale copy)."""
+        endpoint (never MIGRATE, which cannot replace the target's stale copy).
+
+        A SCAN cursor is good only for the Redis process that made it: the copy starts
+        over from 0 unless `cursor` is what the last step that succeeded here answered,
+        with this same process (a failover or a restart makes another), and a step
+        during which it changed fails. `replicated` (this node's shard has replicas):
+        a step answers only once a replica holds its deletions, so that a failover
+        cannot bring back keys handed over."""
         migration_id = ownership.migration_id
         if migration_id is None:
             return {"cursor": 0, "scanned": 0, "moved": 0, "restored": 0}
+        server = await self._server()
+        if cursor and self._scanned_on != (migration_id, server, cursor):
+            log.warning(
+                "copy of %s starts over: cursor %d is not this Redis'", migration_id, cursor
+            )
+            cursor = 0
         cached = (migration_id, ownership.epoch)
         if self._finder is None or self._finder[0] != cached:
             self._finder = (cached, Finder(self.client, ownership))
@@ -183,7 +203,7 @@ class Migrator:
                 raise PeerError(f"target {target} is not in the topology")
             if ownership.reverts is not None:
                 return await self._send_dumps(spec.url, migration_id, keys)
-            left = await self._migrate_direct(spec.url, keys)
+            left = await self.direct.move(spec.url, keys)
             return await self._send_dumps(spec.url, migration_id, left) if left else 0
 
         async def move(target: str, keys: list[str]) -> int:
@@ -192,65 +212,35 @@ class Migrator:
             async with guard():
                 return await move_now(target, keys)
 
-        return await copy_step(finder, move, cursor, count, budget or Budget())
+        def chunk(target: str) -> int:
+            spec = ownership.node_spec(target)
+            durable = spec is None or self.peers.replicated.get(spec.url, True)
+            return LANDED_GROUP if durable and ownership.reverts is None else MIGRATE_CHUNK
 
-    async def _migrate_direct(self, target_url: str, keys: list[str]) -> list[str]:
-        """Redis-to-Redis MIGRATE (TTL kept, never REPLACE); returns the keys still here.
+        step = await copy_step(finder, move, cursor, count, budget or Budget(), chunk=chunk)
+        if await self._server() != server:
+            raise PeerError("this node's Redis changed during the copy step: it starts over")
+        if replicated and step["moved"] and not await self.replica_holds_writes():
+            raise PeerError("no replica of this node's Redis acknowledged the step's deletions")
+        self._scanned_on = (migration_id, server, int(step["cursor"]))
+        return step
 
-        Without REPLACE a key the target already holds (imported on first touch and
-        maybe counted since) is refused with BUSYKEY and stays here; it is dropped
-        here if the target has it, else it goes through the import endpoint.
-        """
-        address = await self.peers.redis_address(target_url)
-        if address is None:
-            return keys
-        host, port, db = address
-        try:
-            migrate = self.client.execute_command  # redis-py leaves it untyped
-            await migrate("MIGRATE", host, port, "", db, 10_000, "KEYS", *keys)  # type: ignore[no-untyped-call]
-            return []
-        except ResponseError:
-            pipe = self.client.pipeline(transaction=False)
-            for key in keys:
-                pipe.exists(key)
-            present = await pipe.execute()
-            left = [key for key, here in zip(keys, present, strict=True) if here]
-        return await self._drop_if_there(address, left)
+    async def _server(self) -> str:
+        """The run_id of this node's Redis process (new after a failover or a restart)."""
+        info = await self.client.info("server")
+        return str(info.get("run_id", ""))
 
-    async def _drop_if_there(self, address: tuple[str, int, int], keys: list[str]) -> list[str]:
-        """Of the keys MIGRATE left here, drop those the target's Redis already has;
-        the others are returned (to go through the import endpoint).
+    async def landed(self, keys: Sequence[str], replicated: bool) -> tuple[list[str], int]:
+        """At a target: which of `keys` (MIGRATEd here) this node's Redis lacks, and how
+        many replicas hold the others (-1: the shard has none)."""
+        return await held(self.client, keys, replicated)
 
-        A moving key present at the target is the current one: the target writes it
-        only after importing it (from this frozen copy), and no earlier migration left
-        a copy there. So the import script would do nothing for it but set a marker,
-        which the target's first touch no longer needs (Migrator.missing_markers).
-        Asking the target's Redis directly saves an HTTP call through the target node
-        per chunk that met a key a live check had already pulled."""
-        if not keys:
-            return keys
-        host, port, db = address
-        target = self._target_clients.get(address)
-        if target is None:
-            target = aioredis.Redis(
-                host=host, port=port, db=db, socket_connect_timeout=2.0, socket_timeout=10.0
-            )
-            self._target_clients[address] = target
-        try:
-            pipe = target.pipeline(transaction=False)
-            for key in keys:
-                pipe.exists(key)
-            there = await pipe.execute()
-        except (RedisError, OSError):
-            return keys
-        drop = [key for key, found in zip(keys, there, strict=True) if found]
-        if drop:
-            await self.client.delete(*drop)
-        return [key for key, found in zip(keys, there, strict=True) if not found]
+    async def replica_holds_writes(self) -> bool:
+        """A replica holds every write this node's Redis applied so far (a barrier)."""
+        return (await held(self.client, [], True))[1] >= 1
 
     async def close(self) -> None:
-        for client in self._target_clients.values():
-            await client.aclose()
+        await self.direct.close()
 
     async def _send_dumps(self, target_url: str, migration_id: str, keys: list[str]) -> int:
         entries = await self.export(keys)

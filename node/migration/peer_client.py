@@ -21,6 +21,9 @@ class PeerClient:
     ) -> None:
         self._session_factory = session_factory  # the node's one session, made when needed
         self._redis_addresses: dict[str, tuple[str, int, int]] = {}
+        # Per node URL: whether its shard has replicas, as its LANDED_PATH answer said
+        # (node/migration/durable.py); unknown until then. Forgotten with its address.
+        self.replicated: dict[str, bool] = {}
         self.headers = {"Content-Type": "application/json"}
         if cluster_token:
             self.headers["Authorization"] = f"Bearer {cluster_token}"
@@ -44,9 +47,15 @@ class PeerClient:
         except (aiohttp.ClientError, TimeoutError, OSError, orjson.JSONDecodeError) as exc:
             raise PeerError(f"{url}: {type(exc).__name__} {exc}") from exc
 
+    def forget_redis(self, node_url: str) -> None:
+        """A MIGRATE to the node's Redis address failed (a failover moved its primary, or
+        it is down): the next redis_address() asks its stats again."""
+        self._redis_addresses.pop(node_url, None)
+        self.replicated.pop(node_url, None)
+
     async def redis_address(self, node_url: str) -> tuple[str, int, int] | None:
-        """(host, port, db) of a node's Redis as its stats say (kept per node), or None
-        when it cannot be learned now."""
+        """(host, port, db) of a node's Redis primary as its stats say (kept per node
+        until forget_redis()), or None when it cannot be learned now."""
         address = self._redis_addresses.get(node_url)
         if address is None:
             session = self._session_factory()

@@ -1,0 +1,85 @@
+"""The pieces a migration between replicated shards stands on (node/migration/durable.py),
+on real redis-servers: what a MIGRATE answers when its address is no longer the target's
+primary, and the replica barrier behind the keys a target says it holds."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
+
+from cluster.local.ports import free_port
+from cluster.local.redis_proc import RedisProcess
+from cluster.local.sentinel_proc import replica_of, wait_for
+from node.migration.durable import BARRIER_KEY, held, target_gone
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def shard(tmp_path: Path) -> Iterator[tuple[RedisProcess, RedisProcess]]:
+    """A primary and its replica, in sync."""
+    primary = RedisProcess(free_port(), tmp_path / "primary", aof=False)
+    replica = replica_of(primary, free_port(avoid={primary.port}), tmp_path / "replica")
+    primary.start()
+    replica.start()
+    client = redis.Redis(port=primary.port)
+
+    def online() -> bool:
+        info = client.info("replication")
+        return bool(info.get("connected_slaves")) and info["slave0"]["state"] == "online"
+
+    wait_for(online, 30, "the replica is in sync")
+    client.close()
+    yield primary, replica
+    replica.stop()
+    primary.stop()
+
+
+def _migrate_error(source: redis.Redis, host: str, port: int, key: str) -> ResponseError:
+    with pytest.raises(ResponseError) as raised:
+        source.execute_command("MIGRATE", host, port, "", 0, 2000, "COPY", "KEYS", key)  # type: ignore[no-untyped-call]
+    return raised.value
+
+
+def test_a_migrate_to_no_primary_is_told_from_a_refused_key(
+    shard: tuple[RedisProcess, RedisProcess], redis_servers: list[RedisProcess]
+) -> None:
+    primary, replica = shard
+    source = redis.Redis(port=redis_servers[0].port)
+    source.set("c1|k", 1)
+    redis.Redis(port=primary.port).set("c1|k", 2)
+    busy = _migrate_error(source, primary.host, primary.port, "c1|k")
+    assert "BUSYKEY" in str(busy) and not target_gone(busy)  # the target has it: settled
+    demoted = _migrate_error(source, replica.host, replica.port, "c1|k")
+    assert "READONLY" in str(demoted) and target_gone(demoted)
+    nobody = _migrate_error(source, "127.0.0.1", free_port(), "c1|k")
+    assert str(nobody).startswith("IOERR") and target_gone(nobody)
+    source.close()
+
+
+async def test_held_names_the_missing_keys_behind_a_replica_barrier(
+    shard: tuple[RedisProcess, RedisProcess],
+) -> None:
+    primary, replica = shard
+    client = aioredis.Redis(port=primary.port)
+    await client.mset({"c1|a": 1, "c1|b": 2})
+    assert await held(client, ["c1|a", "c1|b"], True) == ([], 1)
+    assert await held(client, ["c1|a", "c1|x", "c1|b"], True) == (["c1|x"], 1)
+    assert await held(client, ["c1|a", "c1|x"], False) == (["c1|x"], -1)  # no barrier asked
+    assert await client.exists(BARRIER_KEY) == 0  # the barrier leaves no key behind
+    # The barrier is the primary's replication stream: what the replica acknowledged
+    # includes every key written before it, by any connection.
+    assert redis.Redis(port=replica.port).mget("c1|a", "c1|b") == [b"1", b"2"]
+
+    replica.pause()  # SIGSTOP: connected, silent
+    try:
+        await client.set("c1|c", 3)
+        assert await held(client, ["c1|c"], True, wait_ms=300) == ([], 0)  # none in time
+    finally:
+        replica.resume()
+    await client.aclose()
