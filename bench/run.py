@@ -20,6 +20,9 @@ Pieces (`--only NAME[,NAME]`, `--skip NAME[,NAME]`):
   burst      128/256/512 connections at once: degraded answers, admitted == held (bench/burst.py)
   hotkey     one hot key with spread 1 and 3 on 3 nodes: each node's share, decisions/s
              (bench/hotkey.py)
+  durability shards with a replica and Sentinel: `durability: replica` ÷ `primary` checks/s
+             (single and batch, wrk), time from SIGKILL of a primary to the first normal
+             answer (5 kills), acknowledged decisions lost (bench/durability.py)
 
 Each comparison is a ratio of two measurements taken side by side in this run: the
 machine has 2 shared cores, so absolute numbers are noise and only ratios mean much.
@@ -46,6 +49,7 @@ from bench import compare
 from bench.burst import burst
 from bench.chart import draw
 from bench.compare import Settings, run_module_json
+from bench.durability import durability
 from bench.hotkey import hotkey
 from bench.peers import trivial_server
 from bench.progress import note
@@ -69,6 +73,7 @@ PIECES = (
     "scaling",
     "migration",
     "hotkey",
+    "durability",
 )
 ON_SHARED_CLUSTER = {"single", "batch", "sdk", "latency", "quick", "profile", "burst"}
 NEEDS_TRIVIAL = {"single", "latency"}
@@ -77,6 +82,7 @@ TOOLS = {
     "batch": ["wrk", "redis-benchmark", "redis-cli"],
     "scaling": ["wrk"],
     "profile": ["py-spy"],
+    "durability": ["wrk"],
 }
 
 
@@ -200,6 +206,7 @@ class Suite:
             "profile": self.profile,
             "burst": lambda: burst(self.router()),
             "hotkey": hotkey,
+            "durability": lambda: durability(s),
             "memory": lambda: run_module_json("bench.memory", "--keys", str(a.memory_keys)),
             "rediscost": lambda: run_module_json("bench.rediscost"),
             "scaling": lambda: scaling(s),

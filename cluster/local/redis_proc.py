@@ -154,6 +154,10 @@ class RedisProcess:
             "yes",
             "--logfile",
             str(self.data_dir / "redis.log"),
+            # A replica that (re)joins is sent the data at once, not after the default 5 s
+            # wait for others to join too: until then `durability: replica` checks fail.
+            "--repl-diskless-sync-delay",
+            "0",
         ]
         if self.aof:
             args += ["--appendonly", "yes", "--appendfsync", self.appendfsync]

@@ -17,7 +17,13 @@ from redis.exceptions import ConnectionError
 
 from cluster.model.sentinel_url import is_sentinel_url, parse_sentinel_url
 
-__all__ = ["PrimaryConnection", "primary_address", "redis_client", "sentinel_pool"]
+__all__ = [
+    "FollowingPool",
+    "PrimaryConnection",
+    "primary_address",
+    "redis_client",
+    "sentinel_pool",
+]
 
 SENTINEL_TIMEOUT_S = 0.25  # one Sentinel's answer; the next one is asked after it
 
@@ -44,6 +50,23 @@ class PrimaryConnection(SentinelManagedConnection):
         await super().send_packed_command(command, check_health)
 
 
+class FollowingPool(SentinelConnectionPool):
+    """redis-py's Sentinel pool, told of a promotion as soon as the Sentinels' leader
+    has sent the chosen replica REPLICAOF NO ONE (node/store/primary_watch.py). Until
+    Sentinel confirms it, which takes up to its 1 s INFO period more, the Sentinels
+    still name the old primary: new connections go to `promoted` instead, and each
+    checks that it answers ROLE as a master (PrimaryConnection)."""
+
+    promoted: tuple[str, int] | None = None
+
+    async def get_master_address(self) -> tuple[str, int]:
+        if self.promoted is not None:
+            self.master_address = self.promoted
+            return self.promoted
+        address: tuple[str, int] = await super().get_master_address()  # type: ignore[no-untyped-call]
+        return address
+
+
 def redis_client(url: str, **options: Any) -> aioredis.Redis:
     """A client of the node's Redis primary; `options` are redis-py's connection ones."""
     if not is_sentinel_url(url):
@@ -59,16 +82,17 @@ def redis_client(url: str, **options: Any) -> aioredis.Redis:
         db=target.db,
         username=target.username,
         password=target.password,
+        connection_pool_class=FollowingPool,
         connection_class=PrimaryConnection,
         **options,
     )
     return client
 
 
-def sentinel_pool(client: aioredis.Redis) -> SentinelConnectionPool | None:
+def sentinel_pool(client: aioredis.Redis) -> FollowingPool | None:
     """The client's Sentinel-backed pool, or None for a client of a fixed server."""
     pool = client.connection_pool
-    return pool if isinstance(pool, SentinelConnectionPool) else None
+    return pool if isinstance(pool, FollowingPool) else None
 
 
 async def primary_address(client: aioredis.Redis) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from node.store.primary_watch import switch_of
+from node.store.primary_watch import promotion_of, switch_of
 
 pytestmark = pytest.mark.timeout(5)
 
@@ -29,3 +29,11 @@ def test_the_new_primary_of_the_nodes_master_is_read() -> None:
 )
 def test_anything_else_is_not_a_switch_of_ours(message: bytes) -> None:
     assert switch_of(message, "n1") is None
+
+
+def test_the_replica_being_promoted_for_the_nodes_master_is_read() -> None:
+    message = b"slave 127.0.0.1:7101 127.0.0.1 7101 @ n1 127.0.0.1 7001"
+    assert promotion_of(message, "n1") == ("127.0.0.1", 7101)
+    assert promotion_of(message, "n2") is None
+    assert promotion_of(b"master n1 127.0.0.1 7001 @ n1 127.0.0.1 7001", "n1") is None
+    assert promotion_of(b"slave 127.0.0.1:7101 127.0.0.1 port @ n1 127.0.0.1 7001", "n1") is None
