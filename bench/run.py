@@ -23,6 +23,7 @@ Pieces (`--only NAME[,NAME]`, `--skip NAME[,NAME]`):
   durability shards with a replica and Sentinel: `durability: replica` ÷ `primary` checks/s
              (single and batch, wrk), time from SIGKILL of a primary to the first normal
              answer (5 kills), acknowledged decisions lost (bench/durability.py)
+  grpc       router CPU per ShouldRateLimit ÷ per /v1/check at 500/s open loop (bench/grpc_cost.py)
 
 Each comparison is a ratio of two measurements taken side by side in this run: the
 machine has 2 shared cores, so absolute numbers are noise and only ratios mean much.
@@ -74,6 +75,7 @@ PIECES = (
     "migration",
     "hotkey",
     "durability",
+    "grpc",
 )
 ON_SHARED_CLUSTER = {"single", "batch", "sdk", "latency", "quick", "profile", "burst"}
 NEEDS_TRIVIAL = {"single", "latency"}
@@ -207,6 +209,16 @@ class Suite:
             "burst": lambda: burst(self.router()),
             "hotkey": hotkey,
             "durability": lambda: durability(s),
+            "grpc": lambda: run_module_json(
+                "bench.grpc_cost",
+                "--rate",
+                "500",
+                "--seconds",
+                str(a.seconds),
+                "--repeat",
+                "3",
+                timeout=1200,
+            ),
             "memory": lambda: run_module_json("bench.memory", "--keys", str(a.memory_keys)),
             "rediscost": lambda: run_module_json("bench.rediscost"),
             "scaling": lambda: scaling(s),

@@ -154,6 +154,14 @@ TARGETS: dict[str, tuple[str, tuple[str, ...], str, float, str]] = {
         "SIGKILL of a shard's primary to the first normal answer for a key of that shard, "
         "worst of 5 kills (the spec's bound with down-after-milliseconds 1000)",
     ),
+    "grpc_router_cpu_per_check_vs_http": (
+        "grpc",
+        ("ratio_grpc_over_http",),
+        "<=",
+        1.3,
+        "router CPU per ShouldRateLimit ÷ per POST /v1/check at the same open-loop rate "
+        "(500/s), median of 3 alternating pairs",
+    ),
     "durability_replica_lost": (
         "durability",
         ("lost", "replica", "lost"),

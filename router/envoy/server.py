@@ -9,6 +9,10 @@ while the descriptors file holds at least one domain.
 TLS uses the router's `tls_cert` / `tls_key`, or envoyproxy/ratelimit's
 GRPC_SERVER_TLS_CERT / GRPC_SERVER_TLS_KEY; with GRPC_CLIENT_TLS_CACERT every client
 must present a certificate chained to that CA (mutual TLS).
+
+In plaintext the port is served by the lean HTTP/2 server of router/envoy/lean_server.py
+(a fraction of grpcio's CPU per call), with the same handlers; with TLS, or with
+SHARDLIMIT_GRPC_SERVER=grpcio, by grpcio's asyncio server.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from envoy.service.ratelimit.v3 import rls_pb2_grpc  # type: ignore[import-untyp
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
 
 from router.config import RouterConfig
+from router.envoy.lean_server import LeanGrpcServer
 from router.envoy.settings import EnvoySettings
 
 SERVICE_NAME = "envoy.service.ratelimit.v3.RateLimitService"
@@ -82,7 +87,30 @@ class GrpcServer:
         for name in HEALTH_NAMES:
             await self.health.set(name, status)
 
+    def lean(self) -> bool:
+        """Served by the lean server: plaintext, unless SHARDLIMIT_GRPC_SERVER=grpcio."""
+        return self.cert is None and self.key is None and self.settings.grpc_server == "lean"
+
     async def start(self, domains: int) -> int:
+        if self.lean():
+            self.credentials()  # the same refusals as below (a CA without a certificate)
+            lean = LeanGrpcServer(
+                self.config.host,
+                self.config.grpc_port,
+                self.servicer,
+                self.health,
+                self.settings.max_connection_age_ms,
+                self.settings.max_connection_age_grace_ms,
+            )
+            port = await lean.start()
+            self._server = lean
+        else:
+            port = await self._start_grpcio()
+        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        await self.config_loaded(domains)
+        return port
+
+    async def _start_grpcio(self) -> int:
         server = grpc.aio.server(options=self.options())
         rls_pb2_grpc.add_RateLimitServiceServicer_to_server(self.servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
@@ -94,8 +122,6 @@ class GrpcServer:
             port = server.add_secure_port(address, credentials)
         await server.start()
         self._server = server
-        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
-        await self.config_loaded(domains)
         return int(port)
 
     async def stop(self) -> None:

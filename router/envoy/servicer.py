@@ -48,6 +48,7 @@ from router.service import Router
 log = logging.getLogger("shardlimit.envoy")
 _ENUM_UNIT = {number: name for name, number in envoy_status.UNIT_ENUM.items()}
 _COUNTED = 1  # envoy_flags: a denied hit is counted (router/envoy/descriptors.py)
+MATCH_CACHE = 65_536  # (domain, entries) matches kept; all dropped when full
 
 
 def _entries(descriptor: Any) -> list[tuple[str, str]]:
@@ -87,6 +88,12 @@ class RateLimitService:
         self.config = config
         self.settings = settings
         self.shadow_overrides = 0  # over-limit answers turned OK by shadow_mode
+        # The match of each (domain, entries) seen, for the descriptors file loaded
+        # (`_domains`): a request's descriptors are looked up once, not level by level.
+        self._matches: dict[tuple[str, tuple[tuple[str, str], ...]], Match | None] = {}
+        self._domains: dict[str, Any] | None = None
+        # Each (domain, stat key)'s counters, by stat name.
+        self._stats: dict[tuple[str, str], dict[str, Any]] = {}
 
     async def ShouldRateLimit(self, request: Any, context: Any) -> Any:
         started = time.perf_counter()
@@ -106,12 +113,23 @@ class RateLimitService:
         if not request.descriptors:
             raise ServiceError("rate limit descriptor list must not be empty")
         domains = self.config.domains
+        if domains is not self._domains:  # (re)loaded: what was matched may differ now
+            self._matches, self._domains = {}, domains
+        matches = self._matches
+        domain = request.domain
         found: list[Match | None] = []
         for descriptor in request.descriptors:
-            if descriptor.HasField("limit") and request.domain in domains:
-                found.append(_override(request.domain, descriptor, self.config.options))
-            else:
-                found.append(match(domains, request.domain, _entries(descriptor)))
+            if descriptor.HasField("limit") and domain in domains:
+                found.append(_override(domain, descriptor, self.config.options))
+                continue
+            entries = tuple([(entry.key, entry.value) for entry in descriptor.entries])
+            key = (domain, entries)
+            if key in matches:
+                found.append(matches[key])
+                continue
+            if len(matches) >= MATCH_CACHE:
+                matches.clear()
+            found.append(matches.setdefault(key, match(domains, domain, list(entries))))
         # `replaces`: a matched limit named by another matched limit's replaces is dropped.
         replaced = {name for m in found if m is not None for name in m.limit.replaces}
         return [
@@ -200,7 +218,12 @@ class RateLimitService:
         if blocked_over and stop:
             checks = [msgspec.structs.replace(check, dry_run=True) for check in checks]
         together = stop and not blocked_over and not spread and len(checks) > 1
-        bodies = (await self.router.batch(checks, together)).results
+        if together or len(checks) > 1:
+            bodies = (await self.router.batch(checks, together)).results
+        elif checks:  # one check: the path of POST /v1/check (as a batch of one decides)
+            bodies = [await self.router.check(checks[0])]
+        else:
+            bodies = []
         return [
             (body, stop and (body.rolled_back is True or (blocked_over and body.allowed)))
             for body in bodies
@@ -210,12 +233,14 @@ class RateLimitService:
         """Count a descriptor's stats (domain and config key, never a value)."""
         if limit.shadow_mode and outcome.over:
             self.shadow_overrides += 1
-        stats = self.router.metrics.envoy_stats
+        counters = self._stats.get((domain, limit.stats_key))
+        if counters is None:  # every series exists from the first hit
+            stats = self.router.metrics.envoy_stats
+            counters = {name: stats[name](domain, limit.stats_key) for name in outcome.stats}
+            self._stats[domain, limit.stats_key] = counters
         for name, hits in outcome.stats.items():
             if hits:
-                stats[name](domain, limit.stats_key).inc(hits)
-            else:
-                stats[name](domain, limit.stats_key)  # the series exists from the first hit
+                counters[name].inc(hits)
         return outcome.status
 
 

@@ -45,6 +45,9 @@ class EnvoySettings:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     client_ca: Path | None = None
+    # Which server answers gRPC in plaintext: "lean" (router/envoy/lean_server.py) or
+    # "grpcio" (its asyncio server, which TLS always uses). SHARDLIMIT_GRPC_SERVER.
+    grpc_server: str = "lean"
 
     @property
     def cache_denials(self) -> bool:
@@ -77,6 +80,7 @@ class EnvoySettings:
             tls_cert=_path(source, "GRPC_SERVER_TLS_CERT"),
             tls_key=_path(source, "GRPC_SERVER_TLS_KEY"),
             client_ca=_path(source, "GRPC_CLIENT_TLS_CACERT"),
+            grpc_server=_choice(source, "SHARDLIMIT_GRPC_SERVER", ("lean", "grpcio")),
         )
 
 
@@ -124,6 +128,14 @@ def _header(env: Mapping[str, str], name: str, default: str) -> str:
     text = env.get(name, "").strip() or default
     if not all(c.isascii() and (c.isalnum() or c in "-_") for c in text):
         raise SettingsError(f"{name}: must be a header name (letters, digits, - and _)")
+    return text
+
+
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    """One of `choices` (the first when unset)."""
+    text = env.get(name, "").strip().lower() or choices[0]
+    if text not in choices:
+        raise SettingsError(f"{name}: must be one of {', '.join(choices)}, not {env[name]!r}")
     return text
 
 

@@ -43,6 +43,9 @@ class DescriptorOutcome:
     stats: dict[str, int]
 
 
+_CONFIGURED: dict[tuple[str, int, str], Any] = {}  # current_limit of rate_limit descriptors
+
+
 def seconds_until(reset_after_ms: int) -> int:
     """Whole seconds to the window's end, as envoyproxy/ratelimit's CalculateReset:
     `unit - now % unit` in Unix seconds, which is the ceiling of the milliseconds left."""
@@ -54,11 +57,21 @@ def current_limit(
 ) -> Any:
     """The configured requests_per_unit and unit, else the reported limit's count and,
     when its window is one unit, that unit."""
-    out = rls_pb2.RateLimitResponse.RateLimit(name=limit.name)
     if limit.requests_per_unit is not None and limit.unit is not None:
-        out.requests_per_unit = min(limit.requests_per_unit, MAX_UINT32)
-        out.unit = UNIT_ENUM[limit.unit]
+        # A rate_limit's answer is the same every time: built once (a message passed to
+        # DescriptorStatus is copied into it, so the one kept here is never changed).
+        configured = (limit.name, limit.requests_per_unit, limit.unit)
+        out = _CONFIGURED.get(configured)
+        if out is None:
+            if len(_CONFIGURED) >= 4096:
+                _CONFIGURED.clear()
+            out = _CONFIGURED[configured] = rls_pb2.RateLimitResponse.RateLimit(
+                name=limit.name,
+                requests_per_unit=min(limit.requests_per_unit, MAX_UINT32),
+                unit=UNIT_ENUM[limit.unit],
+            )
         return out
+    out = rls_pb2.RateLimitResponse.RateLimit(name=limit.name)
     out.requests_per_unit = min((row.limit if row is not None else None) or 0, MAX_UINT32)
     if spec is not None:
         unit = spec.period if spec.algorithm == "calendar" else _WINDOWS.get(spec.window_ms)
@@ -70,6 +83,8 @@ def current_limit(
 def _reported(body: answers.Decision) -> int:
     """Which limit of a multi-limit decision a status reports: the first that denied,
     else the one with the fewest remaining."""
+    if len(body.limits) == 1:
+        return 0
     if body.denied_by:
         return body.denied_by[0]
     counts = [row.remaining if row.remaining is not None else MAX_UINT32 for row in body.limits]

@@ -1,0 +1,158 @@
+"""The lean gRPC server (router/envoy/lean_server.py, h2.py, hpack.py) against real grpcio
+clients and a real cluster: the same answers as grpcio's own server, byte for byte, and
+what HTTP/2 asks of it (flow control both ways, big messages, unknown methods, health
+Watch, connection age)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import grpc  # type: ignore[import-untyped]
+import pytest
+import redis as redis_client
+from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped]
+from grpc_health.v1 import health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
+
+from cluster.local.redis_proc import RedisProcess
+from router.app import ENVOY
+from router.envoy.lean_server import LeanGrpcServer
+from tests.integration.test_envoy import (
+    ENVOY_YAML,
+    Envoy,
+    descriptor,
+    start_envoy,
+    stop_envoy,
+)
+
+pytestmark = pytest.mark.timeout(90)
+
+METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+
+
+def requests() -> list[Any]:
+    """A run of calls touching each kind of answer: counted, over the limit, unknown
+    descriptor and domain, overrides, hits_addend, several descriptors, and refusals."""
+    build = rls_pb2.RateLimitRequest
+    marketing = [("message_type", "marketing"), ("to_number", "2061234567")]
+    out = [build(domain="messaging", descriptors=[descriptor(marketing)]) for _ in range(7)]
+    out += [
+        build(domain="messaging", descriptors=[descriptor([("to_number", "1")], hits=3)]),
+        build(domain="messaging", descriptors=[descriptor([("nothing", "here")])]),
+        build(domain="nowhere", descriptors=[descriptor([("a", "b")])]),
+        build(domain="messaging", descriptors=[descriptor([("k", "v")], limit=(2, 2))] * 3),
+        build(
+            domain="messaging",
+            descriptors=[descriptor(marketing), descriptor([("to_number", "9")])],
+            hits_addend=2,
+        ),
+        build(domain="", descriptors=[descriptor([("a", "b")])]),
+        build(domain="messaging"),
+        build(domain="messaging", descriptors=[descriptor([("k", "v")], limit=(2, 0))]),
+    ]
+    return out
+
+
+async def answers(envoy: Envoy) -> list[tuple[str, bytes | str]]:
+    """Each call's answer: the response's bytes, or the status code and message."""
+    call = envoy.channel.unary_unary(METHOD)  # bytes in, bytes out
+    out: list[tuple[str, bytes | str]] = []
+    for request in requests():
+        try:
+            out.append(("ok", await call(request.SerializeToString(), timeout=10)))
+        except grpc.aio.AioRpcError as exc:
+            out.append((exc.code().name, exc.details() or ""))
+    return out
+
+
+async def run_on(
+    redis_servers: list[RedisProcess], tmp_path: Path, server: str, monkeypatch: Any
+) -> list[tuple[str, bytes | str]]:
+    monkeypatch.setenv("SHARDLIMIT_GRPC_SERVER", server)
+    for redis in redis_servers:  # each run from empty counters
+        client = redis_client.Redis(port=redis.port)
+        client.flushall()
+        client.close()
+    (tmp_path / server).mkdir()
+    envoy = await start_envoy(redis_servers, tmp_path / server, ENVOY_YAML, 2000)
+    try:
+        listener = envoy.cluster.runners[-1].app[ENVOY]
+        assert isinstance(listener.server._server, LeanGrpcServer) == (server == "lean")
+        return await answers(envoy)
+    finally:
+        await stop_envoy(envoy)
+
+
+async def test_same_answers_as_grpcio_server(
+    redis_servers: list[RedisProcess], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lean = await run_on(redis_servers, tmp_path, "lean", monkeypatch)
+    grpcio = await run_on(redis_servers, tmp_path, "grpcio", monkeypatch)
+    assert lean == grpcio
+    assert {kind for kind, _ in lean} == {"ok", "UNKNOWN", "INVALID_ARGUMENT"}
+
+
+@pytest.fixture
+async def lean(redis_servers: list[RedisProcess], tmp_path: Path) -> Any:
+    started = await start_envoy(redis_servers, tmp_path, ENVOY_YAML, 2000)
+    try:
+        yield started
+    finally:
+        await stop_envoy(started)
+
+
+async def test_big_request_and_answer_cross_flow_control(lean: Envoy) -> None:
+    """A 3 MiB request (over the 1 MiB stream window: the server gives window back as it
+    reads) and a 1000-descriptor answer with headers, both whole; over 4 MiB is refused
+    as grpcio refuses it."""
+    big = "x" * (3 * 1024 * 1024)
+    answer = await lean.call("messaging", [("to_number", big)])
+    assert answer.statuses[0].limit_remaining == 99
+    many = await lean.call("messaging", *([[("to_number", "5")]] * 1000))
+    assert len(many.statuses) == 1000
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await lean.call("messaging", [("to_number", "y" * (5 * 1024 * 1024))])
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+async def test_many_concurrent_calls_on_one_connection(lean: Envoy) -> None:
+    calls = [lean.call("messaging", [("to_number", f"c{i % 7}")]) for i in range(300)]
+    done = await asyncio.gather(*calls)
+    assert sorted(100 - d.statuses[0].limit_remaining for d in done)[-1] == 300 // 7 + 1
+
+
+async def test_unknown_method_and_health_watch(lean: Envoy) -> None:
+    unknown = lean.channel.unary_unary("/envoy.service.ratelimit.v3.RateLimitService/Nope")
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await unknown(b"", timeout=10)
+    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    health = health_pb2_grpc.HealthStub(lean.channel)
+    with pytest.raises(grpc.aio.AioRpcError) as missing:
+        await health.Check(health_pb2.HealthCheckRequest(service="other"), timeout=10)
+    assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+    watch = health.Watch(health_pb2.HealthCheckRequest(service="ratelimit"))
+    first = await asyncio.wait_for(watch.read(), 10)
+    assert first.status == health_pb2.HealthCheckResponse.SERVING
+    watch.cancel()
+
+
+async def test_connection_age_goaway_and_reconnect(
+    redis_servers: list[RedisProcess], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GRPC_MAX_CONNECTION_AGE: the server sends GOAWAY and closes; the client's calls go
+    on over a new connection."""
+    monkeypatch.setenv("GRPC_MAX_CONNECTION_AGE", "200ms")
+    monkeypatch.setenv("GRPC_MAX_CONNECTION_AGE_GRACE", "1s")
+    envoy = await start_envoy(redis_servers, tmp_path, ENVOY_YAML, 2000)
+    try:
+        server = envoy.cluster.runners[-1].app[ENVOY].server._server
+        seen: set[int] = set()
+        for index in range(12):
+            answer = await envoy.call("messaging", [("to_number", "aged")])
+            assert answer.statuses[0].limit_remaining == 99 - index
+            seen.update(id(c) for c in server.connections)
+            await asyncio.sleep(0.05)
+        assert len(seen) >= 2  # a connection went away and another took over
+    finally:
+        await stop_envoy(envoy)

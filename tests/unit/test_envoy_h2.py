@@ -1,0 +1,192 @@
+"""The lean gRPC server's HTTP/2 pieces (router/envoy/hpack.py, h2.py): RFC 7541's own
+examples for HPACK, and HTTP/2 flow control of an answer, fed frame by frame."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from router.envoy import h2_frames as f
+from router.envoy.h2 import H2Connection
+from router.envoy.hpack import Decoder, HpackError, huffman_decode
+
+H = bytes.fromhex
+
+
+def test_rfc7541_request_examples_with_huffman() -> None:
+    """RFC 7541 C.4: three requests on one connection, Huffman strings, the dynamic table."""
+    decoder = Decoder()
+    first = decoder.decode(H("828684418cf1e3c2e5f23a6ba0ab90f4ff"))
+    assert first[-1] == (b":authority", b"www.example.com")
+    second = decoder.decode(H("828684be5886a8eb10649cbf"))
+    assert second[-1] == (b"cache-control", b"no-cache")
+    third = decoder.decode(H("828785bf408825a849e95ba97d7f8925a849e95bb8e8b4bf"))
+    assert third[-1] == (b"custom-key", b"custom-value")
+    assert decoder.size == 164
+
+
+def test_rfc7541_response_examples_with_eviction() -> None:
+    """RFC 7541 C.6: responses with a 256-byte table, entries evicted, long Huffman codes."""
+    decoder = Decoder()
+    decoder.max_size = 256
+    first = decoder.decode(
+        H(
+            "488264025885aec3771a4b6196d07abe941054d444a8200595040b8166e082a62d1bff"
+            "6e919d29ad171863c78f0b97c8e9ae82ae43d3"
+        )
+    )
+    assert first == [
+        (b":status", b"302"),
+        (b"cache-control", b"private"),
+        (b"date", b"Mon, 21 Oct 2013 20:13:21 GMT"),
+        (b"location", b"https://www.example.com"),
+    ]
+    second = decoder.decode(H("4883640effc1c0bf"))
+    assert second[0] == (b":status", b"307")
+    third = decoder.decode(
+        H(
+            "88c16196d07abe941054d444a8200595040b8166e084a62d1bffc05a839bd9ab77ad94e7"
+            "821dd7f2e6c7b335dfdfcd5b3960d5af27087f3672c1ab270fb5291f9587316065c003ed"
+            "4ee5b1063d5007"
+        )
+    )
+    assert third[-1] == (b"set-cookie", b"foo=ASDJKHQKBZXOQWEOPIUAXQWEOIU; max-age=3600; version=1")
+    assert decoder.size == 215
+
+
+def test_huffman_padding_and_eos_are_refused() -> None:
+    assert huffman_decode(H("a8eb10649cbf")) == b"no-cache"
+    with pytest.raises(HpackError):
+        huffman_decode(H("a8eb10649cbe"))  # padding not all ones
+    with pytest.raises(HpackError):
+        huffman_decode(H("ff"))  # padding over 7 bits
+    with pytest.raises(HpackError):
+        huffman_decode(H("ffffffff"))  # the EOS symbol
+
+
+class _Transport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.out = bytearray()
+        self.closed = False
+
+    def write(self, data: Any) -> None:
+        self.out += data
+
+    def close(self) -> None:
+        self.closed = True
+
+    def frames(self) -> list[tuple[int, int, int, bytes]]:
+        """(type, flags, stream, payload) of what was written since the last call."""
+        out, at, data = [], 0, bytes(self.out)
+        while at < len(data):
+            length = int.from_bytes(data[at : at + 3], "big")
+            kind, flags = data[at + 3], data[at + 4]
+            stream = int.from_bytes(data[at + 5 : at + 9], "big")
+            out.append((kind, flags, stream, data[at + 9 : at + 9 + length]))
+            at += 9 + length
+        self.out.clear()
+        return out
+
+
+class _Calls:
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, bytes, bytes]] = []
+
+    def call(self, connection: H2Connection, stream_id: int, path: bytes, message: bytes) -> None:
+        self.calls.append((stream_id, path, message))
+
+
+async def test_answer_waits_for_the_peers_window() -> None:
+    """A peer that opens 10 bytes per stream gets 10 bytes of DATA, the rest after its
+    WINDOW_UPDATE, and the trailers last; a request's message reaches the calls."""
+    calls = _Calls()
+    connection = H2Connection(calls, lambda _c: None)
+    transport = _Transport()
+    connection.connection_made(transport)
+    assert [k for k, *_ in transport.frames()] == [f.SETTINGS, f.WINDOW_UPDATE]
+    path = b"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+    block = b"\x83" + b"\x04" + bytes((len(path),)) + path  # :method POST, :path literal
+    connection.data_received(
+        f.PREFACE
+        + f.settings_frame({f.SETTINGS_INITIAL_WINDOW_SIZE: 10})
+        + f.frame(f.HEADERS, f.END_HEADERS, 1, block)
+        + f.frame(f.DATA, f.END_STREAM, 1, f.grpc_message(b"hello"))
+    )
+    assert calls.calls == [(1, path, b"hello")]
+    assert transport.frames() == [(f.SETTINGS, f.ACK, 0, b"")]
+    connection.respond(1, b"x" * 25)  # 30 bytes framed
+    await asyncio.sleep(0)  # written at the end of the event loop's turn
+    sent = transport.frames()
+    assert [(k, fl, len(p)) for k, fl, _s, p in sent] == [
+        (f.HEADERS, f.END_HEADERS, len(f.RESPONSE_HEADERS)),
+        (f.DATA, 0, 10),
+    ]
+    connection.data_received(f.window_update(1, 100))
+    sent = transport.frames()
+    assert [(k, fl, len(p)) for k, fl, _s, p in sent] == [
+        (f.DATA, 0, 20),
+        (f.HEADERS, f.END_HEADERS | f.END_STREAM, len(f.OK_TRAILERS)),
+    ]
+    assert not connection.streams
+
+
+async def test_error_is_trailers_only_and_goaway_refuses_new_streams() -> None:
+    calls = _Calls()
+    connection = H2Connection(calls, lambda _c: None)
+    transport = _Transport()
+    connection.connection_made(transport)
+    transport.frames()
+    block = b"\x83\x84"  # :method POST, :path /
+    connection.data_received(
+        f.PREFACE + f.frame(f.HEADERS, f.END_HEADERS | f.END_STREAM, 1, block)
+    )  # no message at all
+    await asyncio.sleep(0)
+    (answer,) = transport.frames()
+    assert answer[:3] == (f.HEADERS, f.END_HEADERS | f.END_STREAM, 1)
+    assert f.status_trailers(f.GRPC_INTERNAL, "Expected exactly one request message") in answer[3]
+    connection.go_away(1.0)
+    assert transport.frames()[0][0] == f.GOAWAY
+    assert transport.closed  # nothing in flight: closed at once
+    connection.data_received(f.frame(f.HEADERS, f.END_HEADERS | f.END_STREAM, 3, block))
+    assert transport.frames() == [(f.RST_STREAM, 0, 3, f.REFUSED_STREAM.to_bytes(4, "big"))]
+
+
+async def test_a_connection_holds_at_most_max_streams_calls() -> None:
+    """Calls past MAX_STREAMS in flight are refused (REFUSED_STREAM: the client retries)."""
+    calls = _Calls()
+    connection = H2Connection(calls, lambda _c: None)
+    transport = _Transport()
+    connection.connection_made(transport)
+    settings = transport.frames()[0]
+    assert f.settings_frame({f.SETTINGS_MAX_CONCURRENT_STREAMS: f.MAX_STREAMS})[9:] in settings[3]
+    block = b"\x83\x84"  # :method POST, :path /; no END_STREAM: each call stays open
+    opened = b"".join(
+        f.frame(f.HEADERS, f.END_HEADERS, 2 * i + 1, block) for i in range(f.MAX_STREAMS + 2)
+    )
+    connection.data_received(f.PREFACE + opened)
+    assert len(connection.streams) == f.MAX_STREAMS
+    refused = [frame for frame in transport.frames() if frame[0] == f.RST_STREAM]
+    assert [stream for _k, _fl, stream, _p in refused] == [
+        2 * f.MAX_STREAMS + 1,
+        2 * f.MAX_STREAMS + 3,
+    ]
+
+
+async def test_a_header_block_past_its_limit_closes_the_connection() -> None:
+    """CONTINUATION frames without end are a flood: past MAX_HEADER_BLOCK, GOAWAY."""
+    calls = _Calls()
+    connection = H2Connection(calls, lambda _c: None)
+    transport = _Transport()
+    connection.connection_made(transport)
+    transport.frames()
+    piece = b"\x00" * 16_000
+    flood = f.frame(f.HEADERS, 0, 1, piece) + b"".join(
+        f.frame(f.CONTINUATION, 0, 1, piece) for _ in range(f.MAX_HEADER_BLOCK // len(piece) + 1)
+    )
+    connection.data_received(f.PREFACE + flood)
+    kinds = [k for k, *_ in transport.frames()]
+    assert f.GOAWAY in kinds, kinds
+    assert transport.closed
