@@ -1,13 +1,15 @@
 """A node whose Redis is a Sentinel-watched primary with a replica (`redis+sentinel://`)
 follows a failover with no operator step: its keys answer degraded, consuming nothing,
 while the primary is down, then normally from the promoted replica, with every count
-acknowledged under `durability: replica`. Such a check is acknowledged only once the
+acknowledged under `durability: replica`, money amounts included. Such a check is
+acknowledged only once the
 replica holds it: while no replica answers, it is answered degraded and consumes
 nothing, and `durability: primary` rules keep being served."""
 
 from __future__ import annotations
 
 import time
+from decimal import Decimal
 from typing import Any
 
 import aiohttp
@@ -22,6 +24,16 @@ pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]
 ADMIN = "failover-admin-token"
 STOCK = [{"algorithm": "quota", "limit": 1000}]  # no window; durability replica by default
 RATE = [{"algorithm": "fixed_window", "limit": 1000, "window": "1d"}]  # durability primary
+MONEY = [{"algorithm": "calendar", "period": "day", "max_amount": "1000.00"}]  # replica
+
+
+async def pay(
+    http: aiohttp.ClientSession, router: str, key: str, amount: float = 12.34
+) -> dict[str, Any]:
+    body = {"key": key, "limits": MONEY, "amount": amount, "cost": 1 if amount else 0}
+    async with http.post(router + "/v1/check", json=body) as resp:
+        answer: dict[str, Any] = await resp.json()
+        return answer
 
 
 async def test_a_killed_primary_is_followed_to_its_promoted_replica(tmp_path: Any) -> None:
@@ -30,11 +42,14 @@ async def test_a_killed_primary_is_followed_to_its_promoted_replica(tmp_path: An
         assert local.replication is not None
         async with aiohttp.ClientSession() as http:
             key = await key_on(http, local.router_url, "n1", "sku")
+            merchant = await key_on(http, local.router_url, "n1", "merchant")
             for _ in range(5):
                 answer = await check(http, local.router_url, key, STOCK)
                 assert answer["allowed"] is True and not answer.get("degraded"), answer
-            # A quota is `durability: replica` by default: each of the 5 was acknowledged
-            # only once the replica held it, so nothing here waits for replication.
+                answer = await pay(http, local.router_url, merchant)
+                assert answer["allowed"] is True and not answer.get("degraded"), answer
+            # Quotas and calendars are `durability: replica` by default: each of these was
+            # acknowledged only once a replica held it, so nothing here waits for one.
             primary = local.redis[0]
             primary.kill()
             killed = time.monotonic()
@@ -53,6 +68,21 @@ async def test_a_killed_primary_is_followed_to_its_promoted_replica(tmp_path: An
 
             await eventually(served, within=30)
             print(f"first normal answer {time.monotonic() - killed:.2f} s after the kill")
+            paid = 0
+
+            async def paid_once() -> bool:
+                nonlocal paid
+                answer = await pay(http, local.router_url, merchant)
+                if answer.get("degraded"):
+                    return False
+                assert answer["allowed"] is True, answer
+                paid += 1
+                return True
+
+            await eventually(paid_once, within=30)
+            answer = await pay(http, local.router_url, merchant, 0)
+            spent = Decimal("12.34") * (5 + paid)
+            assert answer["limits"][0]["amount_remaining"] == str(Decimal("1000.00") - spent)
             sentinels = local.replication.sentinels
             replicas = local.replication.shards["n1"]
             addresses = [(r.host, r.port) for r in replicas]
