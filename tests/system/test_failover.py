@@ -2,9 +2,8 @@
 follows a failover with no operator step: its keys answer degraded, consuming nothing,
 while the primary is down, then normally from the promoted replica, with every count
 acknowledged under `durability: replica`, money amounts included. Such a check is
-acknowledged only once the
-replica holds it: while no replica answers, it is answered degraded and consumes
-nothing, and `durability: primary` rules keep being served."""
+acknowledged only once the replica holds it: while no replica answers, it is answered
+degraded and consumes nothing, and `durability: primary` rules keep being served."""
 
 from __future__ import annotations
 
