@@ -35,6 +35,10 @@ async def test_a_node_with_its_redis_down_rate_limits_its_warnings(tmp_path: Pat
     finally:
         node.stop()
     lines = sweep_lines()
+    # A plain redis:// URL: no replicas, which the node says once, at start.
+    no_replicas = [line for line in log.read_text().splitlines() if "has no replicas" in line]
+    assert len(no_replicas) == 1 and "WARNING" in no_replicas[0], no_replicas
+    assert "`durability: replica` rules are served as primary" in no_replicas[0]
     assert "repeated" not in lines[0]
     held = [re.search(r"\(repeated (\d+) more times in \d+ s\)$", line) for line in lines[1:]]
     assert all(held), lines  # never the same warning twice in a row without a count
