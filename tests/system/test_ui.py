@@ -125,6 +125,13 @@ async def test_page_shows_the_cluster_and_a_node_add_to_the_end(
         assert shown[node["id"]]["state"] == "up"
         assert number(shown[node["id"]]["keys"]) == node["keys"]
     assert sum(number(card["keys"]) for card in shown.values()) >= KEYS
+    # Each shard's Redis: here a lone primary, marked as having no replicas.
+    redis_js = """[...document.querySelectorAll('.node-card[data-node-id]')].map(c =>
+      [c.dataset.nodeId, c.dataset.replicas, c.querySelector('.redis').textContent])"""
+    expected = sorted(
+        [n["id"], "none", f"{n['redis']['primary']}, no replicas"] for n in info["nodes"]
+    )
+    assert sorted(await page.evaluate(redis_js)) == expected
     await assert_layout_drawn(page, cluster)
     assert await page.evaluate(PHASE_JS) == "none"
     assert await page.evaluate("document.getElementById('epoch').textContent") == "1"
