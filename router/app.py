@@ -13,7 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from cluster import wire
 from cluster.model import answers
-from cluster.model.errors import FieldError, Problems, ValidationError
+from cluster.model.errors import FieldError, Problems, ValidationError, did_you_mean
 from cluster.model.limits import expired_quotas, format_amount
 from cluster.web.problem import Problem, invalid, json_body, json_response, problem_middleware
 from router.api.check_answers import (
@@ -185,7 +185,7 @@ async def get_rule(request: web.Request) -> web.Response:
     book = router_of(request).rules
     rule = book.get(name)
     if rule is None:
-        raise UnknownRule(name)
+        raise UnknownRule(name, did_you_mean(name, book.rules))
     return json_response(rule.to_dict(), headers=_etag(book.version))
 
 
@@ -218,7 +218,7 @@ async def delete_rule(request: web.Request) -> web.Response:
 
     def remove(current: dict[str, Rule]) -> dict[str, Rule]:
         if name not in current:
-            raise UnknownRule(name)
+            raise UnknownRule(name, did_you_mean(name, current))
         return {n: r for n, r in current.items() if n != name}
 
     version = await _publish(request, remove, expected)

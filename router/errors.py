@@ -64,7 +64,12 @@ class RulesConflict(RouterError):
 
 
 class UnknownRule(RouterError, LookupError):
-    """A change named a rule the cluster does not hold."""
+    """A change named a rule the cluster does not hold; `hint` names the nearest it holds
+    ("; did you mean 'basic'?", or "")."""
+
+    def __init__(self, name: str, hint: str = "") -> None:
+        super().__init__(name)
+        self.hint = hint
 
 
 class RulesUnavailable(RouterError):

@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from cluster import wire
-from cluster.model.errors import FieldError, Problems
+from cluster.model.errors import FieldError, Problems, did_you_mean
 from cluster.model.keys import (
     INLINE_SCOPE,
     MAX_KEY_BYTES,
@@ -150,7 +150,7 @@ def rule_of(
             return None
         rule = rules.get(name)
         if rule is None:
-            problems.add(f"{path}rule", f"unknown rule '{name}'")
+            problems.add(f"{path}rule", f"unknown rule '{name}'{did_you_mean(name, rules.rules)}")
         return rule
     cache_key = _inline_key(inline, on_failure)
     cached = _inline_rules.get(cache_key) if cache_key is not None else None

@@ -15,15 +15,22 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+# Exit statuses (the --help epilog says them): 0 done.
+CLUSTER_FAILED = 1  # the cluster could not do it: router unreachable, an HTTP 5xx
+MISTAKE = 2  # a mistake in the command or its input: usage, a bad file, an HTTP 4xx
+
 
 class AdminError(Exception):
-    """A refusal or an unreachable router: one line for the user. `errors` holds the
-    field errors of a 400 problem ((field, message) pairs), for commands that name
-    their flags instead."""
+    """A refusal or an unreachable router: one line for the user, and the exit status
+    `code` (MISTAKE unless the cluster failed). `errors` holds the field errors of a 400
+    problem ((field, message) pairs), for commands that name their flags instead."""
 
-    def __init__(self, message: str, errors: list[tuple[str, str]] | None = None) -> None:
+    def __init__(
+        self, message: str, errors: list[tuple[str, str]] | None = None, code: int = MISTAKE
+    ) -> None:
         super().__init__(message)
         self.errors = errors or []
+        self.code = code
 
 
 def router_url(value: str) -> str:
@@ -51,7 +58,8 @@ def _refusal(
     if exc.code == 401:
         hint = "pass --token or set SHARDLIMIT_ADMIN_TOKEN"
         return AdminError(f"{method} {path} needs the admin token: {hint}")
-    return AdminError(f"{method} {path}: {exc.code} {detail}", errors)
+    code = CLUSTER_FAILED if exc.code >= 500 else MISTAKE
+    return AdminError(f"{method} {path}: {exc.code} {detail}", errors, code)
 
 
 def call(
@@ -75,7 +83,7 @@ def call(
     except urllib.error.HTTPError as exc:
         raise _refusal(args, method, path, exc) from exc
     except (urllib.error.URLError, OSError) as exc:
-        raise AdminError(f"cannot reach the router at {base}: {exc}") from exc
+        raise AdminError(f"cannot reach the router at {base}: {exc}", code=CLUSTER_FAILED) from exc
 
 
 def _print_moves(moves: list[dict[str, Any]], title: str) -> None:
@@ -122,7 +130,9 @@ def watch(args: argparse.Namespace) -> dict[str, Any]:
             )
             if migration.get("last_error"):
                 hint = "fix it, then `shardlimit reshard resume`; or `shardlimit reshard abort`"
-                raise AdminError(f"migration paused: {migration['last_error']} ({hint})")
+                raise AdminError(
+                    f"migration paused: {migration['last_error']} ({hint})", code=CLUSTER_FAILED
+                )
             if migration.get("phase") == "done" and not migration.get("running"):
                 final = {"epoch": info["epoch"], **migration}
                 return final
@@ -221,4 +231,4 @@ def run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) 
         return code
     except AdminError as exc:
         print(f"shardlimit: {exc}", file=sys.stderr)
-        return 1
+        return exc.code

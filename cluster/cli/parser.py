@@ -106,7 +106,13 @@ def _node_server_args(node: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="shardlimit", description="sharded rate limiter")
+    parser = Parser(
+        prog="shardlimit",
+        description="sharded rate limiter",
+        epilog="exit status: 0 done; 1 the cluster could not do it (the router unreachable, "
+        "an HTTP 5xx, a migration paused); 2 a mistake in the command or its input "
+        "(usage, a bad file, an HTTP 4xx refusal)",
+    )
     parser.add_argument("--version", action="version", version=f"shardlimit {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

@@ -65,7 +65,7 @@ def _in_flags(error: AdminError) -> AdminError:
     if not error.errors:
         return error
     named = "; ".join(f"{FLAGS.get(field, field)}: {message}" for field, message in error.errors)
-    return AdminError(f"quota adjust: {named}")
+    return AdminError(f"quota adjust: {named}", code=error.code)
 
 
 def cmd_quota(args: argparse.Namespace) -> int:

@@ -49,12 +49,22 @@ def _from_file(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise AdminError(f"cannot read {path}: {exc}") from exc
     except yaml.YAMLError as exc:
-        raise AdminError(f"{path} is not YAML: {exc}") from exc
+        raise AdminError(_yaml_error(path, exc)) from exc
     try:
         rules = parse_rules_document(doc)
     except ValueError as exc:
         raise AdminError(f"{path}: {exc}") from exc
     return rules_document(rules)
+
+
+def _yaml_error(path: Path, exc: yaml.YAMLError) -> str:
+    """One line, as compilers say it: FILE:LINE:COLUMN: problem (1-based)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None)
+    if isinstance(exc, yaml.MarkedYAMLError) and mark is not None and problem:
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}"
+        return f"{where}: {problem}"
+    return f"{path} is not YAML: {' '.join(str(exc).split())}"
 
 
 def cmd_get(args: argparse.Namespace) -> int:

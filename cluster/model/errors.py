@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -15,6 +17,16 @@ class FieldError:
 
     def to_dict(self) -> dict[str, str]:
         return {"field": self.path, "message": self.message}
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """ "; did you mean 'a' or 'b'?" naming the known names nearest `name` (difflib), or
+    "" when none is near."""
+    close = [f"'{c}'" for c in difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.6)]
+    if not close:
+        return ""
+    listed = close[0] if len(close) == 1 else f"{', '.join(close[:-1])} or {close[-1]}"
+    return f"; did you mean {listed}?"
 
 
 class ValidationError(ValueError):

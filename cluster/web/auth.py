@@ -12,11 +12,19 @@ CLUSTER_TOKEN_ENV = "SHARDLIMIT_CLUSTER_TOKEN"  # noqa: S105
 
 def bearer_matches(header: str | None, expected: str | None) -> bool:
     """True if the Authorization header carries `expected`. No token configured: open."""
+    return bearer_check(header, expected) == "ok"
+
+
+def bearer_check(header: str | None, expected: str | None) -> str:
+    """ "ok" if the Authorization header carries `expected` (or none is configured),
+    "missing" if it carries no bearer token, "wrong" if another one (compared in
+    constant time)."""
     if expected is None:
-        return True
-    if not header or not header.startswith("Bearer "):
-        return False
-    return hmac.compare_digest(header[7:].strip().encode(), expected.encode())
+        return "ok"
+    given = header[7:].strip() if header and header.startswith("Bearer ") else ""
+    if not given:
+        return "missing"
+    return "ok" if hmac.compare_digest(given.encode(), expected.encode()) else "wrong"
 
 
 def token_from(env_name: str, file: str | None = None) -> str | None:

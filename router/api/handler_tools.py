@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from cluster.web.auth import bearer_matches
+from cluster.web.auth import bearer_check
 from cluster.web.problem import Problem
 from router.service import Router
 
@@ -21,26 +21,34 @@ def router_of(request: web.Request) -> Router:
     return request.app[ROUTER]
 
 
-def need_admin() -> Problem:
+def need_admin(why: str = "missing") -> Problem:
+    """The 401 of an admin endpoint: `why` is "missing" (no bearer token) or "wrong"."""
+    detail = (
+        "the admin token given is not this cluster's"
+        if why == "wrong"
+        else "this endpoint needs the admin token: Authorization: Bearer <token>"
+    )
     return Problem(
         401,
         "unauthorized",
-        "this endpoint needs the admin token: Authorization: Bearer <token>",
+        detail,
         headers={"WWW-Authenticate": 'Bearer realm="shardlimit-admin"'},
     )
 
 
-def is_admin(request: web.Request) -> bool:
-    return bearer_matches(request.headers.get("Authorization"), router_of(request).admin_token)
+def admin_check(request: web.Request) -> str:
+    """ "ok", "missing" or "wrong": the request's admin token (cluster.web.auth.bearer_check)."""
+    return bearer_check(request.headers.get("Authorization"), router_of(request).admin_token)
 
 
 def admin_only(handler: Handler) -> Handler:
-    """A handler that needs the admin token (a 401 problem without it)."""
+    """A handler that needs the admin token (a 401 problem without it, or with another)."""
 
     @functools.wraps(handler)
     async def guarded(request: web.Request) -> web.Response:
-        if not is_admin(request):
-            raise need_admin()
+        why = admin_check(request)
+        if why != "ok":
+            raise need_admin(why)
         return await handler(request)
 
     return guarded

@@ -41,8 +41,8 @@ async def add_node(request: web.Request) -> web.Response:
         )
     dry_run = bool(body.get("dry_run", False))
     if not dry_run:
-        await _require_reachable(router.view, spec)
         try:
+            await _require_reachable(router.view, spec)
             stats = await authenticated_stats(router.view, spec)
             members = await router.view.node_stats()
             versions = [str(m.get("redis_version") or "") for m in members.values()]
@@ -61,38 +61,76 @@ async def add_node(request: web.Request) -> web.Response:
 async def _require_reachable(view: ClusterView, spec: NodeSpec) -> None:
     """Refuse a node about to be added that cannot serve, before any lease or topology
     change: a refused connection, a failed TLS handshake (a certificate not from the
-    cluster's CA, a client certificate refused), no answer, or a node whose Redis does
-    not answer. Raises Problem."""
+    cluster's CA, a client certificate refused), no answer, something other than a
+    shardlimit node (a router, say), or a node whose Redis does not answer. All are the
+    caller's input: 422. Raises Problem (a URL that is not one) or JoinRefused."""
     try:
         client = view.client_for(spec)  # a client of its own: not a member yet
     except ValueError as exc:
         raise invalid([FieldError("url", str(exc))]) from None
     try:
+        status, raw = await _probe(view, spec, wire.HEALTH_PATH, None)  # open on nodes
+        health = _json_object(raw) if status == 200 else None
+        if health is None or not isinstance(health.get("node"), str):  # a node names itself
+            why = _answered(wire.HEALTH_PATH, status, health, "no node id")
+            raise JoinRefused("not-a-node", 422, await _not_a_node(view, spec, why))
         await client.get(wire.READY_PATH, timeout_s=NODE_PROBE_S)
     except NodeUnavailable as exc:
-        raise Problem(
-            503,
+        raise JoinRefused(
             "node-unreachable",
-            f"node {spec.id} at {spec.url} did not answer {wire.READY_PATH}: {exc}; "
-            "nothing was changed",
+            422,
+            f"node {spec.id} at {spec.url} did not answer {wire.READY_PATH}: {exc}",
         ) from None
     finally:
         await client.close()
 
 
-async def _stats_call(view: ClusterView, spec: NodeSpec, token: str | None) -> tuple[int, bytes]:
+def _answered(path: str, status: int, body: dict[str, Any] | None, lacking: str) -> str:
+    """What GET `path` answered that is not a node's answer."""
+    if status != 200:
+        return f"GET {path} answered HTTP {status}"
+    return f"GET {path} answered " + (lacking if body is not None else "no JSON object")
+
+
+def _json_object(raw: bytes) -> dict[str, Any] | None:
     try:
-        return await get_once(spec.url, wire.STATS_PATH, token, view.ssl_context, NODE_PROBE_S)
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+async def _not_a_node(view: ClusterView, spec: NodeSpec, why: str) -> str:
+    """Why `spec.url`, which answers HTTP, is not a node (`why`: what it answered); a
+    shardlimit router, which answers GET /v1/cluster with its layout, is named."""
+    try:
+        status, raw = await _probe(view, spec, "/v1/cluster", None)
+    except JoinRefused:
+        status, raw = 0, b""
+    layout = _json_object(raw) if status == 200 else None
+    said = f"not a node: {spec.url} does not serve a shardlimit node's stats"
+    if layout is not None and "partitioner" in layout and isinstance(layout.get("nodes"), list):
+        return f"{said}: it is a shardlimit router; give the URL of a `shardlimit serve node`"
+    return f"{said} ({why})"
+
+
+async def _probe(
+    view: ClusterView, spec: NodeSpec, path: str, token: str | None
+) -> tuple[int, bytes]:
+    try:
+        return await get_once(spec.url, path, token, view.ssl_context, NODE_PROBE_S)
     except (TimeoutError, OSError) as exc:
         raise JoinRefused(
-            "node-unreachable", 503, f"unreachable: {type(exc).__name__} {exc}"
+            "node-unreachable",
+            422,
+            f"node {spec.id} at {spec.url} did not answer {path}: {type(exc).__name__} {exc}",
         ) from exc
 
 
 async def authenticated_stats(view: ClusterView, spec: NodeSpec) -> dict[str, Any]:
     """The node's stats, asked with the cluster token and this router's TLS settings;
     a node that answers without the token is refused too. Raises JoinRefused."""
-    status, raw = await _stats_call(view, spec, view.cluster_token)
+    status, raw = await _probe(view, spec, wire.STATS_PATH, view.cluster_token)
     if status == 401:
         raise JoinRefused(
             "node-token-rejected",
@@ -100,21 +138,23 @@ async def authenticated_stats(view: ClusterView, spec: NodeSpec) -> dict[str, An
             f"token rejected: node {spec.id} at {spec.url} refused this cluster's token "
             "(start it with the cluster's SHARDLIMIT_CLUSTER_TOKEN)",
         )
-    if status != 200:
-        raise JoinRefused("node-unreachable", 503, f"its stats answered HTTP {status}")
-    if view.cluster_token and (await _stats_call(view, spec, None))[0] == 200:
+    if status >= 500:  # a node (its /healthz said so) that cannot answer now
+        raise JoinRefused(
+            "node-unreachable",
+            422,
+            f"node {spec.id} at {spec.url} answered GET {wire.STATS_PATH} with HTTP {status}",
+        )
+    stats = _json_object(raw) if status == 200 else None
+    if stats is None:
+        why = _answered(wire.STATS_PATH, status, stats, "")
+        raise JoinRefused("not-a-node", 422, await _not_a_node(view, spec, why))
+    if view.cluster_token and (await _probe(view, spec, wire.STATS_PATH, None))[0] == 200:
         raise JoinRefused(
             "node-token-rejected",
             409,
             f"token not checked: node {spec.id} at {spec.url} answers without the cluster "
             "token (start it with the cluster's SHARDLIMIT_CLUSTER_TOKEN)",
         )
-    try:
-        stats = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise JoinRefused("node-unreachable", 503, "its stats are not JSON") from exc
-    if not isinstance(stats, dict):
-        raise JoinRefused("node-unreachable", 503, "its stats are not an object")
     return stats
 
 
@@ -134,7 +174,24 @@ def check_joinable(
     their versions). Raises JoinRefused."""
     topology = view.topology
     theirs, ours = stats.get("cluster_id"), topology.cluster_id
-    if stats.get("node") != spec.id:
+    members = {n.id: n for n in topology.nodes}
+    started_as = stats.get("node")
+    if started_as != spec.id and started_as in members:
+        # `--id` with its own id would be refused too: that id is taken.
+        member, slug = members[str(started_as)], "node-already-member"
+        if theirs == ours:  # holds this cluster's layout under a member's id: that member
+            detail = f"the node at {spec.url} is already a member, as {member.id}"
+            if member.url != spec.url:
+                detail += f" (listed at {member.url})"
+        else:
+            slug = "node-id-taken"
+            detail = (
+                f"the node at {spec.url} was started as {member.id!r}, the id of the member "
+                f"at {member.url}: start it with an id of its own (`shardlimit serve node "
+                f"--id {spec.id}`)"
+            )
+        raise JoinRefused(slug, 409, detail)
+    if started_as != spec.id:
         raise JoinRefused(
             "node-id-mismatch",
             409,

@@ -55,7 +55,7 @@ PROBLEMS: list[tuple[type[Exception], Callable[[Any], Problem]]] = [
     (NodeUnavailable, _node_unavailable),
     (RulesConflict, _rules_conflict),
     (RulesUnavailable, _rules_unavailable),
-    (UnknownRule, lambda exc: Problem(404, "unknown-rule", f"no rule named '{exc}'")),
+    (UnknownRule, lambda exc: Problem(404, "unknown-rule", f"no rule named '{exc}'{exc.hint}")),
     (AdjustRefused, _adjust_refused),
     (ReshardError, lambda exc: Problem(409, exc.slug, str(exc))),
     (ValidationError, _validation),

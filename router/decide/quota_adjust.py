@@ -18,7 +18,7 @@ import msgspec
 
 from cluster import wire
 from cluster.model import answers
-from cluster.model.errors import Problems
+from cluster.model.errors import Problems, did_you_mean
 from cluster.model.keys import REQUEST_ID, sub_key
 from cluster.model.limits import (
     MAX_AMOUNT_MINOR,
@@ -102,7 +102,7 @@ def parse_adjust(body: Any, rules: RuleBook, problems: Problems) -> AdjustReques
     rule = rules.get(name) if isinstance(name, str) else None
     index = -1
     if rule is None and isinstance(name, str) and name:
-        problems.add("rule", f"unknown rule '{name}'")
+        problems.add("rule", f"unknown rule '{name}'{did_you_mean(name, rules.rules)}")
     elif rule is None:
         problems.add("rule", "is required: the name of a rule with a quota limit")
     else:

@@ -246,7 +246,7 @@ async def test_the_cli_and_the_sdk_adjust_a_quota(cluster: Cluster) -> None:
     code, _, err = await shardlimit(
         "quota", "adjust", "q:cli", "--set", "1", "--request-id", "cli-1", *common
     )
-    assert code == 1 and "409" in err
+    assert code == 2 and "409" in err
     code, _, err = await shardlimit(
         "quota", "adjust", "q:cli", "--delta", "1", "--set", "1", *common
     )

@@ -63,7 +63,7 @@ async def test_a_file_without_rules_key_is_a_one_line_error(
         path = tmp_path / "flat.yaml"
         path.write_text(text)
         code, out, err = await _cli(cluster, "rules", "apply", "-f", str(path))
-        assert code == 1, (out, err)
+        assert code == 2, (out, err)
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
         assert "top-level 'rules:'" in err, err
     async with cluster.http.put(
@@ -96,14 +96,14 @@ async def test_apply_that_deletes_rules_needs_prune(cluster: Cluster, tmp_path: 
     version, names = await _rules(cluster)
     wanted = _without(cluster, tmp_path, "login", "stock")
     code, out, err = await _cli(cluster, "rules", "apply", "-f", str(wanted))
-    assert code == 1, (out, err)
+    assert code == 2, (out, err)
     assert len(err.strip().splitlines()) == 1
     assert "would delete 2 rule(s) the cluster holds: login, stock" in err
     assert "--prune" in err
     assert await _rules(cluster) == (version, names)
 
     code, out, err = await _cli(cluster, "rules", "apply", "-f", str(wanted), "--json")
-    assert code == 1 and "login, stock" in err
+    assert code == 2 and "login, stock" in err
     assert await _rules(cluster) == (version, names)
 
     code, out, err = await _cli(cluster, "rules", "apply", "-f", str(wanted), "--prune")
@@ -125,7 +125,7 @@ async def test_apply_on_a_terminal_asks_before_deleting(cluster: Cluster, tmp_pa
             terminal=(controller, terminal),
             answer=b"n\n",
         )
-        assert code == 1 and "nothing applied" in err, (out, err)
+        assert code == 2 and "nothing applied" in err, (out, err)
         assert "delete 1 rule(s) (pair)? [y/N]" in out
         assert await _rules(cluster) == (version, names)
         code, out, err = await _cli(

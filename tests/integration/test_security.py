@@ -40,11 +40,20 @@ async def test_every_write_needs_the_admin_token(
     _, before_rules = await cluster.get("/v1/rules")
     _, before_cluster = await cluster.get("/v1/cluster")
     # No token, a wrong token, the cluster token (a node credential is not an admin one).
-    for token in (None, "wrong", CLUSTER, ADMIN + "x", ""):
+    missing = "this endpoint needs the admin token: Authorization: Bearer <token>"
+    wrong = "the admin token given is not this cluster's"
+    for token, detail in (
+        (None, missing),
+        ("wrong", wrong),
+        (CLUSTER, wrong),
+        (ADMIN + "x", wrong),
+        ("", missing),
+    ):
         status, content_type, problem = await _call(cluster, method, path, body, token)
         assert status == 401, (token, status, problem)
         assert content_type == "application/problem+json"
         assert problem["status"] == 401
+        assert problem["detail"] == detail, token
     _, after_rules = await cluster.get("/v1/rules")
     _, after_cluster = await cluster.get("/v1/cluster")
     assert after_rules == before_rules

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Cluster
+from tests.conftest import ADMIN, Cluster
 
 FW = {"algorithm": "fixed_window", "limit": 5, "window": "1m"}
 
@@ -185,3 +185,41 @@ async def test_other_endpoints_reject_bad_input(cluster: Cluster) -> None:
     ) as resp:
         body = await resp.json(content_type=None)
         assert_problem(resp.status, body, 400, "body.limits[0].algorithm")
+
+
+async def test_an_unknown_rule_is_answered_with_the_nearest_names(cluster: Cluster) -> None:
+    """A typo in a rule name names the rules it is near ("did you mean"), wherever the
+    name is given; a name near none names none."""
+    status, body = await cluster.check({"key": "k", "rule": "basc"})
+    assert status == 400, body
+    assert body["errors"] == [
+        {"field": "rule", "message": "unknown rule 'basc'; did you mean 'basic'?"}
+    ]
+    assert body["detail"] == "rule: unknown rule 'basc'; did you mean 'basic'?"
+    status, body = await cluster.post("/v1/check/batch", {"checks": [{"key": "k", "rule": "logn"}]})
+    assert status == 400, body
+    assert body["errors"] == [
+        {"field": "checks[0].rule", "message": "unknown rule 'logn'; did you mean 'login'?"}
+    ]
+    status, body = await cluster.check({"key": "k", "rule": "zzz"})
+    assert body["errors"] == [{"field": "rule", "message": "unknown rule 'zzz'"}]
+    status, body = await cluster.get("/v1/rules/paymnts")
+    assert (status, body["type"], body["detail"]) == (
+        404,
+        "https://shardlimit.dev/problems/unknown-rule",
+        "no rule named 'paymnts'; did you mean 'payments'?",
+    )
+    async with cluster.http.delete(
+        cluster.router_url + "/v1/rules/stok", headers={"Authorization": f"Bearer {ADMIN}"}
+    ) as resp:
+        deleted = await resp.json(content_type=None)
+    assert (resp.status, deleted["detail"]) == (404, "no rule named 'stok'; did you mean 'stock'?")
+    status, body = await cluster.get("/v1/rules/zzz")
+    assert (status, body["detail"]) == (404, "no rule named 'zzz'")
+    status, body = await cluster.post(
+        "/v1/quota/adjust", {"key": "k", "rule": "stocks", "delta": 1, "request_id": "r1"}, ADMIN
+    )
+    assert status == 400, body
+    assert body["errors"] == [
+        {"field": "rule", "message": "unknown rule 'stocks'; did you mean 'stock'?"}
+    ]

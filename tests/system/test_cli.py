@@ -88,7 +88,7 @@ def test_old_spellings_still_work_for_one_release() -> None:
         (("serve", "node", "--id", "n1"), 2, "the following arguments are required"),
         (("node", "add"), 2, "the following arguments are required: url"),
         (("reshard", "explode"), 2, "invalid choice: 'explode'"),
-        (("rules", "apply", "-f", "/nonexistent/rules.yaml"), 1, "cannot read /nonexistent"),
+        (("rules", "apply", "-f", "/nonexistent/rules.yaml"), 2, "cannot read /nonexistent"),
         (("status",), 1, "cannot reach the router at http://127.0.0.1:1"),
         (("node", "remove", "n9"), 1, "cannot reach the router"),
         (("serve", "router", "--config", "/nonexistent.yaml"), 2, "cannot read /nonexistent"),
@@ -103,6 +103,50 @@ def test_a_mistake_is_one_line_without_a_traceback(
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert says in lines[0] and "Traceback" not in done.stderr
+
+
+def test_help_says_the_exit_statuses() -> None:
+    done = _run("--help")
+    assert done.returncode == 0
+    assert " ".join(done.stdout.split("\n\n")[-1].split()) == (
+        "exit status: 0 done; 1 the cluster could not do it (the router unreachable, an "
+        "HTTP 5xx, a migration paused); 2 a mistake in the command or its input (usage, a "
+        "bad file, an HTTP 4xx refusal)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        (
+            "rules:\n  basic:\n    limits: 5/minute\n   on_failure: allow\n",
+            "4:4: expected <block end>, but found '<block mapping start>'",
+        ),
+        ("rules:\n  basic: {limits: [5/minute}\n", "2:28: expected ',' or ']', but got '}'"),
+        ("rules:\n\tbasic: x\n", "2:1: found character '\\t' that cannot start any token"),
+    ],
+)
+def test_a_rules_file_that_is_not_yaml_is_file_line_column(
+    tmp_path: Path, text: str, where: str
+) -> None:
+    """Refused before the router is asked (none listens here): exit 2, one line."""
+    path = tmp_path / "rules.yaml"
+    path.write_text(text)
+    done = _run("rules", "apply", "-f", str(path))
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", f"shardlimit: {path}:{where}\n")
+
+
+@pytest.mark.parametrize(("status", "code"), [(400, 2), (404, 2), (409, 2), (500, 1), (503, 1)])
+def test_a_refusal_exits_2_and_a_cluster_failure_1(status: int, code: int) -> None:
+    import argparse
+    import urllib.error
+
+    from cluster.cli.admin import _refusal
+
+    body = io.BytesIO(json.dumps({"detail": "why"}).encode())
+    error = urllib.error.HTTPError("http://r/v1/x", status, "reason", {}, body)  # type: ignore[arg-type]
+    refused = _refusal(argparse.Namespace(token="t"), "GET", "/v1/x", error)
+    assert (str(refused), refused.code) == (f"GET /v1/x: {status} why", code)
 
 
 @pytest.mark.parametrize("service", ["node", "router"])

@@ -224,12 +224,12 @@ def _against(
 
 def test_wrong_token_and_no_token_are_told_apart(live: LocalCluster) -> None:
     adjust = ("quota", "adjust", "k", "--rule", "basic", "--delta", "1")
-    wrong = _one_line(_against(live, *adjust, token="not-the-token"), 1)
+    wrong = _one_line(_against(live, *adjust, token="not-the-token"), 2)
     assert wrong == (
         "shardlimit: POST /v1/quota/adjust: token rejected (401): the router's admin "
         "token differs from --token / SHARDLIMIT_ADMIN_TOKEN"
     )
-    missing = _one_line(_against(live, *adjust, token=None), 1)
+    missing = _one_line(_against(live, *adjust, token=None), 2)
     assert missing == (
         "shardlimit: POST /v1/quota/adjust needs the admin token: pass --token or set "
         "SHARDLIMIT_ADMIN_TOKEN"
@@ -240,17 +240,32 @@ def test_quota_adjust_names_the_unknown_rule_and_the_missing_flags(live: LocalCl
     unknown = _against(
         live, "quota", "adjust", "k", "--rule", "nosuch", "--delta", "1", token=live.admin_token
     )
-    assert _one_line(unknown, 1) == "shardlimit: quota adjust: --rule: unknown rule 'nosuch'"
+    assert _one_line(unknown, 2) == "shardlimit: quota adjust: --rule: unknown rule 'nosuch'"
     no_change = _against(live, "quota", "adjust", "k", "--rule", "nosuch", token=live.admin_token)
-    assert _one_line(no_change, 1) == (
+    assert _one_line(no_change, 2) == (
         "shardlimit: quota adjust needs one of --delta N, --set N, --amount-delta A or "
         "--amount-set A"
     )
     not_quota = _against(
         live, "quota", "adjust", "k", "--rule", "basic", "--amount-set", "5", token=live.admin_token
     )
-    assert _one_line(not_quota, 1) == (
+    assert _one_line(not_quota, 2) == (
         "shardlimit: quota adjust: --rule: rule 'basic' has no quota limit to adjust"
+    )
+
+
+def test_node_add_of_a_url_that_is_no_new_node_is_one_line_exit_2(live: LocalCluster) -> None:
+    router, n1 = live.router_url, live.node_url(0)
+    itself = _against(live, "node", "add", router, "--id", "n9", token=live.admin_token)
+    assert _one_line(itself, 2) == (
+        f"shardlimit: POST /v1/cluster/nodes: 422 not a node: {router} does not serve a "
+        "shardlimit node's stats: it is a shardlimit router; give the URL of a `shardlimit "
+        "serve node`; nothing was changed"
+    )
+    member = _against(live, "node", "add", n1, "--id", "n9", token=live.admin_token)
+    assert _one_line(member, 2) == (
+        f"shardlimit: POST /v1/cluster/nodes: 409 the node at {n1} is already a member, as "
+        "n1; nothing was changed"
     )
 
 
@@ -260,7 +275,7 @@ def test_a_router_address_without_a_scheme_means_http(live: LocalCluster) -> Non
     assert done.returncode == 0, done.stderr
     assert [n["id"] for n in json.loads(done.stdout)["nodes"]] == ["n1", "n2"]
     other = _against(live, "status", "--router", "ftp://127.0.0.1:1", token=None)
-    assert _one_line(other, 1) == (
+    assert _one_line(other, 2) == (
         "shardlimit: --router must be an http:// or https:// URL, not 'ftp://127.0.0.1:1'"
     )
 

@@ -130,7 +130,7 @@ async def test_a_node_that_cannot_join_changes_nothing(
         await refused(await node("n5"), 409, "node-id-mismatch", "was started as 'n5'")
         # Nobody there.
         nowhere = f"http://127.0.0.1:{free_port()}"
-        await refused(nowhere, 503, "node-unreachable", "ConnectionRefusedError")
+        await refused(nowhere, 422, "node-unreachable", "ConnectionRefusedError")
         # No lease was left behind: a node that may join joins.
         status, started = await cluster.post(
             "/v1/cluster/nodes", {"url": await node("n4"), "id": "n4"}, ADMIN
@@ -141,6 +141,87 @@ async def test_a_node_that_cannot_join_changes_nothing(
     finally:
         spare.close()
         await stop_cluster_nodes(runners)
+
+
+async def test_a_url_that_is_no_new_node_is_refused_saying_what_it_is(
+    plain_cluster: Cluster, fourth_redis: RedisProcess
+) -> None:
+    """The caller's mistakes, each a 4xx that says what the URL is instead, and no hint
+    that leads to another refusal."""
+    cluster = plain_cluster
+    before = await _cluster_state(cluster)
+
+    async def refused(url: str, node_id: str) -> tuple[int, str, str]:
+        code, body = await cluster.post("/v1/cluster/nodes", {"url": url, "id": node_id}, ADMIN)
+        assert await _cluster_state(cluster) == before
+        return code, body["type"].rsplit("/", 1)[1], body["detail"]
+
+    router = cluster.router_url
+    assert await refused(router, "n4") == (
+        422,
+        "not-a-node",
+        f"not a node: {router} does not serve a shardlimit node's stats: it is a shardlimit "
+        "router; give the URL of a `shardlimit serve node`; nothing was changed",
+    )
+    other = web.Application()  # an HTTP server that is not shardlimit: 404 everywhere
+    runner, stranger = await _serve(other)
+    try:
+        assert await refused(stranger, "n4") == (
+            422,
+            "not-a-node",
+            f"not a node: {stranger} does not serve a shardlimit node's stats (GET /healthz "
+            "answered HTTP 404); nothing was changed",
+        )
+    finally:
+        await runner.cleanup()
+    # A node's /healthz and /readyz, but its stats fail (its Redis went away between).
+    answers = {
+        "/healthz": ({"status": "ok", "node": "n4"}, 200),
+        "/readyz": ({"status": "ready"}, 200),
+        "/node/v1/stats": ({}, 503),
+    }
+
+    async def answer(request: web.Request) -> web.Response:
+        body, status = answers[request.path]
+        return web.json_response(body, status=status)
+
+    failing = web.Application()
+    for path in answers:
+        failing.router.add_get(path, answer)
+    runner, failing_url = await _serve(failing)
+    try:
+        assert await refused(failing_url, "n4") == (
+            422,
+            "node-unreachable",
+            f"node n4 at {failing_url} answered GET /node/v1/stats with HTTP 503; nothing "
+            "was changed",
+        )
+    finally:
+        await runner.cleanup()
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    code, kind, detail = await refused(nowhere, "n4")
+    assert (code, kind) == (422, "node-unreachable")
+    assert detail.startswith(
+        f"node n4 at {nowhere} did not answer /healthz: ConnectionRefusedError"
+    )
+    # A member's URL under a new id: `--id n3` would be refused too ("already exists").
+    n3 = cluster.node_urls["n3"]
+    assert await refused(n3, "n4") == (
+        409,
+        "node-already-member",
+        f"the node at {n3} is already a member, as n3; nothing was changed",
+    )
+    # A new node started under a member's id.
+    runner, twin = await _serve(create_node_app(NodeConfig("n3", fourth_redis.url, CLUSTER)))
+    try:
+        assert await refused(twin, "n4") == (
+            409,
+            "node-id-taken",
+            f"the node at {twin} was started as 'n3', the id of the member at {n3}: start it "
+            "with an id of its own (`shardlimit serve node --id n4`); nothing was changed",
+        )
+    finally:
+        await runner.cleanup()
 
 
 def _topology_json(topology: Topology) -> bytes:
@@ -256,7 +337,7 @@ async def test_abort_without_a_migration_and_twice(plain_cluster: Cluster) -> No
     status, body = await plain_cluster.post("/v1/cluster/migration/abort", None)
     assert status == 401, body
     code, out, err = await _cli(plain_cluster, "reshard", "abort")
-    assert code == 1 and out == ""
+    assert code == 2 and out == ""
     assert err == ("shardlimit: POST /v1/cluster/migration/abort: 409 no migration to abort\n"), err
     assert (await _cluster_state(plain_cluster))[:2] == (1, None)
 

@@ -326,7 +326,7 @@ async def test_rules_apply_shows_a_diff_and_applies_a_file(
     broken = tmp_path / "broken.yaml"
     broken.write_text("rules:\n  bad:\n    limits: [{algorithm: fixed_window, limit: -1}]\n")
     refused = await cli("apply", "-f", str(broken), "--router", a, "--token", ADMIN)
-    assert refused.returncode == 1
+    assert refused.returncode == 2
     assert refused.stderr.startswith("shardlimit: ") and "Traceback" not in refused.stderr
 
 

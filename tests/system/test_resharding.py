@@ -372,12 +372,12 @@ async def test_reshard_cli_plan_and_status(cluster: Cluster) -> None:
     code, out, err = await cli("reshard", "status", "--json")
     assert code == 0 and json.loads(out) is None
     code, out, err = await cli("reshard", "resume")
-    assert code == 1 and "no migration to resume" in err
+    assert code == 2 and "no migration to resume" in err
     code, out, err = await cli("node", "remove", "n9")
-    assert code == 1 and "404" in err
+    assert code == 2 and "404" in err
     env["SHARDLIMIT_ADMIN_TOKEN"] = "wrong"
     code, out, err = await cli("node", "add", "http://127.0.0.1:9")
-    assert code == 1 and "401" in err
+    assert code == 2 and "401" in err
 
 
 @pytest.mark.parametrize(("kind", "in_redis"), [("ring", False), ("slots", False), ("slots", True)])

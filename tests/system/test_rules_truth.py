@@ -304,13 +304,13 @@ async def test_a_file_without_rules_or_an_apply_that_deletes_changes_nothing(
 
     env = dict(_env(), SHARDLIMIT_ROUTER=stack.router_urls["b"])
     applied = await _cli(env, "rules", "apply", "-f", str(stack.rules_file("b")))
-    assert applied.returncode == 1 and "top-level 'rules:'" in applied.stderr
+    assert applied.returncode == 2 and "top-level 'rules:'" in applied.stderr
     assert len(applied.stderr.splitlines()) == 1, applied.stderr
 
     only_basic = stack.workdir / "only-basic.yaml"
     only_basic.write_text(RULES_FILE.split("  login:")[0])
     applied = await _cli(env, "rules", "apply", "-f", str(only_basic))
-    assert applied.returncode == 1
+    assert applied.returncode == 2
     assert "would delete 1 rule(s) the cluster holds: login" in applied.stderr
     for router in ("a", "b"):
         version, rules = await stack.served(router)

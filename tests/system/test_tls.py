@@ -502,13 +502,13 @@ async def test_nodes_without_the_cluster_certificate_cannot_join(
     _, before = await _call(http, "GET", tls_cluster.router_url + "/v1/cluster")
 
     status, refused = await _call(http, "POST", nodes_url, {"url": rogue, "id": "n9"}, True)
-    assert status == 503, refused
+    assert status == 422, refused
     assert refused["type"].endswith("/node-unreachable")
     assert "SSLCertVerificationError" in refused["detail"]
     assert "certificate verify failed" in refused["detail"]
 
     status, refused = await _call(http, "POST", nodes_url, {"url": picky, "id": "n9"}, True)
-    assert status == 503, refused
+    assert status == 422, refused
     assert refused["type"].endswith("/node-unreachable")
     assert picky in refused["detail"]
     assert "closed the TLS connection before answering" in refused["detail"]
@@ -516,7 +516,7 @@ async def test_nodes_without_the_cluster_certificate_cannot_join(
 
     https_plain = plain.replace("http://", "https://")
     status, refused = await _call(http, "POST", nodes_url, {"url": https_plain, "id": "n9"}, True)
-    assert status == 503, refused
+    assert status == 422, refused
     assert refused["type"].endswith("/node-unreachable")
     assert "SSLError" in refused["detail"]  # a plain HTTP answer is no TLS record
 
@@ -527,7 +527,7 @@ async def test_nodes_without_the_cluster_certificate_cannot_join(
 
     nowhere = f"https://127.0.0.1:{free_port()}"
     status, refused = await _call(http, "POST", nodes_url, {"url": nowhere, "id": "n9"}, True)
-    assert status == 503, refused
+    assert status == 422, refused
     assert "ConnectionRefusedError" in refused["detail"]
 
     # Nothing was changed: no lease taken, no epoch, no migration.
