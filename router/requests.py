@@ -32,7 +32,10 @@ from router.rules.book import Rule, RuleBook, make_rule
 MAX_BATCH = 1000
 NO_AMOUNT = object()  # a check without "amount" (null is an amount, and a wrong one)
 _ZERO = Decimal(0)
-_CHECK_FIELDS = {"key", "rule", "limits", "cost", "amount", "request_id", "dry_run", "on_failure"}
+_CHECK_FIELDS = {
+    *("key", "rule", "limits", "cost", "amount", "request_id", "dry_run"),
+    *("on_failure", "durability"),
+}
 _REFUND_FIELDS = {"key", "rule", "limits", "request_id"}
 
 
@@ -112,11 +115,11 @@ _INLINE_RULES_MAX = 4096
 _inline_rules: dict[tuple[Any, ...], Rule] = {}
 
 
-def _inline_key(inline: Any, on_failure: Any) -> tuple[Any, ...] | None:
+def _inline_key(inline: Any, on_failure: Any, durability: Any) -> tuple[Any, ...] | None:
     """A hashable copy of an inline rule's JSON, or None (not a list of flat objects)."""
-    if not isinstance(inline, list):
+    if not isinstance(inline, list) or not isinstance(durability, str | None):
         return None
-    frozen: list[Any] = [type(on_failure), on_failure]
+    frozen: list[Any] = [type(on_failure), on_failure, durability]
     for item in inline:
         if not isinstance(item, dict):
             return None
@@ -132,12 +135,22 @@ def _resolve_rule(
     body: dict[str, Any], path: str, rules: RuleBook, problems: Problems
 ) -> Rule | None:
     inline, on_failure = body.get("limits"), body.get("on_failure")
-    return rule_of(body.get("rule"), inline, on_failure, path, rules, problems)
+    return rule_of(
+        body.get("rule"), inline, on_failure, path, rules, problems, body.get("durability")
+    )
 
 
 def rule_of(
-    name: Any, inline: Any, on_failure: Any, path: str, rules: RuleBook, problems: Problems
+    name: Any,
+    inline: Any,
+    on_failure: Any,
+    path: str,
+    rules: RuleBook,
+    problems: Problems,
+    durability: Any = None,
 ) -> Rule | None:
+    """The named rule, or one made of inline `limits` with their `on_failure` and
+    `durability` (read only with inline limits, as a named rule has its own)."""
     if name is not None and inline is not None:
         problems.add(path, "give either 'rule' or 'limits', not both")
         return None
@@ -152,7 +165,7 @@ def rule_of(
         if rule is None:
             problems.add(f"{path}rule", f"unknown rule '{name}'{did_you_mean(name, rules.rules)}")
         return rule
-    cache_key = _inline_key(inline, on_failure)
+    cache_key = _inline_key(inline, on_failure, durability)
     cached = _inline_rules.get(cache_key) if cache_key is not None else None
     if cached is not None:
         return cached
@@ -164,7 +177,10 @@ def rule_of(
     if on_failure is not None and on_failure not in ("allow", "deny"):
         problems.add(f"{path}on_failure", "must be 'allow' or 'deny'")
         return None
-    rule = make_rule(INLINE_SCOPE, limits, on_failure)
+    if durability is not None and durability not in ("primary", "replica"):
+        problems.add(f"{path}durability", "must be 'primary' or 'replica'")
+        return None
+    rule = make_rule(INLINE_SCOPE, limits, on_failure, durability=durability)
     if cache_key is not None and len(problems.errors) == before:
         if len(_inline_rules) >= _INLINE_RULES_MAX:
             _inline_rules.clear()
@@ -187,9 +203,7 @@ def parse_check(
     before = len(problems.errors)
     _unknown_fields(body, _CHECK_FIELDS, path, problems)
     key = parse_key(body.get("key"), f"{path}key", problems)
-    rule = rule_of(
-        body.get("rule"), body.get("limits"), body.get("on_failure"), path, rules, problems
-    )
+    rule = _resolve_rule(body, path, rules, problems)
     return check_of(
         before,
         key,

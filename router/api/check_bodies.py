@@ -38,6 +38,7 @@ class _Check(msgspec.Struct, forbid_unknown_fields=True):
     # Kept as raw JSON and read by orjson as the full parser would (same numbers).
     limits: msgspec.Raw = _ABSENT
     on_failure: msgspec.Raw = _ABSENT
+    durability: msgspec.Raw = _ABSENT
     amount: msgspec.Raw = _ABSENT
     cost: int = 1
     request_id: str | None = None
@@ -74,12 +75,15 @@ def _rule(body: _Check, rules: RuleBook, problems: Problems) -> Rule | None:
     if not body.limits or body.rule is not None:
         return rule_of(body.rule, _raw(body.limits, None), None, "", rules, problems)
     limits = bytes(body.limits)
-    # JSON text holds no NUL byte: the two parts cannot run into each other.
-    text = limits + b"\0" + bytes(body.on_failure) if body.on_failure else limits
+    # JSON text holds no NUL byte: the parts cannot run into each other.
+    text = limits
+    if body.on_failure or body.durability:
+        text += b"\0" + bytes(body.on_failure) + b"\0" + bytes(body.durability)
     rule = _inline.get(text)
     if rule is None:
-        on_failure = _raw(body.on_failure, None)
-        rule = rule_of(None, orjson.loads(limits), on_failure, "", rules, problems)
+        on_failure, durability = _raw(body.on_failure, None), _raw(body.durability, None)
+        inline = orjson.loads(limits)
+        rule = rule_of(None, inline, on_failure, "", rules, problems, durability)
         if rule is not None and not problems.errors:
             if len(_inline) >= _INLINE_MAX:
                 _inline.clear()

@@ -223,3 +223,23 @@ async def test_an_unknown_rule_is_answered_with_the_nearest_names(cluster: Clust
     assert body["errors"] == [
         {"field": "rule", "message": "unknown rule 'stocks'; did you mean 'stock'?"}
     ]
+
+
+async def test_inline_durability_is_primary_or_replica(cluster: Cluster) -> None:
+    """Inline limits take `durability` as a rule does; anything else is named."""
+    limits = [{"algorithm": "fixed_window", "limit": 5, "window": "1m"}]
+    for durability in ("primary", "replica", None):
+        body = {"key": f"dur:{durability}", "limits": limits, "durability": durability}
+        status, answer = await cluster.check(body)
+        assert status == 200 and answer["allowed"] is True, answer
+    status, answer = await cluster.check({"key": "dur:x", "limits": limits, "durability": "disk"})
+    assert status == 400, answer
+    assert answer["errors"] == [
+        {"field": "durability", "message": "must be 'primary' or 'replica'"}
+    ]
+    batch = {"checks": [{"key": "dur:y", "limits": limits, "durability": 1}]}
+    status, answer = await cluster.post("/v1/check/batch", batch)
+    assert status == 400, answer
+    assert answer["errors"] == [
+        {"field": "checks[0].durability", "message": "must be 'primary' or 'replica'"}
+    ]

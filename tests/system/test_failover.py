@@ -150,6 +150,15 @@ async def test_replica_checks_wait_for_a_replica_and_primary_ones_do_not(tmp_pat
                     assert answer["allowed"] is False, answer  # quotas fail closed
                     answer = await check(http, local.router_url, rate, RATE)
                     assert answer["allowed"] is True and not answer.get("degraded"), answer
+                # Inline limits choose their durability as a rule does.
+                body = {"key": rate, "limits": RATE, "durability": "replica"}
+                async with http.post(local.router_url + "/v1/check", json=body) as resp:
+                    answer = await resp.json()
+                assert answer["degraded_reason"].startswith("unreplicated"), answer
+                body = {"key": stock, "limits": STOCK, "durability": "primary"}
+                async with http.post(local.router_url + "/v1/check", json=body) as resp:
+                    answer = await resp.json()
+                assert answer["allowed"] is True and not answer.get("degraded"), answer
             finally:
                 replica.resume()
 
@@ -172,5 +181,6 @@ async def test_replica_checks_wait_for_a_replica_and_primary_ones_do_not(tmp_pat
             replica.start()
             await eventually(served, within=30)
             answer = await check(http, local.router_url, stock, STOCK)
-            # The degraded checks consumed nothing: 1 before, the served ones after, this one.
-            assert answer["limits"][0]["remaining"] == 1000 - 1 - served.count - 1
+            # The degraded checks consumed nothing: 1 before, the inline primary one, the
+            # served ones after, this one.
+            assert answer["limits"][0]["remaining"] == 1000 - 2 - served.count - 1

@@ -51,6 +51,7 @@ def _rule_or_limits(*, on_failure: bool) -> dict[str, Any]:
     limits_given: dict[str, Any] = {"limits": {"not": {"type": "null"}}}
     if on_failure:
         limits_given["on_failure"] = {"enum": ["allow", "deny", None]}
+        limits_given["durability"] = {"enum": ["primary", "replica", None]}
     return {
         "if": {"required": ["rule"], "properties": {"rule": {"type": "string"}}},
         "then": {"properties": {"limits": {"type": "null"}}},
@@ -230,7 +231,8 @@ def components() -> dict[str, Any]:
         "additionalProperties": False,
         "required": ["key"],
         "description": "`rule` (a rule's name) or inline `limits`, not both (null counts as "
-        "absent). The rule must exist; `on_failure` is read only with inline limits",
+        "absent). The rule must exist; `on_failure` and `durability` are read only with inline "
+        "limits",
         "properties": {
             "key": key,
             "rule": {"type": ["string", "null"]},
@@ -243,6 +245,10 @@ def components() -> dict[str, Any]:
             },
             "dry_run": {"type": "boolean", "default": False},
             "on_failure": {"description": "'allow', 'deny' or null (with inline limits)"},
+            "durability": {
+                "description": "'primary', 'replica' or null (with inline limits): on a "
+                "shard with replicas, `replica` is acknowledged only once a replica holds it"
+            },
         },
         **_rule_or_limits(on_failure=True),
     }
