@@ -8,7 +8,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 # apt-get as root, else through sudo
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test test-deps redis-tls lint bench bench-deps clean
+.PHONY: run test test-deps redis-tls lint bench bench-record bench-deps clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -88,10 +88,14 @@ bench-deps:
 	      && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
 	         wrk redis-tools redis-server) >&2
 
-# One JSON document on stdout (progress on stderr); bench/results/latest.{json,png}.
-# ARGS="--only single,batch" or ARGS="--skip migration" run pieces alone.
+# One JSON document on stdout (progress on stderr); bench/runs/latest.{json,png}, which git
+# ignores. ARGS="--only single,batch" or ARGS="--skip migration" run pieces alone.
 bench: bench-deps $(BENCH_STAMP)
 	@$(BIN)/python -m bench.run $(ARGS)
+
+# The same, written to bench/results: the recorded figures the docs quote.
+bench-record: bench-deps $(BENCH_STAMP)
+	@$(BIN)/python -m bench.run --results bench/results $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -5,7 +5,7 @@ Starts 4 Redis, 4 node processes and a router process (3 nodes in the ring, the
 Redis, measures check latency at a fixed offered rate before and during the
 migration, and compares keys moved per second with `MIGRATE ... KEYS` batches
 between two bare Redis instances in the same run. Prints JSON; writes
-bench/results/migration.json.
+bench/runs/migration.json (`--out DIR` elsewhere).
 
     python -m bench.migration --keys 200000 [--partitioner slots]
     python -m bench.migration --keys 1000000 --busy-pct 50   # the 1M-key cluster, 3 -> 4
@@ -38,7 +38,7 @@ from cluster.web.serve import install_fast_loop
 
 TOKEN = "bench-token"
 SHAPE = "fw:3600000"
-RESULTS = Path(__file__).parent / "results"
+RESULTS = Path(__file__).parent / "runs"  # git-ignored
 
 
 def fill(servers: dict[str, RedisProcess], owner_of: Any, keys: int) -> None:
@@ -223,10 +223,12 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=200.0)
     parser.add_argument("--probe-seconds", type=float, default=3.0)
     parser.add_argument("--timeout", type=float, default=600.0, help="give up on the migration")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where migration.json goes")
     install_fast_loop()
-    result = asyncio.run(run(parser.parse_args()))
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "migration.json").write_text(json.dumps(result, indent=2) + "\n")
+    args = parser.parse_args()
+    result = asyncio.run(run(args))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "migration.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
 
 

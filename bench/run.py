@@ -2,7 +2,8 @@
 
 Starts what it needs (a local 3-node cluster, a trivial aiohttp handler, bare Redis,
 clusters of 1, 2 and 4 nodes), runs every piece, stops everything (also on error), and
-writes bench/results/latest.json and bench/results/latest.png. stdout carries one JSON
+writes bench/runs/latest.json and latest.png (untracked: a run leaves the checkout clean;
+`make bench-record` writes them to bench/results, the figures the docs quote). stdout carries one JSON
 document (or, with --table, a table of the targets); progress goes to stderr.
 
 Pieces (`--only NAME[,NAME]`, `--skip NAME[,NAME]`):
@@ -60,7 +61,7 @@ from bench.wrk import WrkSettings
 from cluster.local.cluster import LocalCluster, scratch_cluster
 from cluster.local.redis_proc import redis_server_binary
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = Path(__file__).parent / "runs"  # git-ignored; bench/results: `make bench-record`
 PIECES = (
     "single",
     "batch",
@@ -106,7 +107,7 @@ def _rates(value: str) -> tuple[float, ...]:
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
-        description="shardlimit benchmark suite (writes bench/results/latest.json and .png)",
+        description="shardlimit benchmark suite (writes bench/runs/latest.json and .png)",
         epilog="pieces: " + ", ".join(PIECES),
     )
     parser.add_argument("--only", type=_names, help="run only these pieces, e.g. single,batch")
@@ -223,7 +224,12 @@ class Suite:
             "rediscost": lambda: run_module_json("bench.rediscost"),
             "scaling": lambda: scaling(s),
             "migration": lambda: run_module_json(
-                "bench.migration", "--keys", str(a.migration_keys), timeout=1200
+                "bench.migration",
+                "--keys",
+                str(a.migration_keys),
+                "--out",
+                str(a.results),
+                timeout=1200,
             ),
         }[name]
 
