@@ -39,9 +39,11 @@ __all__ = [
 ]
 
 DOWN_AFTER_MS = 1000  # Sentinel's `down-after-milliseconds`: how long before a primary is down
-# Sentinel's failover-timeout; a Sentinel starts no new failover of a shard within twice
-# it of the last (a second loss that soon waits for it), so it is short here.
-FAILOVER_TIMEOUT_MS = 5_000
+# Sentinel's failover-timeout. A Sentinel starts no new failover of a shard within twice
+# it of the last: a second loss that soon waits for it, but a returning old primary is
+# demoted (after Sentinel's 10 s INFO period and 8 s grace) before a Sentinel that saw
+# the new one slow on a loaded machine may fail over again.
+FAILOVER_TIMEOUT_MS = 10_000
 SENTINELS = 3  # per local cluster: a majority (2) agrees a primary is down and elects
 
 
