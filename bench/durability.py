@@ -43,7 +43,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
@@ -54,6 +53,7 @@ from urllib.parse import quote
 
 from bench.compare import Settings, ratio, with_cpu
 from bench.env import python_env
+from bench.http import request
 from bench.progress import note
 from bench.wrk import LIMITS_JSON, batch_script, check_script, run_wrk
 from cluster.local.cluster import LocalCluster, scratch_cluster
@@ -84,21 +84,11 @@ def _rule(kind: str, durability: str) -> str:
     return f"dur-{kind}-{durability}"
 
 
-def _request(url: str, method: str = "GET", body: Any = None, token: str | None = None) -> Any:
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method=method)  # noqa: S310 - our router
-    request.add_header("Content-Type", "application/json")
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
-        return json.loads(response.read())
-
-
 def put_rules(router: str) -> None:
     for durability in SIDES:
         for kind, limits in (("thr", THROUGHPUT_LIMITS), ("fo", FAILOVER_LIMITS)):
             doc = {"limits": limits, "durability": durability}
-            _request(f"{router}/v1/rules/{_rule(kind, durability)}", "PUT", doc, ADMIN)
+            request(f"{router}/v1/rules/{_rule(kind, durability)}", "PUT", doc, ADMIN)
 
 
 # --------------------------------------------------------------------------- Sentinel
@@ -310,7 +300,7 @@ def keys_on(router: str, node: str, prefix: str, count: int) -> list[str]:
     found: list[str] = []
     for i in range(100 * count):
         key = f"{prefix}:{i}"
-        if _request(f"{router}/v1/locate?key={quote(key)}")["node"] == node:
+        if request(f"{router}/v1/locate?key={quote(key)}")["node"] == node:
             found.append(key)
             if len(found) == count:
                 return found
@@ -396,7 +386,7 @@ def read_held(router: str, rule: str, keys: list[str], within: float = 15.0) -> 
     pending = list(keys)
     while pending and time.monotonic() < deadline:
         checks = [{"key": key, "rule": rule, "cost": 0} for key in pending]
-        answer = _request(f"{router}/v1/check/batch", "POST", {"checks": checks})
+        answer = request(f"{router}/v1/check/batch", "POST", {"checks": checks})
         left = []
         for key, result in zip(pending, answer["results"], strict=True):
             remaining = (result.get("limits") or [{}])[0].get("remaining")

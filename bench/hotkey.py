@@ -20,10 +20,10 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import urllib.request
 from typing import Any
 from urllib.parse import quote
 
+from bench.http import request
 from bench.progress import note
 from cluster.local.cluster import scratch_cluster
 from cluster.local.loadgen import run_loadgen_sync
@@ -34,19 +34,8 @@ KEY = "hot:item"
 _OPS = re.compile(r'^shardlimit_node_ops(?:_total)?\{[^}]*node="([^"]+)"[^}]*\}\s+(\S+)$', re.M)
 
 
-def _request(url: str, method: str = "GET", body: Any = None, token: str | None = None) -> Any:
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method=method)  # noqa: S310 - our router
-    request.add_header("Content-Type", "application/json")
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
-        raw = response.read()
-    return raw.decode() if not raw.startswith((b"{", b"[")) else json.loads(raw)
-
-
 def node_ops(router: str) -> dict[str, float]:
-    text = _request(router + "/metrics")
+    text = request(router + "/metrics")
     ops: dict[str, float] = {}
     for node, value in _OPS.findall(text):
         ops[node] = ops.get(node, 0.0) + float(value)
@@ -58,9 +47,9 @@ def measure(
 ) -> dict[str, Any]:
     rule = f"hot_s{spread}"
     doc = {"limits": [{"algorithm": "quota", "limit": 10**12}], "spread": spread}
-    _request(f"{router}/v1/rules/{rule}", "PUT", doc, token)
+    request(f"{router}/v1/rules/{rule}", "PUT", doc, token)
     keys = [sub_key(KEY, i) for i in range(spread)] if spread > 1 else [KEY]
-    placed = [_request(f"{router}/v1/locate?key={quote(k)}")["node"] for k in keys]
+    placed = [request(f"{router}/v1/locate?key={quote(k)}")["node"] for k in keys]
     before = node_ops(router)
     body = json.dumps({"key": KEY, "rule": rule})
     report = run_loadgen_sync(

@@ -131,14 +131,20 @@ class LeanGrpcServer:
         except DecodeError:
             connection.finish(stream_id, f.GRPC_INTERNAL, "Exception deserializing request!")
             return None
-        answer = self._stream if streaming else self._unary
         return asyncio.get_running_loop().create_task(
-            answer(connection, stream_id, handler, request)
+            self._run(connection, stream_id, handler, request, streaming)
         )
 
-    async def _unary(
-        self, connection: H2Connection, stream_id: int, handler: Handler, request: Any
+    async def _run(
+        self,
+        connection: H2Connection,
+        stream_id: int,
+        handler: Handler,
+        request: Any,
+        streaming: bool,
     ) -> None:
+        """A unary handler's answer is its one message; a streaming handler has written its
+        messages through the context and the call ends with OK."""
         try:
             response = await handler(request, StreamContext(connection, stream_id))
         except _Aborted:
@@ -147,17 +153,7 @@ class LeanGrpcServer:
             log.exception("gRPC handler failed")
             connection.finish(stream_id, f.GRPC_UNKNOWN, f"Unexpected {type(exc)}: {exc}")
             return
-        connection.respond(stream_id, response.SerializeToString())
-
-    async def _stream(
-        self, connection: H2Connection, stream_id: int, handler: Handler, request: Any
-    ) -> None:
-        try:
-            await handler(request, StreamContext(connection, stream_id))
-        except _Aborted:
-            return
-        except Exception as exc:
-            log.exception("gRPC handler failed")
-            connection.finish(stream_id, f.GRPC_UNKNOWN, f"Unexpected {type(exc)}: {exc}")
-            return
-        connection.finish(stream_id, f.GRPC_OK)
+        if streaming:
+            connection.finish(stream_id, f.GRPC_OK)
+        else:
+            connection.respond(stream_id, response.SerializeToString())
