@@ -8,8 +8,8 @@ admin API (an inline check carries no `durability`).
    connections, one random key of 100,000 per request) and `/v1/check/batch` (as the
    `batch` piece: 2 connections, batches of 100) with a rule of `durability: replica` and
    the same rule with `durability: primary` (fixed_window 10^9 per 1h). Twice `rounds`
-   rounds of half `seconds` each alternate which rule goes first; the best of each rule's
-   rounds gives the ratio replica ÷ primary.
+   rounds of half `seconds` each alternate which rule goes first; the ratio replica ÷
+   primary is the median over rounds of each round's back-to-back pair.
 2. Failover: while `bench.durability_load` (its own process, paced closed loop: 16
    connections, at most 1,000 checks/s) checks 20 keys of one shard under a `replica`
    and 20 under a `primary` quota rule (interleaved), the shard's current primary
@@ -19,16 +19,16 @@ admin API (an inline check carries no `durability`).
    Sentinel counts it, so the next kill has a replica to promote. Per kill and rule: from
    the SIGKILL to the first normal (not degraded) answer to a check sent after it; the
    shard's figure is the earlier of the two (its first normal answer), and Sentinel's
-   own log gives when it promoted (`promoted_after_s`). With one replica (the default)
-   the promoted primary has no replica to WAIT for until the killed one is back, so
-   `replica` checks stay degraded until then; `--replicas 2` keeps one.
+   own log gives when it promoted (`promoted_after_s`). Two replicas by default: with
+   one, the promoted primary has no replica to WAIT for until the killed one is back,
+   so `replica` checks stay degraded until then (`--replicas 1` shows it).
 3. Acknowledged decisions lost: after the kills and with the load stopped, each key's
    counter is read back (cost-0 checks) and compared with the admitted answers (allowed,
    not degraded) the load received: lost = admitted - held, key by key (a key holding
    more than it admitted, a degraded answer that consumed, shows in
    `held_over_admitted`, not as a negative loss).
 
-    python -m bench.durability [--seconds 10] [--rounds 2] [--kills 5] [--replicas 1]
+    python -m bench.durability [--seconds 10] [--rounds 2] [--kills 5] [--replicas 2]
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from statistics import mean
+from statistics import mean, median
 from typing import Any
 from urllib.parse import quote
 
@@ -206,8 +206,7 @@ def throughput(router: str, s: Settings, what: str) -> dict[str, Any]:
     for side in SIDES:
         note(f"durability: {what}: warming up {side} ({s.warmup_seconds:g} s)")
         run_wrk(url, scripts[side], replace(wrk, seconds=s.warmup_seconds))
-    # Twice the rounds at half the seconds: the same time, twice the alternations, so
-    # the best of each side is more likely taken at a quiet moment of the shared machine.
+    # Twice the rounds at half the seconds: the same time, twice the alternations.
     rounds = 2 * max(1, s.rounds)
     wrk = replace(wrk, seconds=max(1.0, s.seconds / 2))
     runs: dict[str, list[dict[str, Any]]] = {side: [] for side in SIDES}
@@ -222,12 +221,20 @@ def throughput(router: str, s: Settings, what: str) -> dict[str, Any]:
             runs[side].append({"round": r + 1, **result})
     best = {side: max(x["served_decisions_per_s"] for x in runs[side]) for side in SIDES}
     means = {side: mean(x["served_decisions_per_s"] for x in runs[side]) for side in SIDES}
+    # Each round's two runs are back to back: their ratio sees the same moment of the
+    # shared machine, and the median of those ratios is not moved by one lucky run.
+    paired = [
+        ratio(r["served_decisions_per_s"], p["served_decisions_per_s"])
+        for p, r in zip(runs["primary"], runs["replica"], strict=True)
+    ]
     return {
         "load_generator": {"tool": "wrk", **wrk.to_dict(), "keys": s.keys}
         | ({"batch": s.batch_size} if what == "batch" else {}),
         "primary_decisions_per_s": best["primary"],
         "replica_decisions_per_s": best["replica"],
-        "ratio": ratio(best["replica"], best["primary"]),
+        "ratio": median(paired),
+        "round_ratios": paired,
+        "ratio_of_best": ratio(best["replica"], best["primary"]),
         "ratio_of_means": ratio(means["replica"], means["primary"]),
         "degraded": {side: sum(x["degraded"] for x in runs[side]) for side in SIDES},
         "runs": runs,
@@ -505,7 +512,7 @@ def failover(
 def durability(
     s: Settings,
     nodes: int = 3,
-    replicas: int = 1,
+    replicas: int = 2,
     kills: int = 5,
     keys: int = 20,
     connections: int = 16,
@@ -551,7 +558,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--nodes", type=int, default=3)
-    parser.add_argument("--replicas", type=int, default=1)
+    parser.add_argument("--replicas", type=int, default=2)
     parser.add_argument("--kills", type=int, default=5)
     parser.add_argument("--data-dir", type=Path, help="keep the cluster's files and logs here")
     args = parser.parse_args(argv)

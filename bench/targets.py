@@ -137,7 +137,7 @@ TARGETS: dict[str, tuple[str, tuple[str, ...], str, float, str]] = {
         ">=",
         0.8,
         "/v1/check/batch decisions/s with a `durability: replica` rule ÷ the same rule with "
-        "`durability: primary`, on shards with a replica (wrk, best of alternating rounds)",
+        "`durability: primary`, on shards with replicas (wrk, median of back-to-back pairs)",
     ),
     "durability_single_replica_vs_primary": (
         "durability",
@@ -153,6 +153,14 @@ TARGETS: dict[str, tuple[str, tuple[str, ...], str, float, str]] = {
         3.0,
         "SIGKILL of a shard's primary to the first normal answer for a key of that shard, "
         "worst of 5 kills (the spec's bound with down-after-milliseconds 1000)",
+    ),
+    "durability_failover_replica_rule_max_s": (
+        "durability",
+        ("failover", "max_s_by_rule", "replica"),
+        "<=",
+        3.0,
+        "the same for the keys of a `durability: replica` rule: to their first normal "
+        "answer, which needs the promoted primary to have a replica (2 per shard)",
     ),
     "grpc_router_cpu_per_check_vs_http": (
         "grpc",
