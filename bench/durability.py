@@ -224,15 +224,16 @@ def throughput(router: str, s: Settings, what: str) -> dict[str, Any]:
     # Each round's two runs are back to back: their ratio sees the same moment of the
     # shared machine, and the median of those ratios is not moved by one lucky run.
     paired = [
-        ratio(r["served_decisions_per_s"], p["served_decisions_per_s"])
+        round(r["served_decisions_per_s"] / p["served_decisions_per_s"], 3)
         for p, r in zip(runs["primary"], runs["replica"], strict=True)
+        if p["served_decisions_per_s"]
     ]
     return {
         "load_generator": {"tool": "wrk", **wrk.to_dict(), "keys": s.keys}
         | ({"batch": s.batch_size} if what == "batch" else {}),
         "primary_decisions_per_s": best["primary"],
         "replica_decisions_per_s": best["replica"],
-        "ratio": median(paired),
+        "ratio": median(paired) if paired else None,
         "round_ratios": paired,
         "ratio_of_best": ratio(best["replica"], best["primary"]),
         "ratio_of_means": ratio(means["replica"], means["primary"]),
