@@ -247,6 +247,8 @@ def _open_loop_pair(router: str, trivial: str, s: Settings, rate: float) -> dict
         else:
             floors.append(got)
     floor = min(floors, key=lambda f: float("inf") if f["p99_ms"] is None else f["p99_ms"])
+    cpu = cpu_per_check(router_result.get("cpu"), rate, SERVICE_ROLES)
+    floor_cpu = cpu_per_check(floor.get("cpu"), rate, ("trivial aiohttp",))
     return {
         "rate_per_s": rate,
         "p50_ms": router_result["p50_ms"],
@@ -258,8 +260,14 @@ def _open_loop_pair(router: str, trivial: str, s: Settings, rate: float) -> dict
         "floor_p99_ms_both": [f["p99_ms"] for f in floors],
         "p99_over_floor_ms": _over(router_result["p99_ms"], floor["p99_ms"]),
         "p999_over_floor_ms": _over(router_result["p999_ms"], floor["p999_ms"]),
-        "cpu_usec_per_check": cpu_per_check(router_result.get("cpu"), rate, SERVICE_ROLES),
-        "floor_cpu_usec_per_request": cpu_per_check(floor.get("cpu"), rate, ("trivial aiohttp",)),
+        "p99_vs_floor": _ratio_of(router_result["p99_ms"], floor["p99_ms"]),
+        "p999_vs_floor": _ratio_of(router_result["p999_ms"], floor["p999_ms"]),
+        "cpu_usec_per_check": cpu,
+        "floor_cpu_usec_per_request": floor_cpu,
+        # every process a check crosses ÷ the one process a trivial request crosses
+        "cpu_vs_floor": _ratio_of(
+            cpu["total"] if cpu else None, floor_cpu["total"] if floor_cpu else None
+        ),
         "degraded": router_result["degraded"],
         "router": router_result,
         "floor_trivial_aiohttp": floor,
@@ -272,6 +280,10 @@ SERVICE_ROLES = ("router", "nodes", "redis")
 
 def _over(value: float | None, floor: float | None) -> float | None:
     return None if value is None or floor is None else round(value - floor, 3)
+
+
+def _ratio_of(value: float | None, floor: float | None) -> float | None:
+    return None if value is None or not floor else round(value / floor, 3)
 
 
 def cpu_per_check(cpu: Any, rate: float, roles: tuple[str, ...]) -> dict[str, float] | None:

@@ -1,15 +1,14 @@
 """The `targets` block: for each target its measured value, the target, met.
 
-Throughput, latency and cost targets are those of the hot path's second round: single
-/v1/check ≥ 0.6 of a trivial aiohttp handler, batch ≥ 0.15 of redis-benchmark's EVALSHA,
-open-loop p99 at most 2 ms and p999 at most 10 ms above the trivial handler's own
-figures at 1,000 checks/s (the generator's floor, measured in the same run), p99 at most
-5 ms above it at 3,000/s, at most 500 µs of CPU per check over the router, the nodes
-and their Redis at 1,000/s, the SDK ≥ 1.2 of `limits`. Redis ≤ 6 µs per decision is
-also given as a ratio to an INCR script measured in the same run (≤ 3, as 6 µs was
-measured against a 2 µs floor). The others come from earlier rounds. `durability`'s
-throughput targets are ratios of `replica` to `primary` rules in the same run; its failover
-bound (≤ 3 s per kill) is the spec's own absolute figure.
+Every time target is a ratio to a baseline measured in the same run, so that it holds on
+a fast host and a slow one alike: single /v1/check ≥ 0.6 of a trivial aiohttp handler,
+batch ≥ 0.15 of redis-benchmark's EVALSHA, open-loop p99 ≤ 3 times and p999 ≤ 2.5 times the trivial
+handler's own at 1,000 checks/s (the generator's floor), CPU per check over the router,
+the nodes and their Redis ≤ 3 times the trivial handler's per request at the same rate, Redis
+per decision ≤ 3 times one INCR script call, the SDK ≥ 1.2 of `limits`. Memory per counter is
+in bytes, which do not depend on the host's speed. The exceptions are the spec's own
+absolute bounds: `durability`'s failover (≤ 3 s per kill with down-after 1000 ms) and
+counts that must be zero.
 """
 
 from __future__ import annotations
@@ -46,41 +45,35 @@ TARGETS: dict[str, tuple[str, tuple[str, ...], str, float, str]] = {
         1.2,
         "the same against the faster of limits' coredis and redis-py implementations",
     ),
-    "open_loop_p99_over_floor_ms": (
+    "open_loop_p99_vs_floor": (
         "latency",
-        ("p99_over_floor_ms",),
+        ("p99_vs_floor",),
         "<=",
-        2.0,
-        "p99 of single checks at 1,000/s open loop (from the scheduled send time) minus the "
+        3.0,
+        "p99 of single checks at 1,000/s open loop (from the scheduled send time) ÷ the "
         "trivial handler's p99 at the same rate in the same run",
     ),
-    "open_loop_p999_over_floor_ms": (
+    "open_loop_p999_vs_floor": (
         "latency",
-        ("p999_over_floor_ms",),
+        ("p999_vs_floor",),
         "<=",
-        10.0,
+        2.5,
         "the same for p999",
     ),
-    "open_loop_p99_over_floor_ms_at_3000": (
+    "open_loop_p99_vs_floor_at_3000": (
         "latency",
-        ("by_rate", "3000", "p99_over_floor_ms"),
+        ("by_rate", "3000", "p99_vs_floor"),
         "<=",
-        5.0,
-        "p99 at 3,000/s open loop minus the trivial handler's p99 at 3,000/s",
+        3.0,
+        "p99 at 3,000/s open loop ÷ the trivial handler's p99 at 3,000/s",
     ),
-    "cpu_usec_per_check_at_1000": (
+    "cpu_per_check_vs_trivial_at_1000": (
         "latency",
-        ("cpu_usec_per_check", "total"),
+        ("cpu_vs_floor",),
         "<=",
-        500.0,
-        "CPU µs per check at 1,000/s open loop: router + nodes + their Redis (/proc)",
-    ),
-    "redis_usec_per_fixed_window_decision": (
-        "rediscost",
-        ("fixed_window_usec_per_decision",),
-        "<=",
-        6.0,
-        "Redis CPU per fixed_window decision in batches of 100 (INFO commandstats usec)",
+        3.0,
+        "CPU per check at 1,000/s open loop over the router, the nodes and their Redis "
+        "(/proc) ÷ the trivial handler's CPU per request at the same rate",
     ),
     "redis_fixed_window_vs_incr_script": (
         "rediscost",
