@@ -25,6 +25,8 @@ Pieces (`--only NAME[,NAME]`, `--skip NAME[,NAME]`):
              (single and batch, wrk), time from SIGKILL of a primary to the first normal
              answer (5 kills), acknowledged decisions lost (bench/durability.py)
   grpc       router CPU per ShouldRateLimit ÷ per /v1/check at 500/s open loop (bench/grpc_cost.py)
+  gateway    a real Envoy with its rate-limit filter asking shardlimit ÷ the same Envoy alone:
+             2xx/s (wrk), open-loop p99, CPU per request by process (bench/gateway.py)
 
 Each comparison is a ratio of two measurements taken side by side in this run: the
 machine has 2 shared cores, so absolute numbers are noise and only ratios mean much.
@@ -77,6 +79,7 @@ PIECES = (
     "hotkey",
     "durability",
     "grpc",
+    "gateway",
 )
 ON_SHARED_CLUSTER = {"single", "batch", "sdk", "latency", "quick", "profile", "burst"}
 NEEDS_TRIVIAL = {"single", "latency"}
@@ -86,6 +89,7 @@ TOOLS = {
     "scaling": ["wrk"],
     "profile": ["py-spy"],
     "durability": ["wrk"],
+    "gateway": ["wrk"],
 }
 
 
@@ -218,6 +222,14 @@ class Suite:
                 str(a.seconds),
                 "--repeat",
                 "3",
+                timeout=1200,
+            ),
+            "gateway": lambda: run_module_json(
+                "bench.gateway",
+                "--seconds",
+                str(a.seconds),
+                "--rounds",
+                str(a.rounds),
                 timeout=1200,
             ),
             "memory": lambda: run_module_json("bench.memory", "--keys", str(a.memory_keys)),

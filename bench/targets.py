@@ -5,7 +5,8 @@ a fast host and a slow one alike: single /v1/check ≥ 0.6 of a trivial aiohttp 
 batch ≥ 0.15 of redis-benchmark's EVALSHA, open-loop p99 ≤ 3 times and p999 ≤ 2.5 times the trivial
 handler's own at 1,000 checks/s (the generator's floor), CPU per check over the router,
 the nodes and their Redis ≤ 3 times the trivial handler's per request at the same rate, Redis
-per decision ≤ 3 times one INCR script call, the SDK ≥ 1.2 of `limits`. Memory per counter is
+per decision ≤ 3 times one INCR script call, the SDK ≥ 1.2 of `limits`, a real Envoy asking
+shardlimit ≥ 0.4 of the same Envoy alone. Memory per counter is
 in bytes, which do not depend on the host's speed. The exceptions are the spec's own
 absolute bounds: `durability`'s failover (≤ 3 s per kill with down-after 1000 ms) and
 counts that must be zero.
@@ -162,6 +163,14 @@ TARGETS: dict[str, tuple[str, tuple[str, ...], str, float, str]] = {
         1.3,
         "router CPU per ShouldRateLimit ÷ per POST /v1/check at the same open-loop rate "
         "(500/s), median of 3 alternating pairs",
+    ),
+    "gateway_envoy_plus_shardlimit_vs_envoy_alone": (
+        "gateway",
+        ("ratio",),
+        ">=",
+        0.4,
+        "2xx/s through a real Envoy whose rate-limit filter asks shardlimit over gRPC ÷ "
+        "the same Envoy without the filter (wrk, ABBA rounds, --concurrency 1)",
     ),
     "durability_replica_lost": (
         "durability",

@@ -20,7 +20,7 @@ from cluster.local.procs import child_preexec
 LIMITS_JSON = '[{"algorithm":"fixed_window","limit":1000000000,"window":"1h"}]'
 
 # Shared by both scripts: per-thread counters and the JSON summary.
-_COMMON = r"""
+TALLY_LUA = r"""
 local threads = {}
 function setup(thread)
   thread:set("id", #threads + 1)
@@ -76,7 +76,7 @@ def check_script(keys: int) -> str:
         "function request()\n"
         "  return wrk.format(nil, nil, nil, string.format(\n"
         f'    \'{{"key":"user:%d","limits":{LIMITS_JSON}}}\', math.random(0, KEYS - 1)))\n'
-        "end\n" + _COMMON
+        "end\n" + TALLY_LUA
     )
 
 
@@ -93,7 +93,7 @@ def batch_script(keys: int, batch: int) -> str:
         '    parts[i] = \'{"key":"user:\' .. math.random(0, KEYS - 1) .. TAIL\n'
         "  end\n"
         "  return wrk.format(nil, nil, nil, '{\"checks\":[' .. table.concat(parts, ',') .. ']}')\n"
-        "end\n" + _COMMON
+        "end\n" + TALLY_LUA
     )
 
 
