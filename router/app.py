@@ -25,6 +25,7 @@ from router.api.check_answers import (
     check_answer,
 )
 from router.api.handler_tools import ROUTER, admin_only, router_of
+from router.api.leases import RELEASE_PATH, RENEW_PATH, post_lease_release, post_lease_renew
 from router.api.membership import abort_migration, add_node, remove_node, resume_migration
 from router.api.openapi import openapi_document
 from router.api.problems import problem_answers
@@ -160,7 +161,8 @@ async def _publish(request: web.Request, change: RulesChange, expected: int | No
 async def list_rules(request: web.Request) -> web.Response:
     book = router_of(request).rules
     listing = [rule.to_dict() for _, rule in sorted(book.rules.items())]
-    return json_response({"version": book.version, "rules": listing}, headers=_etag(book.version))
+    answer = {"version": book.version, "rules": listing, "file": book.file_block()}
+    return json_response(answer, headers=_etag(book.version))
 
 
 @admin_only
@@ -347,6 +349,8 @@ def create_app(
     app.router.add_post(CHECK_BATCH_PATH, post_batch)
     app.router.add_post("/v1/refund", post_refund)
     app.router.add_post("/v1/quota/adjust", post_quota_adjust)
+    app.router.add_post(RENEW_PATH, post_lease_renew)
+    app.router.add_post(RELEASE_PATH, post_lease_release)
     app.router.add_get("/v1/usage", get_usage)
     app.router.add_get("/v1/authz", get_authz)
     app.router.add_get("/v1/rules", list_rules)

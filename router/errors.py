@@ -11,6 +11,7 @@ __all__ = [
     "AdjustRefused",
     "InvalidRequest",
     "JoinRefused",
+    "LeaseNotFound",
     "MigrationBlocked",
     "NodeUnavailable",
     "ProtocolError",
@@ -119,6 +120,11 @@ class AdjustRefused(RouterError):
     def __init__(self, kind: str, detail: str) -> None:
         super().__init__(detail)
         self.kind = kind
+
+
+class LeaseNotFound(RouterError, LookupError):
+    """A lease renewal or release named a lease that is not held (expired, released or
+    never granted)."""
 
 
 class SettingsError(RouterError, ValueError):

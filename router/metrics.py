@@ -76,17 +76,29 @@ def decision_outcome(request: CheckRequest, result: wire.Checked) -> tuple[str, 
     if not result.allowed:
         return "denied", False
     consumed = (request.cost > 0 or any(request.amounts)) and not request.dry_run
-    return "allowed", consumed and not result.replayed and near_limit(result.limits)
+    rows = result.limits
+    if request.rule.leases:  # a concurrency row is no count (node/store/lua/concurrency.lua)
+        specs = request.rule.limits
+        rows = [r for s, r in zip(specs, rows, strict=False) if s.algorithm != "concurrency"]
+    return "allowed", consumed and not result.replayed and near_limit(rows)
+
+
+def lease_outcome(request: CheckRequest, result: wire.Checked) -> str | None:
+    """The lease event of a check of a rule with a concurrency limit (None: no event)."""
+    if request.dry_run or request.cost == 0 or result.replayed:
+        return None
+    return "acquired" if result.allowed else "denied"
 
 
 class DecisionTally:
     """Node decisions of one client batch, counted as RouterMetrics.checked counts them
     one by one, with one increment per rule and outcome."""
 
-    __slots__ = ("counts",)
+    __slots__ = ("counts", "leases")
 
     def __init__(self) -> None:
         self.counts: dict[tuple[str, str], int] = {}
+        self.leases: list[tuple[str, str]] = []
 
     def add(self, request: CheckRequest, result: wire.Checked) -> None:
         outcome, near = decision_outcome(request, result)
@@ -95,8 +107,14 @@ class DecisionTally:
         counts[rule, outcome] = counts.get((rule, outcome), 0) + 1
         if near:
             counts[rule, ""] = counts.get((rule, ""), 0) + 1
+        if request.rule.leases:
+            event = lease_outcome(request, result)
+            if event is not None:
+                self.leases.append((rule, event))
 
     def count(self, metrics: RouterMetrics) -> None:
+        for rule, event in self.leases:
+            metrics.lease_event(rule, event)
         for (rule, outcome), count in self.counts.items():
             if outcome:
                 metrics.decisions(rule, outcome).inc(count)
@@ -140,6 +158,13 @@ class RouterMetrics:
             "shardlimit_denial_cache_hits_total",
             "Denials the router answered from its cache (cache_denials), no node call.",
             "rule",
+        )
+        self.leases = families.counter(
+            "shardlimit_lease_events_total",
+            "Leases of concurrency limits by rule and event: acquired, denied (checks), "
+            "renewed, released, not_found (renewals and releases of a lease not held).",
+            "rule",
+            "event",
         )
         self.errors = families.counter(
             "shardlimit_error_responses_total",
@@ -199,6 +224,14 @@ class RouterMetrics:
         self.decisions(rule, outcome).inc()
         if near:
             self.near_limit(rule).inc()
+        if request.rule.leases:
+            event = lease_outcome(request, result)
+            if event is not None:
+                self.lease_event(rule, event)
+
+    def lease_event(self, rule: str, event: str) -> None:
+        """Count a lease event of a concurrency limit (`leases`' help names them)."""
+        self.leases(rule, event).inc()
 
     def cached_denial(self, request: CheckRequest) -> None:
         """Count a denial answered from the router's denial cache."""

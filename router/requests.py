@@ -25,9 +25,8 @@ from cluster.model.limits import (
     parse_limits,
     to_minor_units,
 )
-from cluster.model.nodes import NodeSpec
-from cluster.web.problem import Problem, invalid
-from router.rules.book import Rule, RuleBook, make_rule
+from cluster.web.problem import Problem
+from router.rules.book import Rule, RuleBook, lease_problems, make_rule
 
 MAX_BATCH = 1000
 NO_AMOUNT = object()  # a check without "amount" (null is an amount, and a wrong one)
@@ -233,6 +232,8 @@ def check_of(
 
     The one core past decoding for both parsers of a check: parse_check here and the
     typed decoder (router/api/check_bodies.py), so a rule about a check lands once."""
+    if rule is not None and rule.leases:
+        lease_problems(rule, cost_raw, path, problems)
     if (
         rule is not None
         and amount_raw is NO_AMOUNT
@@ -382,6 +383,8 @@ def parse_authz(
         problems.add("deny_status", f"must be one of {', '.join(map(str, DENY_STATUSES))}")
     body = {"key": key, "rule": query.get("rule"), "cost": cost}
     check = parse_check(body, rules, problems)
+    if check is not None and check.rule.leases:
+        problems.add("rule", "a lease must be released: use /v1/check for concurrency rules")
     if check is None or problems.errors:
         return None
     return AuthzRequest(check, deny_status)
@@ -413,30 +416,3 @@ def rule_name(name: str) -> str:
             [FieldError("name", "invalid rule name")],
         )
     return name
-
-
-def new_node(body: Any, existing: set[str]) -> NodeSpec:
-    """The node of `POST /v1/cluster/nodes` (an id is made up when none is given).
-    Raises Problem."""
-    if not isinstance(body, dict):
-        raise invalid([FieldError("body", "must be an object with 'url'")])
-    errors: list[FieldError] = []
-    url = body.get("url")
-    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-        errors.append(FieldError("url", "must be an http(s) URL of a running node"))
-    node_id = body.get("id")
-    if node_id is None:
-        number = len(existing) + 1
-        while f"n{number}" in existing:
-            number += 1
-        node_id = f"n{number}"
-    if not isinstance(node_id, str) or not RULE_NAME.match(node_id):
-        errors.append(FieldError("id", "must be 1-64 characters of A-Z a-z 0-9 _ . : -"))
-    elif node_id in existing:
-        errors.append(FieldError("id", f"node {node_id} already exists"))
-    weight = body.get("weight", 1)
-    if not isinstance(weight, int) or isinstance(weight, bool) or not 1 <= weight <= 1000:
-        errors.append(FieldError("weight", "must be an integer from 1 to 1000"))
-    if errors:
-        raise invalid(errors)
-    return NodeSpec(str(node_id), str(url).rstrip("/"), int(weight))

@@ -21,10 +21,11 @@ from router.control.resharding import Resharder
 from router.decide.all_or_nothing import AllOrNothing
 from router.decide.answers import decision, degraded_decision
 from router.decide.denial_cache import DenialCache
+from router.decide.leases import LeaseRequest, run_lease
 from router.decide.quota_adjust import AdjustRequest, run_adjust
 from router.decide.request_ids import reused_decision
 from router.decide.spread import Spread
-from router.errors import NodeUnavailable, Reason, ReplayMismatch
+from router.errors import LeaseNotFound, NodeUnavailable, Reason, ReplayMismatch
 from router.metrics import DecisionTally, RouterMetrics
 from router.requests import CheckRequest, RefundRequest
 from router.rules.book import RuleBook
@@ -177,6 +178,17 @@ class Router:
             )
         finally:  # after the node: a denial cached meanwhile predates the restock
             self.denials.forget(request.rule.name, request.key)
+
+    async def lease(self, request: LeaseRequest) -> answers.LeaseRenewed | answers.LeaseReleased:
+        """Renew or release a lease (router/decide/leases.py); raises as run_lease does."""
+        try:
+            answer = await run_lease(self.view, request, self.config.quota_ttl_ms)
+        except LeaseNotFound:
+            self.metrics.lease_event(request.rule.name, "not_found")
+            raise
+        event = "renewed" if request.action == "renew" else "released"
+        self.metrics.lease_event(request.rule.name, event)
+        return answer
 
     async def batch(
         self, requests: list[CheckRequest], all_or_nothing: bool

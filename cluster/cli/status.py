@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from cluster.cli.admin import call
+from cluster.cli.rules_notice import rejection_line
 
 NO_MIGRATION = "no migration in progress"
 # Migration fields shown on their own line; any other scalar field is listed as it is.
@@ -96,6 +97,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     migration = info.get("migration")
     if migration:
         print(finished(migration) or "\n".join(migration_lines(migration)), flush=True)
+    rules_file = rejection_line(call(args, "GET", "/v1/rules").get("file"))
+    if rules_file:
+        print(rules_file, flush=True)
     return 0
 
 

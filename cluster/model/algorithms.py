@@ -17,7 +17,15 @@ from cluster.model import limits
 from cluster.model.calendar import boundaries, load_timezone
 from cluster.model.limits import LimitSpec
 
-__all__ = ["ALGORITHMS", "BY_CODE", "BY_NAME", "DEFAULT_QUOTA_TTL_MS", "NONE", "Algorithm"]
+__all__ = [
+    "ALGORITHMS",
+    "BY_CODE",
+    "BY_NAME",
+    "DEFAULT_QUOTA_TTL_MS",
+    "LEASE_NONCE_PARAM",
+    "NONE",
+    "Algorithm",
+]
 
 NONE = -1  # "no value" in script arguments and replies
 DEFAULT_QUOTA_TTL_MS = 400 * 86_400_000
@@ -40,6 +48,17 @@ def _quota(spec: LimitSpec, _now_ms: int, quota_ttl_ms: int) -> list[int]:
     amount = NONE if spec.max_amount is None else spec.max_amount
     expires = NONE if spec.expires_at_ms is None else spec.expires_at_ms
     return [count, amount, expires, quota_ttl_ms or DEFAULT_QUOTA_TTL_MS, 0, 0]
+
+
+# concurrency: where the node puts each check's fresh lease nonce among p1..p6 (p4).
+LEASE_NONCE_PARAM = 3
+
+
+def _concurrency(spec: LimitSpec, _now_ms: int, quota_ttl_ms: int) -> list[int]:
+    # The lease, and how long the key (its fencing counter) lives after its last grant or
+    # renewal: the quota TTL, at least the lease. p4 (the nonce) is set per check.
+    keep_ms = max(quota_ttl_ms or DEFAULT_QUOTA_TTL_MS, spec.window_ms)
+    return [spec.limit or 0, spec.window_ms, keep_ms, 0, 0, 0]
 
 
 def _calendar(spec: LimitSpec, now_ms: int, _quota_ttl_ms: int) -> list[int]:
@@ -74,6 +93,8 @@ ALGORITHMS: tuple[Algorithm, ...] = (
         ("period", "timezone", "max_amount", "amount_remaining"),
     ),
     Algorithm("quota", 7, "quota.lua", _quota, ("max_amount", "amount_remaining")),
+    # Its node row differs (node/store/lua/concurrency.lua): the router reads it by name.
+    Algorithm("concurrency", 8, "concurrency.lua", _concurrency, ("held",)),
 )
 BY_NAME = {algorithm.name: algorithm for algorithm in ALGORITHMS}
 BY_CODE = {algorithm.code: algorithm for algorithm in ALGORITHMS}

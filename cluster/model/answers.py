@@ -29,6 +29,21 @@ class LimitState(msgspec.Struct, kw_only=True):
     amount_remaining: Amount | UnsetType | None = UNSET
     period: str | UnsetType = UNSET
     timezone: str | UnsetType = UNSET
+    held: Annotated[int | UnsetType, Meta(description="concurrency: leases held now")] = UNSET
+
+
+class Lease(msgspec.Struct, kw_only=True):
+    """A lease of a `concurrency` limit: renew it before `ttl_ms` runs out, release it
+    when done (POST /v1/lease/renew, /v1/lease/release). `fencing` grows strictly with
+    each lease granted on one rule and key: a protected resource refuses writes carrying
+    a lower value than one it has seen."""
+
+    id: Annotated[str, Meta(description="names the lease to renew or release it")]
+    fencing: int
+    ttl_ms: Annotated[int, Meta(description="the lease expires this long after it was granted")]
+    acquired_at_ms: Annotated[
+        int | UnsetType, Meta(description="when it was granted: Unix ms on the node's clock")
+    ] = UNSET
 
 
 class ItemProblem(msgspec.Struct, kw_only=True):
@@ -68,6 +83,10 @@ class Decision(msgspec.Struct, kw_only=True):
     problem: Annotated[
         ItemProblem | UnsetType,
         Meta(description="in a batch: this check was refused on its own, nothing consumed"),
+    ] = UNSET
+    lease: Annotated[
+        Lease | UnsetType,
+        Meta(description="the lease an allowed check of a `concurrency` limit acquired"),
     ] = UNSET
 
 
@@ -111,6 +130,26 @@ class QuotaAdjusted(msgspec.Struct, kw_only=True):
     reset_after_ms: int | None
 
 
+class LeaseRenewed(msgspec.Struct, kw_only=True):
+    """The answer to a lease renewal: it now expires `lease.ttl_ms` after `renewed_at_ms`."""
+
+    key: str
+    rule: str
+    lease: Lease
+    renewed_at_ms: Annotated[int, Meta(description="Unix ms on the node's clock")]
+
+
+class LeaseReleased(msgspec.Struct, kw_only=True):
+    """The answer to a lease release: its slot is free from `released_at_ms` on."""
+
+    key: str
+    rule: str
+    lease_id: str
+    fencing: int
+    released: bool
+    released_at_ms: Annotated[int, Meta(description="Unix ms on the node's clock")]
+
+
 ANSWERS: tuple[type[msgspec.Struct], ...] = (
     LimitState,
     ItemProblem,
@@ -119,4 +158,7 @@ ANSWERS: tuple[type[msgspec.Struct], ...] = (
     GivenBack,
     RefundResult,
     QuotaAdjusted,
+    Lease,
+    LeaseRenewed,
+    LeaseReleased,
 )

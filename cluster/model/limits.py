@@ -44,6 +44,8 @@ __all__ = [
     "MAX_BUCKET_SIZE",
     "MAX_COUNT",
     "MAX_DURATION_MS",
+    "MAX_LEASES",
+    "MAX_LEASE_MS",
     "MAX_LIMITS_PER_RULE",
     "MAX_SLIDING_LOG",
     "MAX_TIMESTAMP_MS",
@@ -75,6 +77,7 @@ _KNOWN_FIELDS = {
     "leaky_bucket": {"algorithm", "rate", "period", "capacity"},
     "calendar": {"algorithm", "period", "timezone", "max_count", "max_amount", "amount_scale"},
     "quota": {"algorithm", "limit", "max_amount", "amount_scale", "expires_at"},
+    "concurrency": {"algorithm", "limit", "lease"},
 }
 ALGORITHMS = tuple(_KNOWN_FIELDS)
 
@@ -87,6 +90,8 @@ MAX_BUCKET_SIZE = 10**8  # rate, burst, capacity
 MAX_BUCKET_PERIOD_MS = 86_400_000
 assert MAX_BUCKET_SIZE * MAX_BUCKET_PERIOD_MS < 2**53
 MAX_LIMITS_PER_RULE = 16
+MAX_LEASES = 100_000  # concurrency: leases held at once
+MAX_LEASE_MS = 86_400_000  # concurrency: a lease lives at most a day unless renewed
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +102,7 @@ class LimitSpec:
     limit: int | None = (
         None  # fixed/sliding: limit; token: burst; leaky: capacity; calendar: max_count
     )
-    window_ms: int = 0  # fixed/sliding: window; token/leaky: period
+    window_ms: int = 0  # fixed/sliding: window; token/leaky: period; concurrency: lease
     rate: int = 0  # token/leaky
     period: str = ""  # calendar
     timezone: str = ""  # calendar
@@ -124,6 +129,8 @@ class LimitSpec:
             return f"lb:{self.window_ms}"
         if a == "quota":
             return "q"  # one stock per key and rule: limits and expiry change, it stays
+        if a == "concurrency":
+            return "cc"  # one set of leases per key and rule: limit and lease change, it stays
         return f"cal:{self.period}:{self.timezone}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -136,6 +143,8 @@ class LimitSpec:
             out.update(rate=self.rate, period=format_duration(self.window_ms), burst=self.limit)
         elif a == "leaky_bucket":
             out.update(rate=self.rate, period=format_duration(self.window_ms), capacity=self.limit)
+        elif a == "concurrency":
+            out.update(limit=self.limit, lease=format_duration(self.window_ms))
         elif a == "quota":
             if self.limit is not None:
                 out["limit"] = self.limit
@@ -218,6 +227,10 @@ def parse_limit(data: Any, path: str, problems: Problems) -> LimitSpec | None:
         spec = LimitSpec(algorithm, limit=size, window_ms=period, rate=rate)
     elif algorithm == "quota":
         spec = _parse_quota(data, path, problems)
+    elif algorithm == "concurrency":
+        limit = parse_positive_int(data.get("limit"), f"{path}.limit", problems, MAX_LEASES)
+        lease = parse_duration(data.get("lease"), f"{path}.lease", problems, MAX_LEASE_MS)
+        spec = LimitSpec(algorithm, limit=limit, window_ms=lease)
     else:
         spec_or_none = _parse_calendar(data, path, problems)
         if spec_or_none is None:

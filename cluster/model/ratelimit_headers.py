@@ -34,8 +34,9 @@ _NOMINAL_PERIOD_S = {
 
 
 def window_seconds(spec: LimitSpec) -> int | None:
-    """The policy window of one limit, in seconds; None for a quota (no window)."""
-    if spec.algorithm == "quota":
+    """The policy window of one limit, in seconds; None for a quota or a concurrency
+    limit (no window)."""
+    if spec.algorithm in ("quota", "concurrency"):
         return None
     if spec.algorithm in ("fixed_window", "sliding_log", "sliding_window"):
         return max(1, math.ceil(spec.window_ms / 1000))

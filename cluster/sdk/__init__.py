@@ -3,6 +3,7 @@ and the ASGI and aiohttp middlewares.
 
     from cluster.sdk import AsyncClient, Client, limited, RateLimited
     from cluster.sdk import RateLimitMiddleware          # Starlette, FastAPI, any ASGI app
+    async with client.lease("exports", key=tenant) as lease: ...   # docs/leases.md
     from cluster.sdk import rate_limit_middleware        # aiohttp
 
 The SDK needs aiohttp, orjson and msgspec only; it never imports the router or a node.
@@ -13,11 +14,18 @@ from cluster.sdk.asgi import RateLimitMiddleware
 from cluster.sdk.client import (
     AlreadyRefunded,
     AsyncClient,
+    AsyncLease,
     BadRequest,
     CheckSpec,
     Client,
     Decision,
     GivenBack,
+    Lease,
+    LeaseGrant,
+    LeaseLost,
+    LeaseNotHeld,
+    LeaseRelease,
+    LeaseRenewal,
     LimitState,
     NotFound,
     QuotaAdjustment,
@@ -33,11 +41,18 @@ from cluster.sdk.failure import OnFailure
 __all__ = [
     "AlreadyRefunded",
     "AsyncClient",
+    "AsyncLease",
     "BadRequest",
     "CheckSpec",
     "Client",
     "Decision",
     "GivenBack",
+    "Lease",
+    "LeaseGrant",
+    "LeaseLost",
+    "LeaseNotHeld",
+    "LeaseRelease",
+    "LeaseRenewal",
     "LimitState",
     "NotFound",
     "OnFailure",

@@ -15,6 +15,7 @@ from typing import Any, Self
 
 import aiohttp
 
+from cluster.sdk.async_lease import AsyncLease
 from cluster.sdk.calls import (
     _T,
     DEFAULT_URL,
@@ -43,6 +44,7 @@ from cluster.sdk.errors import (
     all_decisions,
     outcomes_of,
 )
+from cluster.sdk.lease_calls import LeaseRelease, LeaseRenewal, release_call, renew_call
 from cluster.sdk.results import QuotaAdjustment, RefundResult, RuleInfo
 
 
@@ -179,6 +181,27 @@ class AsyncClient:
             "set_amount": set_amount,
         }
         return await self._send(_quota_adjust_call(key, rule, request_id, changes))
+
+    def lease(
+        self, rule: str, *, key: str, wait: float | None = None, ttl: str | int | None = None
+    ) -> AsyncLease:
+        """`async with client.lease("exports", key=tenant) as lease:` holds a lease of the
+        rule's concurrency limit while the block runs: acquired on entry (RateLimited when
+        no slot is free, after up to `wait` seconds of checking again), renewed every third
+        of its TTL (`ttl`: its length, default the limit's lease), released on exit. A lost
+        lease sets `lease.lost` and makes the exit raise LeaseLost (cluster/sdk/async_lease.py)."""
+        return AsyncLease(self, rule, key, wait=wait, ttl=ttl)
+
+    async def renew_lease(
+        self, key: str, rule: str, lease_id: str, *, ttl: str | int | None = None
+    ) -> LeaseRenewal:
+        """Renew a held lease for `ttl` from now (default: the limit's lease). Raises
+        LeaseNotHeld once it is no longer held."""
+        return await self._send(renew_call(key, rule, lease_id, ttl))
+
+    async def release_lease(self, key: str, rule: str, lease_id: str) -> LeaseRelease:
+        """Release a held lease, freeing its slot. Raises LeaseNotHeld if it was not held."""
+        return await self._send(release_call(key, rule, lease_id))
 
     async def rule(self, name: str) -> RuleInfo:
         """A rule's definition (its limits and on_failure); needs no token."""

@@ -19,6 +19,7 @@ from cluster.sdk.decisions import Decision
 from cluster.sdk.errors import (
     AlreadyRefunded,
     BadRequest,
+    LeaseNotHeld,
     NotFound,
     RequestIdReused,
     Unavailable,
@@ -187,7 +188,8 @@ def _result(call: _Call[_T], status: int, raw: bytes) -> _T:
             raise Unavailable(f"unexpected answer from the router: {exc!r}", status) from exc
     problem: dict[str, Any] = data if isinstance(data, dict) else {"status": status}
     if status == 404:
-        raise NotFound(status, problem)
+        lease = str(problem.get("type", "")).endswith("/lease-not-found")
+        raise (LeaseNotHeld if lease else NotFound)(status, problem)
     if status == 409 and str(problem.get("type", "")).endswith("/already-refunded"):
         raise AlreadyRefunded(status, problem)
     if is_reused(status, problem):

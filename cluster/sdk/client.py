@@ -11,27 +11,39 @@ send method.
 from __future__ import annotations
 
 from cluster.sdk.async_client import AsyncClient
+from cluster.sdk.async_lease import AsyncLease
 from cluster.sdk.calls import CheckSpec
-from cluster.sdk.decisions import Decision, LimitState
+from cluster.sdk.decisions import Decision, LeaseGrant, LimitState
 from cluster.sdk.errors import (
     AlreadyRefunded,
     BadRequest,
+    LeaseLost,
+    LeaseNotHeld,
     NotFound,
     RequestIdReused,
     ShardlimitError,
     Unavailable,
 )
+from cluster.sdk.lease_calls import LeaseRelease, LeaseRenewal
 from cluster.sdk.results import GivenBack, QuotaAdjustment, RefundResult, RuleInfo
 from cluster.sdk.sync_client import Client
+from cluster.sdk.sync_lease import Lease
 
 __all__ = [
     "AlreadyRefunded",
     "AsyncClient",
+    "AsyncLease",
     "BadRequest",
     "CheckSpec",
     "Client",
     "Decision",
     "GivenBack",
+    "Lease",
+    "LeaseGrant",
+    "LeaseLost",
+    "LeaseNotHeld",
+    "LeaseRelease",
+    "LeaseRenewal",
     "LimitState",
     "NotFound",
     "QuotaAdjustment",

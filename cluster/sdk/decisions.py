@@ -19,6 +19,20 @@ class LimitState:
     amount_remaining: Decimal | None = None
     period: str | None = None
     timezone: str | None = None
+    held: int | None = None  # concurrency: leases held now
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseGrant:
+    """The lease an allowed check of a `concurrency` limit acquired: renew it before
+    `ttl_ms` runs out, release it when done. `fencing` grows strictly with each lease
+    granted on one rule and key: pass it to the resource the lease protects, which
+    refuses writes carrying a lower value than one it has seen."""
+
+    id: str
+    fencing: int
+    ttl_ms: int
+    acquired_at_ms: int | None = None  # Unix ms on the node's clock
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,3 +52,4 @@ class Decision:
     rolled_back: bool = False
     rollback_failed: bool = False
     degraded_reason: str | None = None
+    lease: LeaseGrant | None = None  # a concurrency limit's, when the check acquired one

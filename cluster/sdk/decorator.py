@@ -22,47 +22,15 @@ from typing import Any, ParamSpec, TypeVar, cast
 from cluster.sdk.client import (
     AsyncClient,
     Client,
-    Decision,
-    LimitState,
-    ShardlimitError,
     Unavailable,
 )
+from cluster.sdk.errors import RateLimited
 from cluster.sdk.failure import OnFailure, check_on_failure, unreachable_decision
 
 __all__ = ["RateLimited", "limited"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-class RateLimited(ShardlimitError):
-    """A `@limited` call was denied; carries the router's decision."""
-
-    def __init__(self, decision: Decision) -> None:
-        self.decision = decision
-        retry = decision.retry_after_ms
-        after = f"; retry after {retry} ms" if retry is not None else ""
-        super().__init__(f"rate limited: key {decision.key!r} under rule {decision.rule!r}{after}")
-
-    @property
-    def allowed(self) -> bool:
-        return self.decision.allowed
-
-    @property
-    def retry_after_ms(self) -> int | None:
-        return self.decision.retry_after_ms
-
-    @property
-    def limits(self) -> tuple[LimitState, ...]:
-        return self.decision.limits
-
-    @property
-    def key(self) -> str:
-        return self.decision.key
-
-    @property
-    def rule(self) -> str | None:
-        return self.decision.rule
 
 
 def _cost(cost: int | Callable[..., int], args: Any, kwargs: Any) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cluster.sdk.decisions import Decision
+from cluster.sdk.decisions import Decision, LimitState
 
 
 class ShardlimitError(Exception):
@@ -30,6 +30,22 @@ class BadRequest(ShardlimitError):
 
 class NotFound(BadRequest):
     """404: unknown decision (refund), rule or path."""
+
+
+class LeaseNotHeld(NotFound):
+    """404 lease-not-found: a renewal or release named a lease that is no longer held
+    (it expired, was released, or never existed)."""
+
+
+class LeaseLost(ShardlimitError):
+    """A lease held by `client.lease(...)` was lost before its body finished: a renewal
+    found it no longer held, or no renewal got through before it ran out. The body may
+    have run without the lease; `fencing` protects what it wrote."""
+
+    def __init__(self, lease_id: str, fencing: int, why: str) -> None:
+        self.lease_id = lease_id
+        self.fencing = fencing
+        super().__init__(f"lease {lease_id} (fencing {fencing}) lost: {why}")
 
 
 class AlreadyRefunded(BadRequest):
@@ -67,6 +83,37 @@ def all_decisions(outcomes: list[Decision | RequestIdReused]) -> list[Decision]:
 def outcomes_of(error: RequestIdReused, size: int) -> list[Decision | RequestIdReused]:
     """Every check's outcome a batch's RequestIdReused carries."""
     return list(error.results) if len(error.results) == size else [error] * size
+
+
+class RateLimited(ShardlimitError):
+    """A `@limited` call was denied, or `client.lease(...)` found no free slot; carries
+    the router's decision."""
+
+    def __init__(self, decision: Decision) -> None:
+        self.decision = decision
+        retry = decision.retry_after_ms
+        after = f"; retry after {retry} ms" if retry is not None else ""
+        super().__init__(f"rate limited: key {decision.key!r} under rule {decision.rule!r}{after}")
+
+    @property
+    def allowed(self) -> bool:
+        return self.decision.allowed
+
+    @property
+    def retry_after_ms(self) -> int | None:
+        return self.decision.retry_after_ms
+
+    @property
+    def limits(self) -> tuple[LimitState, ...]:
+        return self.decision.limits
+
+    @property
+    def key(self) -> str:
+        return self.decision.key
+
+    @property
+    def rule(self) -> str | None:
+        return self.decision.rule
 
 
 class Unavailable(ShardlimitError):

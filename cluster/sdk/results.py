@@ -11,7 +11,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from cluster.model import answers
-from cluster.sdk.decisions import Decision, LimitState
+from cluster.sdk.decisions import Decision, LeaseGrant, LimitState
 from cluster.sdk.errors import RequestIdReused, all_decisions, is_reused
 
 _V = TypeVar("_V")
@@ -80,6 +80,7 @@ def _limit_state(view: answers.LimitState) -> LimitState:
         and view.amount_remaining is UNSET
         and view.period is UNSET
         and view.timezone is UNSET
+        and view.held is UNSET
     ):  # a limit without extra fields (nearly all)
         return LimitState(view.algorithm, view.limit, view.remaining, view.reset_after_ms)
     return LimitState(
@@ -92,6 +93,7 @@ def _limit_state(view: answers.LimitState) -> LimitState:
         _decimal(view.amount_remaining),
         _given(view.period),
         _given(view.timezone),
+        _given(view.held),
     )
 
 
@@ -116,7 +118,12 @@ def _from_body(body: answers.Decision) -> Decision:
         False if rolled_back is UNSET else bool(rolled_back),
         False if rollback_failed is UNSET else bool(rollback_failed),
         None if reason is UNSET else reason,
+        None if body.lease is UNSET else _lease(body.lease),
     )
+
+
+def _lease(lease: answers.Lease) -> LeaseGrant:
+    return LeaseGrant(lease.id, lease.fencing, lease.ttl_ms, _given(lease.acquired_at_ms))
 
 
 def parse_decision(data: dict[str, Any]) -> Decision:

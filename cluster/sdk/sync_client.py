@@ -34,7 +34,9 @@ from cluster.sdk.calls import (
 )
 from cluster.sdk.decisions import Decision
 from cluster.sdk.errors import RequestIdReused, all_decisions, outcomes_of
+from cluster.sdk.lease_calls import LeaseRelease, LeaseRenewal, release_call, renew_call
 from cluster.sdk.results import QuotaAdjustment, RefundResult, RuleInfo
+from cluster.sdk.sync_lease import Lease
 
 
 class Client:
@@ -149,6 +151,25 @@ class Client:
             "set_amount": set_amount,
         }
         return self._send(_quota_adjust_call(key, rule, request_id, changes))
+
+    def lease(
+        self, rule: str, *, key: str, wait: float | None = None, ttl: str | int | None = None
+    ) -> Lease:
+        """`with client.lease("exports", key=tenant) as lease:` holds a lease of the rule's
+        concurrency limit while the block runs, as AsyncClient.lease does, with a watchdog
+        thread (cluster/sdk/sync_lease.py)."""
+        return Lease(self, rule, key, wait=wait, ttl=ttl)
+
+    def renew_lease(
+        self, key: str, rule: str, lease_id: str, *, ttl: str | int | None = None
+    ) -> LeaseRenewal:
+        """Renew a held lease for `ttl` from now (default: the limit's lease). Raises
+        LeaseNotHeld once it is no longer held."""
+        return self._send(renew_call(key, rule, lease_id, ttl))
+
+    def release_lease(self, key: str, rule: str, lease_id: str) -> LeaseRelease:
+        """Release a held lease, freeing its slot. Raises LeaseNotHeld if it was not held."""
+        return self._send(release_call(key, rule, lease_id))
 
     def rule(self, name: str) -> RuleInfo:
         """A rule's definition (its limits and on_failure); needs no token."""

@@ -7,7 +7,8 @@ from typing import Any, Final
 import msgspec
 
 from cluster.model.keys import INLINE_SCOPE, MAX_KEY_BYTES, REQUEST_ID, RULE_NAME
-from cluster.model.limits import MAX_DURATION_MS, LimitSpec
+from cluster.model.lease_ids import NONCE_BITS
+from cluster.model.limits import MAX_DURATION_MS, MAX_LEASE_MS, LimitSpec
 from cluster.wire import Op as WireOp
 from cluster.wire import OpKind
 from node.errors import BadOp
@@ -21,6 +22,7 @@ REFUND: Final = OpKind.REFUND
 COMMIT: Final = OpKind.COMMIT
 UNDO: Final = OpKind.UNDO
 ADJUST: Final = OpKind.ADJUST
+_LEASE_KINDS: Final = frozenset({OpKind.RENEW, OpKind.RELEASE})
 # A wire op's kind (a plain str) -> its member; one lookup validates it too.
 _KINDS: Final[dict[str, OpKind]] = {kind.value: kind for kind in OpKind}
 
@@ -45,6 +47,7 @@ class Op(msgspec.Struct, frozen=True):  # a Struct: built once per op, ~10x chea
     adjust: tuple[int, int, int, int] | None = None  # kind "adjust" (cluster/wire.py)
     fingerprint: str = ""  # a check's request fingerprint ("": none, replays unchecked)
     durable: bool = False  # acknowledged only once a replica holds it (cluster/wire.py)
+    lease: tuple[int, int, int] | None = None  # kind "renew" / "release" (cluster/wire.py)
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -95,7 +98,9 @@ def parse_op(wire: WireOp) -> Op:
     """A decoded wire op (types already checked by msgspec) -> a validated Op."""
     kind = _KINDS.get(wire.kind)
     if kind is None:
-        raise BadOp("op must be 'check', 'refund', 'commit', 'undo' or 'adjust'")
+        raise BadOp(
+            "op must be 'check', 'refund', 'commit', 'undo', 'adjust', 'renew' or 'release'"
+        )
     if (kind is UNDO) != (wire.undo is not None):
         raise BadOp("an undo op, and only an undo op, carries undo entries")
     key = wire.key
@@ -145,6 +150,7 @@ def parse_op(wire: WireOp) -> Op:
         _adjust(wire, kind) if wire.adjust is not None or kind is ADJUST else None,
         _fingerprint(wire) if wire.fingerprint is not None else "",
         wire.durable,
+        _lease(wire, kind) if wire.lease is not None or kind in _LEASE_KINDS else None,
     )
 
 
@@ -172,3 +178,18 @@ def _adjust(wire: WireOp, kind: OpKind) -> tuple[int, int, int, int] | None:
     if wire.request_id is None or len(wire.limits) != 1 or wire.limits[0][0] != "quota":
         raise BadOp("adjust needs a request_id and exactly one quota limit")
     return (count_mode, count, amount_mode, amount)
+
+
+def _lease(wire: WireOp, kind: OpKind) -> tuple[int, int, int] | None:
+    if (kind in _LEASE_KINDS) != (wire.lease is not None):
+        raise BadOp("a renew or release op, and only one, carries a lease")
+    if wire.lease is None:
+        return None
+    if len(wire.lease) != 3 or not all(isinstance(v, int) for v in wire.lease):
+        raise BadOp("lease must be [fencing, nonce, ttl_ms]")
+    fencing, nonce, ttl_ms = wire.lease
+    if not (1 <= fencing < 2**53 and 0 <= nonce < 2**NONCE_BITS and 0 <= ttl_ms <= MAX_LEASE_MS):
+        raise BadOp(f"lease fencing, nonce or ttl_ms out of range (ttl_ms <= {MAX_LEASE_MS})")
+    if len(wire.limits) != 1 or wire.limits[0][0] != "concurrency":
+        raise BadOp("renew and release need exactly one concurrency limit")
+    return (fencing, nonce, ttl_ms)

@@ -26,6 +26,7 @@ from node.store.counter_store import (
     adjust_result,
     check_result,
     commit_result,
+    lease_result,
     refund_result,
 )
 from node.topology.ownership import Ownership, Role
@@ -269,6 +270,8 @@ _RESULTS: Final[dict[OpKind, Callable[[Any], wire.Result]]] = {
     OpKind.COMMIT: commit_result,
     OpKind.UNDO: _undone,
     OpKind.ADJUST: adjust_result,
+    OpKind.RENEW: lease_result,
+    OpKind.RELEASE: lease_result,
 }
 
 

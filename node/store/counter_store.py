@@ -30,6 +30,7 @@ from node.store.replies import (
     check_result,
     commit_result,
     is_expired,
+    lease_result,
     refund_result,
     undo_entries,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "check_result",
     "commit_result",
     "is_expired",
+    "lease_result",
     "refund_result",
     "undo_entries",
 ]
@@ -83,6 +85,7 @@ class ReplicaAcks:
 
 
 class CounterStore:
+:
     """Runs a batch of operations as ONE Redis pipeline of script calls."""
 
     def __init__(

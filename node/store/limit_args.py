@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cluster.model.algorithms import BY_NAME
+from cluster.model.algorithms import BY_NAME, LEASE_NONCE_PARAM
 from cluster.model.keys import counter_key
 from cluster.model.limits import LimitSpec
 from node.store.store_op import StoreOp
@@ -43,16 +43,28 @@ class Rule:
     keys' prefixes, its algorithm codes, and (unless they depend on the clock) its limits'
     script arguments per (amounts, quota TTL)."""
 
-    __slots__ = ("args", "clocked", "codes", "limits", "prefixes", "single")
+    __slots__ = ("args", "clocked", "codes", "lease_at", "limits", "prefixes", "single")
 
     def __init__(self, scope: str, limits: tuple[LimitSpec, ...]) -> None:
         self.limits = limits  # held: the cache is keyed by its id
         self.prefixes = [counter_key(scope, spec.shape, "") for spec in limits]
         self.codes = frozenset(BY_NAME[spec.algorithm].code for spec in limits)
         self.clocked = not self.codes.isdisjoint(_CLOCKED)
-        # The counter key prefix of a one-limit rule whose arguments do not depend on
-        # the clock (its checks are packed inline, node/store/script_calls.py), else None.
-        self.single = self.prefixes[0] if len(limits) == 1 and not self.clocked else None
+        # Where a check's fresh lease nonce goes in its arguments (its concurrency limit's
+        # p4; at most one per rule, as they share a shape), else -1.
+        self.lease_at = next(
+            (
+                i * LIMIT_ARGS + 2 + LEASE_NONCE_PARAM
+                for i, spec in enumerate(limits)
+                if spec.algorithm == "concurrency"
+            ),
+            -1,
+        )
+        # The counter key prefix of a one-limit rule whose arguments do not depend on the
+        # clock nor carry a nonce (its checks are packed inline, node/store/script_calls.py),
+        # else None.
+        alone = len(limits) == 1 and not self.clocked and self.lease_at < 0
+        self.single = self.prefixes[0] if alone else None
         self.args: dict[tuple[tuple[int, ...], int], list[int]] = {}
 
 

@@ -11,6 +11,8 @@ from cluster.wire import (
     Checked,
     Committed,
     Expired,
+    Leased,
+    LeaseStatus,
     LimitRow,
     Refunded,
     RefundStatus,
@@ -28,6 +30,7 @@ __all__ = [
     "check_result",
     "commit_result",
     "is_expired",
+    "lease_result",
     "refund_result",
     "undo_entries",
 ]
@@ -111,3 +114,8 @@ def refund_result(raw: list[int]) -> Refunded:
     n = raw[1]
     given = [(raw[2 + 2 * i], raw[3 + 2 * i]) for i in range(n)] if raw[0] == 1 else []
     return Refunded(RefundStatus(raw[0]), given)
+
+
+def lease_result(raw: list[int]) -> Leased:
+    """held_lease.lua's reply: status, Redis' clock (ms), the renewed lease's ttl_ms."""
+    return Leased(LeaseStatus(raw[0]), raw[1], raw[2])

@@ -1,10 +1,11 @@
 """Ops -> the EVALSHA calls that run them: one batch.lua call for every check of a batch,
-one call per refund, commit, undo or adjust. Both ways of sending them (the lean pipe,
-node/store/resp.py, and redis-py's pipeline, node/store/redispy_pipe.py) send what
-`evalsha_commands` makes of them."""
+one call per refund, commit, undo, adjust, renew or release. Both ways of sending them
+(the lean pipe, node/store/resp.py, and redis-py's pipeline, node/store/redispy_pipe.py)
+send what `evalsha_commands` makes of them."""
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable, Sequence
 from typing import Any, Final, NamedTuple
 
@@ -14,6 +15,7 @@ from redis.commands.core import AsyncScript
 
 from cluster.model.algorithms import BY_NAME
 from cluster.model.keys import HOLDS_KEY, adjust_record_key, counter_key, record_key
+from cluster.model.lease_ids import NONCE_BITS
 from cluster.wire import OpKind
 from node.store.limit_args import LIMIT_ARGS, Rule, RuleCache, limit_args, op_limit_args
 from node.store.scripts import ScriptBook
@@ -61,6 +63,8 @@ class ScriptCalls:
             OpKind.COMMIT: self._commit_call,
             OpKind.UNDO: self._undo_op_call,
             OpKind.ADJUST: self._adjust_call,
+            OpKind.RENEW: self._lease_call,
+            OpKind.RELEASE: self._lease_call,
         }
 
     def batch_call(self, checks: Sequence[StoreOp], now_ms: int, deadline_ms: int) -> ScriptCall:
@@ -118,6 +122,10 @@ class ScriptCalls:
         limits = None if rule.clocked else rule.args.get((op.amounts, op.quota_ttl_ms))
         if limits is None:
             limits = self.rules.args(rule, op, now_ms, memo)
+        if rule.lease_at >= 0:
+            # A concurrency limit: each check draws the nonce of the lease it may acquire.
+            limits = list(limits)
+            limits[rule.lease_at] = secrets.randbits(NONCE_BITS)
         ttl, hold_ms, entry = 0, 0, ""
         if op.request_id is not None:
             keys.append(record_key(op.scope, op.request_id, op.key))
@@ -203,3 +211,19 @@ class ScriptCalls:
             *op.adjust,
         ]
         return self._script("adjust.lua", op), keys, args
+
+    def _lease_call(self, op: StoreOp, now_ms: int) -> ScriptCall:
+        """held_lease.lua: renew or release one lease of the op's concurrency limit."""
+        assert op.lease is not None
+        spec = op.limits[0]
+        fencing, nonce, ttl_ms = op.lease
+        keep_ms = limit_args(spec, 0, now_ms, op.quota_ttl_ms)[2 + 2]  # code, amount, p1..p3
+        args: list[int | str | bytes] = [
+            self.offset_ms * 1000,
+            op.kind.value,
+            f"{fencing}:{nonce}",
+            ttl_ms or spec.window_ms,
+            keep_ms,
+        ]
+        keys = [counter_key(op.scope, spec.shape, op.key)]
+        return self._script("held_lease.lua", op), keys, args

@@ -12,7 +12,8 @@ __all__ = ["StoreOp"]
 
 
 class StoreOp(Protocol):
-    """One op of a batch: a check, refund, commit, undo or adjust (cluster/wire.py)."""
+    """One op of a batch: a check, refund, commit, undo, adjust, renew or release
+    (cluster/wire.py)."""
 
     @property
     def kind(self) -> OpKind: ...  # the member itself: compared by identity
@@ -48,3 +49,5 @@ class StoreOp(Protocol):
     def adjust(self) -> tuple[int, int, int, int] | None: ...
     @property
     def fingerprint(self) -> str: ...
+    @property
+    def lease(self) -> tuple[int, int, int] | None: ...

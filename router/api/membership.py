@@ -14,11 +14,11 @@ from cluster.model.errors import FieldError
 from cluster.model.nodes import NodeSpec
 from cluster.web.problem import Problem, invalid, json_body, json_response
 from router.api.handler_tools import admin_only, router_of
+from router.api.node_body import new_node
 from router.channel.control_client import get_once
 from router.control.cluster_view import ClusterView
 from router.control.resharding import Change
 from router.errors import JoinRefused, MigrationBlocked, NodeUnavailable, ReshardError
-from router.requests import new_node
 from router.service import Router
 
 NODE_PROBE_S = 2.0  # how long a node being added has to answer each probe
@@ -29,7 +29,7 @@ async def add_node(request: web.Request) -> web.Response:
     router = router_of(request)
     body = await json_body(request)
     nodes = list(router.view.topology.nodes)
-    spec = new_node(body, {n.id for n in nodes})
+    spec, dry_run = new_node(body, {n.id for n in nodes})
     if router.config.tls_ca is not None and not spec.url.startswith("https://"):
         raise invalid(
             [
@@ -39,7 +39,6 @@ async def add_node(request: web.Request) -> web.Response:
                 )
             ]
         )
-    dry_run = bool(body.get("dry_run", False))
     if not dry_run:
         try:
             await _require_reachable(router.view, spec)

@@ -17,6 +17,7 @@ from cluster.model.errors import FieldError, ValidationError
 from cluster.web.problem import Problem, invalid
 from router.errors import (
     AdjustRefused,
+    LeaseNotFound,
     NodeUnavailable,
     ReshardError,
     RulesConflict,
@@ -57,6 +58,7 @@ PROBLEMS: list[tuple[type[Exception], Callable[[Any], Problem]]] = [
     (RulesUnavailable, _rules_unavailable),
     (UnknownRule, lambda exc: Problem(404, "unknown-rule", f"no rule named '{exc}'{exc.hint}")),
     (AdjustRefused, _adjust_refused),
+    (LeaseNotFound, lambda exc: Problem(404, "lease-not-found", str(exc))),
     (ReshardError, lambda exc: Problem(409, exc.slug, str(exc))),
     (ValidationError, _validation),
 ]

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from decimal import Decimal
 
+from msgspec import UNSET
 from msgspec.structs import replace
 
 from cluster import wire
@@ -104,6 +105,7 @@ class AllOrNothing:
                 if body.allowed:
                     body.allowed = False
                     body.degraded = True
+                    body.lease = UNSET  # given back by the sweeper, or committed: not yours
         return answers.BatchResult(allowed=decision == "commit", results=results)
 
     async def _decide(self, batch: str, coordinator: str, holds: list[str]) -> str | None:
@@ -165,5 +167,6 @@ class AllOrNothing:
             if body.allowed:
                 body.allowed = False
                 body.rolled_back = True
+                body.lease = UNSET  # the rollback released it
 
         await asyncio.gather(*(undo(r, b) for r, b in zip(requests, results, strict=True)))

@@ -7,6 +7,7 @@ from typing import Any, Generic, TypeVar
 
 from cluster.model import answers
 from cluster.model.algorithms import BY_NAME, NONE
+from cluster.model.lease_ids import lease_id
 from cluster.model.limits import LimitSpec, format_amount
 from cluster.model.ratelimit_headers import HeaderPlan, LimitState, header_values
 from cluster.wire import Checked, LimitRow
@@ -32,6 +33,8 @@ _VIEW_FIELDS: dict[str, Callable[[LimitSpec, LimitRow], Any]] = {
     "max_amount": lambda spec, row: _amount(row.max_amount, spec),
     "amount_remaining": lambda spec, row: _amount(row.amount_remaining, spec),
     "delay_ms": lambda _spec, row: _opt(row.delay_ms),
+    # concurrency: its row's limit slot holds the leases held (node/store/lua/concurrency.lua)
+    "held": lambda _spec, row: row.limit,
 }
 
 
@@ -46,6 +49,8 @@ def _limit_view(spec: LimitSpec, row: LimitRow) -> answers.LimitState:
             reset_after_ms=None if reset == NONE else reset,
         )
     extra = {name: _VIEW_FIELDS[name](spec, row) for name in view_fields}
+    if spec.algorithm == "concurrency":
+        limit = spec.limit or 0
     return answers.LimitState(
         algorithm=spec.algorithm,
         limit=_opt(limit),
@@ -59,7 +64,7 @@ class _Views:
     """What a rule's decisions share, worked out once per rule: its public name and how
     its node rows become LimitStates."""
 
-    __slots__ = ("algorithm", "public_name", "size", "specs")
+    __slots__ = ("algorithm", "lease_at", "public_name", "size", "specs")
 
     def __init__(self, rule: Rule) -> None:
         self.public_name = rule.public_name
@@ -68,6 +73,24 @@ class _Views:
         plain = all(not BY_NAME[spec.algorithm].view_fields for spec in rule.limits)
         # One plain limit (nearly every rule): built inline by `decision`.
         self.algorithm = rule.limits[0].algorithm if plain and self.size == 1 else None
+        # The rule's concurrency limit (at most one), whose lease an allowed check holds.
+        self.lease_at = next(
+            (i for i, spec in enumerate(rule.limits) if spec.algorithm == "concurrency"), -1
+        )
+
+    def lease(self, rows: list[LimitRow]) -> answers.Lease | None:
+        """The lease an allowed check acquired (none for a dry run or a cost of 0)."""
+        if self.lease_at < 0:
+            return None
+        row = rows[self.lease_at]
+        if row.max_amount == NONE:
+            return None
+        return answers.Lease(
+            id=lease_id(row.max_amount, row.amount_remaining),
+            fencing=row.max_amount,
+            ttl_ms=self.specs[self.lease_at].window_ms,
+            acquired_at_ms=row.delay_ms,
+        )
 
     def views(self, rows: list[LimitRow]) -> list[answers.LimitState]:
         return [_limit_view(spec, row) for spec, row in zip(self.specs, rows, strict=True)]
@@ -119,7 +142,7 @@ def decision(request: CheckRequest, node: str, result: Checked) -> answers.Decis
     else:
         limits = plan.views(rows)
     if result.allowed:
-        return answers.Decision(
+        body = answers.Decision(
             allowed=True,
             key=request.key,
             rule=plan.public_name,
@@ -130,6 +153,11 @@ def decision(request: CheckRequest, node: str, result: Checked) -> answers.Decis
             replayed=result.replayed,
             dry_run=request.dry_run,
         )
+        if plan.lease_at >= 0:
+            lease = plan.lease(rows)
+            if lease is not None:
+                body.lease = lease
+        return body
     denied_by = [i for i, row in enumerate(rows) if row.ok == 0]
     waits = [rows[i].retry_after_ms for i in denied_by]
     return answers.Decision(

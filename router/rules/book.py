@@ -12,6 +12,7 @@ import yaml
 from cluster.model.errors import FieldError, Problems, ValidationError
 from cluster.model.keys import INLINE_SCOPE, RULE_NAME
 from cluster.model.limits import LimitSpec, parse_limits
+from router.rules.rejection import Rejection, file_block, rejected_now, yaml_cause
 from router.rules.spread_split import check_spread, split_limits
 from router.rules.watched_file import WatchedFile
 
@@ -38,6 +39,8 @@ class Rule:
     shadow: bool = False
     # "replica": a check is acknowledged only once a replica of its shard holds it.
     durability: str = "primary"
+    # A concurrency limit among `limits`: a check may acquire a lease (router/decide/leases.py).
+    leases: bool = False
     # `wire` as the list an op carries, shared by every op of the rule (never mutated).
     wire_list: list[list[Any]] = field(default_factory=list, compare=False, repr=False)
 
@@ -72,8 +75,9 @@ def rules_document(rules: dict[str, Rule]) -> dict[str, Any]:
 
 
 def default_on_failure(limits: tuple[LimitSpec, ...]) -> str:
-    """Money and quotas fail closed; plain rate limits fail open."""
-    money = ("calendar", "quota")
+    """Money, quotas and leases fail closed (a degraded answer grants no lease); plain
+    rate limits fail open."""
+    money = ("calendar", "quota", "concurrency")
     return "deny" if any(spec.algorithm in money for spec in limits) else "allow"
 
 
@@ -81,6 +85,16 @@ def default_durability(limits: tuple[LimitSpec, ...]) -> str:
     """Money and quotas survive a failover; plain rate limits take the cheaper way."""
     money = ("calendar", "quota")
     return "replica" if any(spec.algorithm in money for spec in limits) else "primary"
+
+
+def lease_problems(rule: Rule, cost: Any, path: str, problems: Problems) -> None:
+    """A check of a concurrency limit acquires one lease, renewed by its rule's name."""
+    if rule.name == INLINE_SCOPE:
+        problems.add(f"{path}limits", "a concurrency limit needs a named rule (leases name it)")
+    elif type(cost) is int and cost > 1:
+        problems.add(
+            f"{path}cost", "must be 0 or 1: a check of a concurrency limit takes one lease"
+        )
 
 
 def make_rule(
@@ -104,6 +118,7 @@ def make_rule(
         cache_denials=cache_denials,
         shadow=shadow,
         durability=durability or default_durability(limits),
+        leases=any(spec.algorithm == "concurrency" for spec in limits),
         wire_list=list(wire),
     )
 
@@ -131,6 +146,11 @@ def parse_rule(name: str, data: Any, path: str, problems: Problems) -> Rule | No
     for flag, value in flags.items():
         if not isinstance(value, bool):
             problems.add(f"{path}.{flag}", "must be true or false")
+    if flags["cache_denials"] is True and any(s.algorithm == "concurrency" for s in limits):
+        problems.add(
+            f"{path}.cache_denials",
+            "cannot cache a concurrency limit's denials: a released lease frees a slot at once",
+        )
     if len(problems.errors) != before:
         return None
     return make_rule(
@@ -165,6 +185,14 @@ def parse_rules_document(doc: Any) -> dict[str, Rule]:
     return rules
 
 
+def _cause(path: Path, exc: ValueError) -> str:
+    """One line naming the file: a YAML error already does (`file:line:column: ...`)."""
+    said = str(exc)
+    if said.startswith(f"rules_file: {path}"):
+        return said.removeprefix("rules_file: ")
+    return f"{path}: {said}"
+
+
 class RuleBook(WatchedFile):
     """The rules this router serves and their cluster version (router/rules/cluster_rules.py),
     and the last good reading of its rules file. File edits and SIGHUP reload the file;
@@ -180,6 +208,8 @@ class RuleBook(WatchedFile):
         self.file_rules: dict[str, Rule] = {}
         # A `version:` the file names (routers once wrote it there): shown, never used.
         self.file_version: int | None = None
+        # The file's last edit that was refused (None: its last edit was not).
+        self.rejected: Rejection | None = None
 
     def load(self) -> None:
         if self.path is None:
@@ -193,13 +223,13 @@ class RuleBook(WatchedFile):
             try:
                 doc = yaml.safe_load(self.path.read_text())
             except yaml.YAMLError as exc:  # one line, like every other refusal
-                not_yaml = "not YAML: " + " ".join(str(exc).split())
-                raise ValidationError([FieldError("rules_file", not_yaml)]) from exc
+                cause = yaml_cause(self.path, exc)
+                raise ValidationError([FieldError("rules_file", cause)]) from exc
             rules = parse_rules_document(doc)
         except ValueError as exc:
             self.reload_errors += 1
             self._mtime = stat.st_mtime
-            log.error("rules file %s rejected, keeping the previous rules: %s", self.path, exc)
+            self.reject(_cause(self.path, exc))
             raise
         file_version = doc.get("version")
         if file_version is not None:
@@ -214,6 +244,21 @@ class RuleBook(WatchedFile):
             self.rules = rules
         self._mtime = stat.st_mtime
         self.reloads += 1
+
+    def reject(self, cause: str) -> None:
+        """The file's last edit was refused (`cause`: one line): the rules stay."""
+        self.rejected = rejected_now(cause)
+        log.error("rules file rejected, keeping rules version %d: %s", self.version, cause)
+
+    def accepted(self) -> None:
+        """An edit of the file was taken (published, or served before the cluster
+        answered): an earlier refusal is no longer news."""
+        if self.rejected is not None:
+            log.info("rules file accepted again: %s", self.path)
+        self.rejected = None
+
+    def file_block(self) -> dict[str, Any]:
+        return file_block(self.path, self.rejected, self.version)
 
     def get(self, name: str) -> Rule | None:
         return self.rules.get(name)

@@ -108,11 +108,9 @@ class ClusterRules:
         try:
             await self.publish(replace, None)
         except WouldDelete as exc:
-            log.error(
-                "rules file %s not published: it would delete %s; "
-                "`shardlimit rules apply -f FILE --prune` deletes rules",
-                self.book.path,
-                exc,
+            self.book.reject(
+                f"{self.book.path}: not published: it would delete {exc}; "
+                "`shardlimit rules apply -f FILE --prune` deletes rules"
             )
             self.pending = None
         except RulesUnavailable as exc:
@@ -120,6 +118,7 @@ class ClusterRules:
             self.pending = dict(rules)
         else:
             self.pending = None
+            self.book.accepted()
 
     async def publish(self, change: RulesChange, expected: int | None) -> int:
         """Apply `change` to the cluster's current rules, under the rules lease, and store

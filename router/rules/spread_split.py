@@ -53,6 +53,11 @@ def check_spread(
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_SPREAD:
         problems.add(path, f"must be an integer from 1 (not spread) to {MAX_SPREAD}")
         return 1
+    if value > 1 and any(spec.algorithm == "concurrency" for spec in limits):
+        problems.add(
+            path, "a rule with a concurrency limit cannot be spread: its leases live on one key"
+        )
+        return 1
     for index, spec in enumerate(limits):
         for name, number in (
             ("limit", spec.limit),

@@ -58,6 +58,21 @@ async def test_fixed_window_exact_limit_and_rollover(cluster: Cluster) -> None:
     assert near(after[0]["limits"][0]["reset_after_ms"], H - 10 * S)
 
 
+async def test_an_unused_fixed_window_resets_when_its_window_ends(cluster: Cluster) -> None:
+    """A read (cost 0, GET /v1/usage, dry_run) of a counter never used still answers the
+    time to the window's end, as the docs say: not 0."""
+    limit = {"algorithm": "fixed_window", "limit": 5, "window": "1h"}
+    await cluster.set_time(T - 10 * S)  # this window ends 10 s from now
+    _, read = await cluster.check(body("fw:unused", limit, cost=0))
+    _, dry = await cluster.check(body("fw:unused", limit, dry_run=True))
+    for answer, remaining in ((read, 5), (dry, 4)):  # the dry run of one: what it would leave
+        assert answer["allowed"] is True and answer["limits"][0]["remaining"] == remaining
+        assert near(answer["limits"][0]["reset_after_ms"], 10 * S, tolerance=3 * S), answer
+    status, usage = await cluster.get("/v1/usage?key=fw:unused&rule=basic")
+    assert status == 200 and usage["limits"][0]["remaining"] == usage["limits"][0]["limit"]
+    assert near(usage["limits"][0]["reset_after_ms"], 10 * S, tolerance=3 * S), usage
+
+
 async def test_fixed_window_over_limit_cost_is_never_admitted(cluster: Cluster) -> None:
     payload = body("fw:big", {"algorithm": "fixed_window", "limit": 5, "window": "1h"}, cost=6)
     status, data = await cluster.check(payload)

@@ -28,6 +28,8 @@ from cluster.model.limits import (
     parse_limits,
     parse_timestamp,
 )
+from cluster.web.problem import Problem
+from router.api.node_body import new_node
 from router.api.openapi import openapi_document
 from router.requests import IF_MATCH, parse_authz
 from router.rules.book import RuleBook, make_rule
@@ -251,6 +253,63 @@ def test_if_match() -> None:
         return IF_MATCH.fullmatch(value) is not None
 
     assert disagreements(schema, accepts, values) == []
+
+
+def _node_body_accepted(body: Any) -> bool:
+    try:
+        new_node(body, {"n1"})
+    except Problem:
+        return False
+    return True
+
+
+NEW_NODE_SCHEMA = DOCUMENT["paths"]["/v1/cluster/nodes"]["post"]["requestBody"]["content"][
+    "application/json"
+]["schema"]
+
+
+def test_new_node_urls_are_what_the_server_accepts() -> None:
+    """`"url": "http://"` was valid by the schema and refused by the server."""
+    hosts = ["", "h", "127.0.0.1", "[::1]", "shardlimit-node-3", "h h", "h\u00a0", "user@h"]
+    ports = ["", ":", ":0", ":1", ":7001", ":65535", ":65536", ":07001", ":\u0663"]
+    tails = ["", "/", "/x", "?x", "#x", "\n"]
+    urls = [
+        f"{scheme}{host}{port}{tail}"
+        for scheme in ("http://", "https://", "ftp://", "HTTP://", "http:/")
+        for host in hosts
+        for port in ports
+        for tail in tails
+    ]
+    schema = NEW_NODE_SCHEMA["properties"]["url"]
+    assert disagreements(schema, lambda url: _node_body_accepted({"url": url}), urls) == []
+    assert not validator(schema).is_valid("http://")
+    assert validator(schema).is_valid("http://127.0.0.1:7001")
+
+
+def test_new_node_bodies_are_decoded_strictly() -> None:
+    """`"dry_run": "yes"` and `[null, null]` were taken as true; the schema says boolean."""
+    url = "http://127.0.0.1:7004"
+    odd: list[Any] = [True, False, "yes", "true", [None, None], [], 1, 0, None, {}]
+    bodies = [{"url": url, "dry_run": value} for value in odd]
+    bodies += [{"url": url, "weight": w} for w in (1, 1000, 0, 1001, True, 2.0, "2")]
+    bodies += [{"url": url, "id": "n4", "extra": 1}, {"url": url, "id": "n4"}, {"id": "n4"}]
+    assert disagreements(NEW_NODE_SCHEMA, _node_body_accepted, bodies) == []
+    assert new_node({"url": url, "dry_run": True}, set())[1] is True
+    with pytest.raises(Problem) as refused:
+        new_node({"url": url, "dry_run": "yes"}, set())
+    assert [(e.path, e.message) for e in refused.value.errors or []] == [
+        ("dry_run", "must be true or false")
+    ]
+
+
+async def test_a_node_add_with_a_dry_run_that_is_no_boolean_is_refused(cluster: Cluster) -> None:
+    for dry_run in ("yes", [None, None]):
+        body = {"url": "http://127.0.0.1:9", "id": "n9", "dry_run": dry_run}
+        status, problem = await cluster.post("/v1/cluster/nodes", body, ADMIN)
+        assert status == 400, problem
+        assert problem["errors"] == [{"field": "dry_run", "message": "must be true or false"}]
+    status, view = await cluster.get("/v1/cluster")
+    assert status == 200 and "n9" not in [node["id"] for node in view["nodes"]]
 
 
 async def test_odd_digits_and_final_newlines_are_400s_not_500s(cluster: Cluster) -> None:

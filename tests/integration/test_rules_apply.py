@@ -167,7 +167,11 @@ async def test_a_router_started_on_a_broken_rules_file_says_so_in_one_line(
         f"cluster: {{nodes: [{{id: n1, url: 'http://127.0.0.1:{free_port()}'}}]}}\n"
     )
     for text, expected in (
-        ("rules: [broken\n", "rules_file: not YAML: while parsing a flow sequence"),
+        (
+            "rules: [broken\n",
+            f"rules_file: {rules}:2:1: not YAML: expected ',' or ']', but got '<stream end>' "
+            "(while parsing a flow sequence)",
+        ),
         ("basic:\n  limits: 5/minute\n", "top-level 'rules:'"),
     ):
         rules.write_text(text)

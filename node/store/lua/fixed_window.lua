@@ -12,8 +12,9 @@ end
 --
 -- envoy_flags (0 for every HTTP check; only the Envoy service sets them, never with
 -- dry_run): 1 = count a denied hit too (envoyproxy/ratelimit's INCRBY on every hit, so
--- the counter may pass the limit), 2 = report the window's end even for an unused counter.
-local FW_COUNT_DENIED, FW_ALWAYS_RESET = 1, 2
+-- the counter may pass the limit). (2, once "report the window's end even for an unused
+-- counter", is what every check answers now: a window resets at its end, used or not.)
+local FW_COUNT_DENIED = 1
 
 local function fw_flag(flags, bit)
   return math.floor(flags / bit) % 2 == 1
@@ -42,14 +43,13 @@ ALG[CODE] = {
   eval = function(key, p, t, cost, _amount)
     local limit, win, flags = p[1], p[2], p[3] or 0
     local used, w, reset = fw_read(key, win, t)
-    local always = fw_flag(flags, FW_ALWAYS_RESET)
     local r = {
       ok = used + cost <= limit,
       limit = limit,
       rem_now = math.max(0, limit - used),
       rem_after = math.max(0, limit - used - cost),
-      reset_now = (always or used > 0) and reset or 0,
-      reset_after = (always or (used + cost) > 0) and reset or 0,
+      reset_now = reset,
+      reset_after = reset,
       delay = -1, alimit = -1, arem_now = -1, arem_after = -1,
     }
     r.retry = (cost <= limit) and reset or -1
@@ -73,15 +73,15 @@ ALG[CODE] = {
     if (c[13] or 0) ~= 0 then return nil end
     local used, w, reset = fw_read(key, win, t)
     if used + cost > limit then
-      return { 0, 0, 1, 0, limit, math.max(0, limit - used), used > 0 and reset or 0,
+      return { 0, 0, 1, 0, limit, math.max(0, limit - used), reset,
         (cost <= limit) and reset or -1, -1, -1, -1 }
     end
-    local left, after = math.max(0, limit - used - cost), (used + cost) > 0 and reset or 0
+    local left = math.max(0, limit - used - cost)
     if cost == 0 or dry_run then
-      return { 1, 0, 1, 1, limit, left, after, -1, -1, -1, -1 }
+      return { 1, 0, 1, 1, limit, left, reset, -1, -1, -1, -1 }
     end
     fw_add(key, used, cost, reset)
-    return { 1, 0, 1, 1, limit, left, after, -1, -1, -1, -1, cmsgpack.pack({ { key, CODE, w, cost } }) }
+    return { 1, 0, 1, 1, limit, left, reset, -1, -1, -1, -1, cmsgpack.pack({ { key, CODE, w, cost } }) }
   end,
   refund = function(key, p, t, u)
     local win = p[2]

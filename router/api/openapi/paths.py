@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from cluster.model.limits import MAX_COUNT
+from router.api.node_body import NODE_URL_PATTERN
 from router.api.openapi.patterns import RULE_NAME_PATTERN, upto
 from router.api.openapi.schemas import KEY, RULE_NAME_SCHEMA
 from router.requests import IF_MATCH, MAX_BATCH
@@ -42,7 +43,7 @@ NEW_NODE: dict[str, Any] = {
     "additionalProperties": False,
     "required": ["url"],
     "properties": {
-        "url": {"type": "string", "pattern": "^https?://", "description": "a running node"},
+        "url": {"type": "string", "pattern": NODE_URL_PATTERN, "description": "a running node"},
         "id": {"type": "string", "pattern": RULE_NAME_PATTERN, "description": "default: nN"},
         "weight": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 1},
         "dry_run": {"type": "boolean", "default": False},
@@ -167,6 +168,22 @@ def paths() -> dict[str, Any]:
                 "security": admin,
                 "requestBody": _json_body("QuotaAdjust"),
                 "responses": _responses(_json_ok("QuotaAdjusted"), 400, 401, 409, 413, 503),
+            }
+        },
+        "/v1/lease/renew": {
+            "post": {
+                "summary": "Renew a held lease of a concurrency limit: it now expires ttl "
+                "(default: the limit's lease) from now; 404 lease-not-found once not held",
+                "requestBody": _json_body("LeaseRenew"),
+                "responses": _responses(_json_ok("LeaseRenewed"), 400, 404, 413, 503),
+            }
+        },
+        "/v1/lease/release": {
+            "post": {
+                "summary": "Release a held lease of a concurrency limit, freeing its slot; "
+                "404 lease-not-found when it was not held",
+                "requestBody": _json_body("LeaseRelease"),
+                "responses": _responses(_json_ok("LeaseReleased"), 400, 404, 413, 503),
             }
         },
         "/v1/usage": {

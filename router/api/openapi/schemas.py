@@ -11,12 +11,15 @@ import msgspec
 from cluster.model import answers
 from cluster.model.calendar import PERIODS
 from cluster.model.keys import MAX_KEY_BYTES
+from cluster.model.lease_ids import LEASE_ID_PATTERN
 from cluster.model.limits import (
     ALGORITHMS,
     MAX_AMOUNT_SCALE,
     MAX_BUCKET_PERIOD_MS,
     MAX_BUCKET_SIZE,
     MAX_COUNT,
+    MAX_LEASE_MS,
+    MAX_LEASES,
     MAX_LIMITS_PER_RULE,
     MAX_SLIDING_LOG,
 )
@@ -32,6 +35,7 @@ from router.api.openapi.patterns import (
     duration_schema,
     timezone_pattern,
 )
+from router.rules.rejection import FILE_BLOCK_SCHEMA
 from router.rules.spread_split import MAX_SPREAD
 
 REF = "#/components/schemas/{name}"
@@ -142,6 +146,17 @@ def _quota(algorithm: str) -> dict[str, Any]:
     return schema
 
 
+def _concurrency(algorithm: str) -> dict[str, Any]:
+    schema = _variant(
+        algorithm, ["limit", "lease"], limit=_count(MAX_LEASES), lease=duration_schema(MAX_LEASE_MS)
+    )
+    schema["description"] = (
+        "at most `limit` leases held at once, each living `lease` unless renewed; in a named "
+        "rule only (POST /v1/lease/renew and /release name it), not spread, no cache_denials"
+    )
+    return schema
+
+
 def _variant(algorithm: str, required: list[str], **props: Any) -> dict[str, Any]:
     return {
         "type": "object",
@@ -162,7 +177,10 @@ _PARAMETERS = {
     "leaky_bucket": _bucket,
     "calendar": _calendar,
     "quota": _quota,
+    "concurrency": _concurrency,
 }
+# Inline limits (a check's `limits`) take every algorithm but these.
+NAMED_ONLY = ("concurrency",)
 
 
 def _limit_variants() -> dict[str, dict[str, Any]]:
@@ -175,6 +193,46 @@ def _at_least_one(first: str, *others: str) -> dict[str, Any]:
     if not others:
         return {"required": [first]}
     return {"if": {"required": [first]}, "else": _at_least_one(*others)}
+
+
+def _limit_of(variants: list[str], description: str) -> dict[str, Any]:
+    """One limit of `variants`: a oneOf told apart by `algorithm`."""
+    return {
+        "description": description,
+        "oneOf": [{"$ref": f"#/components/schemas/{name}"} for name in variants],
+        "discriminator": {
+            "propertyName": "algorithm",
+            "mapping": {name: f"#/components/schemas/{name}" for name in variants},
+        },
+    }
+
+
+def _limits_of(limit: str, description: str) -> dict[str, Any]:
+    """A list of `limit` objects or rate strings, or one rate string."""
+    rate = {"type": "string", "pattern": RATE_PATTERN}
+    items = {"anyOf": [{"$ref": f"#/components/schemas/{limit}"}, rate]}
+    listed = {"type": "array", "minItems": 1, "maxItems": 16, "items": items}
+    return {"description": description, "anyOf": [listed, rate]}
+
+
+def _lease_body(key: dict[str, Any], rule_name: dict[str, Any], renew: bool) -> dict[str, Any]:
+    """POST /v1/lease/renew's or /v1/lease/release's body (router/decide/leases.py)."""
+    properties = {
+        "key": key,
+        "rule": rule_name,
+        "lease_id": {"type": "string", "pattern": LEASE_ID_PATTERN},
+    }
+    if renew:
+        ttl = duration_schema(MAX_LEASE_MS)
+        properties["ttl"] = {**ttl, "description": "default: the limit's lease; from now"}
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["key", "rule", "lease_id"],
+        "description": "Not said here (a schema cannot): the rule exists and has a "
+        "concurrency limit; lease_id is as its check's decision gave it",
+        "properties": properties,
+    }
 
 
 def _quota_adjust(key: dict[str, Any], rule_name: dict[str, Any]) -> dict[str, Any]:
@@ -216,16 +274,21 @@ def components() -> dict[str, Any]:
     key = KEY
     rule_name = RULE_NAME_SCHEMA
     variants = _limit_variants()
-    limit = {
-        "description": "one limit; its fields depend on the algorithm. Not said here (a "
+    about_limit = (
+        "one limit; its fields depend on the algorithm. Not said here (a "
         "schema cannot): max_amount's bounds depend on amount_scale, and a quota's "
-        "expires_at must be a real date in the future",
-        "oneOf": [{"$ref": f"#/components/schemas/{name}"} for name in variants],
-        "discriminator": {
-            "propertyName": "algorithm",
-            "mapping": {name: f"#/components/schemas/{name}" for name in variants},
-        },
-    }
+        "expires_at must be a real date in the future"
+    )
+    limit = _limit_of(list(variants), about_limit)
+    inline = [name for name in variants if name not in NAMED_ONLY]
+    about_limits = (
+        "limit objects, or `limits`-style rate strings that stand "
+        "for fixed windows ('10/second;1000/day', '500/7 days'; "
+        "'sliding_window: 10/minute' for sliding ones). Not said here (a schema "
+        f"cannot): at most {MAX_LIMITS_PER_RULE} limits once rate strings expand, "
+        "and no two that count the same counter (same algorithm and "
+        "window/period; one quota, one concurrency limit)"
+    )
     check = {
         "type": "object",
         "additionalProperties": False,
@@ -236,8 +299,14 @@ def components() -> dict[str, Any]:
         "properties": {
             "key": key,
             "rule": {"type": ["string", "null"]},
-            "limits": {"anyOf": [{"$ref": "#/components/schemas/Limits"}, {"type": "null"}]},
-            "cost": {"type": "integer", "minimum": 0, "maximum": MAX_COUNT, "default": 1},
+            "limits": {"anyOf": [{"$ref": "#/components/schemas/InlineLimits"}, {"type": "null"}]},
+            "cost": {
+                "type": "integer",
+                "minimum": 0,
+                "maximum": MAX_COUNT,
+                "default": 1,
+                "description": "0 or 1 for a rule with a concurrency limit: one lease a check",
+            },
             "amount": DECIMAL,
             "request_id": {
                 "type": ["string", "null"],
@@ -284,12 +353,13 @@ def components() -> dict[str, Any]:
                 "maximum": MAX_SPREAD,
                 "description": "split each key's budget over this many sub-counters `key#i` "
                 "(1: not spread). Not said here (a schema cannot): at most every limit's "
-                "limit, rate and max_amount in minor units",
+                "limit, rate and max_amount in minor units, and no concurrency limit",
             },
             "cache_denials": {
                 "type": "boolean",
                 "description": "answer a used-up key on the router until its quota returns, "
-                "without a node call (a refund through another router shows after that)",
+                "without a node call (a refund through another router shows after that). "
+                "Not said here (a schema cannot): not with a concurrency limit",
             },
             "durability": {
                 "type": "string",
@@ -309,28 +379,9 @@ def components() -> dict[str, Any]:
     return {
         "Limit": limit,
         **variants,
-        "Limits": {
-            "description": "limit objects, or `limits`-style rate strings that stand "
-            "for fixed windows ('10/second;1000/day', '500/7 days'; "
-            "'sliding_window: 10/minute' for sliding ones). Not said here (a schema "
-            f"cannot): at most {MAX_LIMITS_PER_RULE} limits once rate strings expand, "
-            "and no two that count the same counter (same algorithm and "
-            "window/period; one quota)",
-            "anyOf": [
-                {
-                    "type": "array",
-                    "minItems": 1,
-                    "maxItems": 16,
-                    "items": {
-                        "anyOf": [
-                            {"$ref": "#/components/schemas/Limit"},
-                            {"type": "string", "pattern": RATE_PATTERN},
-                        ]
-                    },
-                },
-                {"type": "string", "pattern": RATE_PATTERN},
-            ],
-        },
+        "Limits": _limits_of("Limit", about_limits),
+        "InlineLimit": _limit_of(inline, about_limit),
+        "InlineLimits": _limits_of("InlineLimit", about_limits),
         "Check": check,
         "Problem": problem,
         "Rule": rule,
@@ -340,6 +391,7 @@ def components() -> dict[str, Any]:
             "properties": {
                 "version": {"type": "integer", "minimum": 0},
                 "rules": {"type": "array", "items": rule},
+                "file": FILE_BLOCK_SCHEMA,
             },
         },
         "RuleDocument": {
@@ -370,6 +422,8 @@ def components() -> dict[str, Any]:
             **_rule_or_limits(on_failure=False),
         },
         "QuotaAdjust": _quota_adjust(key, rule_name),
+        "LeaseRenew": _lease_body(key, rule_name, renew=True),
+        "LeaseRelease": _lease_body(key, rule_name, renew=False),
         "Cluster": {
             "type": "object",
             "required": ["epoch", "partitioner", "nodes", "migration"],

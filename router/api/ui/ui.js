@@ -13,6 +13,8 @@ const number = new Intl.NumberFormat("en-US");
 let layout = null; // the last GET /v1/cluster/ring answer
 let drawnEpoch = -1;
 let migrationStart = null; // {id, keys: {source: keys when first seen}}
+let polls = 0;
+const RULES_EVERY = 2; // GET /v1/rules on every 2nd poll (once a second)
 
 const $ = (id) => document.getElementById(id);
 const fmt = (n) => (n === null || n === undefined ? "–" : number.format(n));
@@ -313,6 +315,17 @@ function render(cluster) {
   renderMigration(cluster.migration, cluster.nodes);
 }
 
+// The rules file's last refused edit (GET /v1/rules `file.rejected`), until one is accepted.
+function renderRulesFile(file) {
+  const line = $("rules-file");
+  const rejected = file && file.rejected;
+  line.hidden = !rejected;
+  line.textContent = rejected
+    ? `rules file rejected at ${rejected.at}: ${rejected.cause}; ` +
+      `still serving rules version ${rejected.serving_version}`
+    : "";
+}
+
 function setStatus(ok, text) {
   const status = $("status");
   status.dataset.ok = String(ok);
@@ -325,6 +338,7 @@ async function poll() {
     const cluster = await getJSON("v1/cluster");
     if (!layout || layout.epoch < cluster.epoch) layout = await getJSON("v1/cluster/ring");
     render(cluster);
+    if (polls++ % RULES_EVERY === 0) renderRulesFile((await getJSON("v1/rules")).file);
     setStatus(true, `live · updated ${new Date().toLocaleTimeString("en-GB")}`);
   } catch (err) {
     setStatus(false, `router unreachable (${err.message}); retrying`);

@@ -21,15 +21,34 @@ its ops; its `Reply` carries the same id, and replies may come in any order. A r
 `status` is what the HTTP batch endpoint would have answered (200 with `reply`, else
 `detail`: 503 when the node's Redis is unavailable). The channel speaks TLS (and
 mutual TLS) exactly when the node's HTTP listener does.
+
+The control messages (JSON bodies of the node's control-plane endpoints) live in
+cluster/wire/control.py and are re-exported here: `wire.ExportKeys` as before.
 """
 
 from __future__ import annotations
 
 import enum
 import struct
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final
 
 import msgspec
+
+from cluster.wire.control import (
+    MAX_EXPORT_KEYS,
+    ClockOffset,
+    Control,
+    Decision,
+    DecisionsHandover,
+    Entries,
+    ExportKeys,
+    Holds,
+    ImportKeys,
+    Lease,
+    MigrateStep,
+    MigrationCleanup,
+    RulesDocument,
+)
 
 __all__ = [
     "BATCH_PATH",
@@ -45,6 +64,7 @@ __all__ = [
     "IMPORT_PATH",
     "LANDED_PATH",
     "LEASE_PATH",
+    "MAX_EXPORT_KEYS",
     "MAX_FRAME_BYTES",
     "METRICS_PATH",
     "MIGRATE_PATH",
@@ -61,12 +81,25 @@ __all__ = [
     "ChannelIn",
     "ChannelOut",
     "Checked",
+    "ClockOffset",
     "Committed",
+    "Control",
+    "Decision",
+    "DecisionsHandover",
+    "Entries",
     "Expired",
+    "ExportKeys",
     "Failed",
     "FrameBuffer",
     "Hello",
+    "Holds",
+    "ImportKeys",
+    "Lease",
+    "LeaseStatus",
+    "Leased",
     "LimitRow",
+    "MigrateStep",
+    "MigrationCleanup",
     "Moved",
     "Op",
     "OpKind",
@@ -77,6 +110,7 @@ __all__ = [
     "Request",
     "Result",
     "Reused",
+    "RulesDocument",
     "Undone",
     "Welcome",
     "decode_batch",
@@ -120,6 +154,8 @@ class OpKind(enum.StrEnum):
     COMMIT = "commit"
     UNDO = "undo"
     ADJUST = "adjust"
+    RENEW = "renew"  # a concurrency limit's lease: renew it ...
+    RELEASE = "release"  # ... or release it
 
 
 class Op(msgspec.Struct, array_like=True, frozen=True):
@@ -152,6 +188,9 @@ class Op(msgspec.Struct, array_like=True, frozen=True):
     # (cluster/model/keys.py request_fingerprint); a record made for another answers Reused
     fingerprint: str | None = None
     durable: bool = False  # acknowledged only once a replica holds it (durability: replica)
+    # kind "renew" / "release": the lease as [fencing, nonce, ttl_ms] (ttl_ms: renew only),
+    # with `limits` holding the rule's one concurrency limit
+    lease: list[int] | None = None
 
 
 class Batch(msgspec.Struct, array_like=True, frozen=True):
@@ -218,6 +257,22 @@ class Adjusted(msgspec.Struct, array_like=True, frozen=True, tag="adjusted"):
     row: LimitRow | None = None  # the quota after it (ok, retry and delay unused)
 
 
+class LeaseStatus(enum.IntEnum):
+    """What node/store/lua/held_lease.lua answers."""
+
+    NOT_HELD = 0  # expired, released or never granted: nothing changed
+    RENEWED = 1
+    RELEASED = 2
+
+
+class Leased(msgspec.Struct, array_like=True, frozen=True, tag="leased"):
+    """A lease renewed or released; `at_ms` is the node's Redis clock when it was."""
+
+    status: LeaseStatus
+    at_ms: int
+    ttl_ms: int = 0  # renewed: it expires ttl_ms after at_ms
+
+
 class Moved(msgspec.Struct, array_like=True, frozen=True, tag="moved"):
     """The node does not own the key under its topology of this epoch."""
 
@@ -241,7 +296,9 @@ class Reused(msgspec.Struct, array_like=True, frozen=True, tag="reused"):
     and scope, other fingerprint). Nothing was consumed."""
 
 
-Result = Checked | Reused | Refunded | Committed | Undone | Adjusted | Moved | Expired | Failed
+Result = (
+    Checked | Reused | Refunded | Committed | Undone | Adjusted | Leased | Moved | Expired | Failed
+)
 
 
 class BatchReply(msgspec.Struct, array_like=True, frozen=True):
@@ -366,85 +423,3 @@ class FrameBuffer:
             at = end
         del buffer[:at]
         return bodies
-
-
-# ---------------------------------------------------------------- control messages
-#
-# The JSON bodies of the node's control-plane endpoints (topology, migration, rules,
-# lease, decisions, holds), decoded once at the node's boundary (node/app.py
-# `internal`): a body that does not fit its Struct is a 400 naming the field.
-
-MAX_EXPORT_KEYS: Final = 10_000
-_Id = Annotated[str, msgspec.Meta(min_length=1)]
-_BatchId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.:@~+=/-]{1,128}$")]
-
-
-class Control(msgspec.Struct, kw_only=True):
-    """Base of the control messages: JSON objects, unknown fields ignored."""
-
-
-class ExportKeys(Control):
-    """A node importing moving keys asks their old owner for them, with its topology
-    (the owner takes it first when it is newer). LANDED_PATH takes `keys` alone."""
-
-    keys: Annotated[list[str], msgspec.Meta(max_length=MAX_EXPORT_KEYS)]
-    topology: dict[str, Any] | None = None
-
-
-class Entries(Control):
-    entries: Any  # checked by the receiving module, which knows their shape
-
-
-class ImportKeys(Entries):  # entries: node/migration/migrator.py decode_entries
-    migration: _Id
-
-
-class MigrateStep(Control):
-    """One background-copy step on a source node (router/control/resharding.py drives them)."""
-
-    migration: _Id
-    cursor: int = 0
-    count: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 1000
-    rate: Annotated[int, msgspec.Meta(ge=0)] = 0  # keys/s (0: no fixed rate)
-    busy_pct: Annotated[int, msgspec.Meta(ge=1, le=100)] = 100
-
-
-class MigrationCleanup(Control):
-    migration: Annotated[str, msgspec.Meta(pattern="^[A-Za-z0-9]+$")]
-
-
-class RulesDocument(Control):
-    """The cluster's rules as a node stores them (validated by the router)."""
-
-    version: Annotated[int, msgspec.Meta(ge=1)]
-    rules: dict[str, Any]
-
-
-class Lease(Control):
-    action: Literal["acquire", "renew", "release"]
-    token: _Id
-    ttl_ms: Annotated[int, msgspec.Meta(ge=100, le=600_000)] = 10_000
-    name: str = "topology"
-
-
-class Decision(Control):
-    """Record an all-or-nothing batch's decision (`decision`, with the batch's `holds`),
-    or report holds `settled`."""
-
-    batch: _BatchId
-    decision: Literal["commit", "abort"] | None = None
-    holds: list[_Id] = msgspec.field(default_factory=list)
-    settled: list[_Id] | None = None
-
-
-class DecisionsHandover(Control):
-    heir: _Id
-    url: Annotated[str, msgspec.Meta(pattern="^https?://")]
-
-
-class Holds(Control):
-    holds: Any  # checked by node/holds/keeper.py, which knows their shape
-
-
-class ClockOffset(Control):
-    offset_ms: int

@@ -1,0 +1,124 @@
+"""The SDK's leases: `async with client.lease(...)` and the blocking client's `with`
+acquire, renew in the background (a watchdog at a third of the TTL), release on exit
+(exceptions included), tell the body when the lease is lost, and wait for a slot."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from cluster.sdk import (
+    AsyncClient,
+    Client,
+    LeaseLost,
+    LeaseNotHeld,
+    RateLimited,
+)
+from tests.conftest import Cluster, cluster_with_rules, eventually
+
+RULES = """
+rules:
+  exports:
+    limits:
+      - {algorithm: concurrency, limit: 2, lease: 30s}
+  short:
+    limits:
+      - {algorithm: concurrency, limit: 1, lease: 600ms}
+  lock:
+    limits:
+      - {algorithm: concurrency, limit: 1, lease: 30s}
+"""
+cluster = cluster_with_rules(RULES)
+
+
+async def held(cluster: Cluster, key: str, rule: str) -> int:
+    usage = await cluster.usage(key, rule)
+    count: int = usage["limits"][0]["held"]
+    return count
+
+
+async def test_a_lease_is_held_while_the_block_runs_and_released_after(cluster: Cluster) -> None:
+    async with AsyncClient(cluster.router_url) as client:
+        async with client.lease("exports", key="tenant:1") as lease:
+            assert lease.fencing == 1 and lease.ttl_ms == 30_000
+            assert await held(cluster, "tenant:1", "exports") == 1
+            assert not lease.lost.is_set()
+        assert lease.released is not None and lease.released.fencing == 1
+        assert await held(cluster, "tenant:1", "exports") == 0
+        with pytest.raises(LeaseNotHeld):
+            await client.release_lease("tenant:1", "exports", lease.id)
+
+
+async def test_an_exception_in_the_block_still_releases_the_lease(cluster: Cluster) -> None:
+    async with AsyncClient(cluster.router_url) as client:
+        with pytest.raises(ZeroDivisionError):
+            async with client.lease("exports", key="tenant:2"):
+                assert await held(cluster, "tenant:2", "exports") == 1
+                _ = 1 / 0
+        assert await held(cluster, "tenant:2", "exports") == 0
+
+
+async def test_the_watchdog_renews_a_lease_past_its_ttl(cluster: Cluster) -> None:
+    async with AsyncClient(cluster.router_url) as client:
+        async with client.lease("short", key="tenant:3") as lease:
+
+            async def renewed_three_times() -> bool:
+                return lease.renewals >= 3
+
+            await eventually(renewed_three_times)
+            # 3 renewals a third of 600 ms apart: past the lease's first 600 ms, held still.
+            assert await held(cluster, "tenant:3", "short") == 1
+            assert not lease.lost.is_set()
+        assert await held(cluster, "tenant:3", "short") == 0
+
+
+async def test_a_lost_lease_sets_lost_and_raises_at_exit(cluster: Cluster) -> None:
+    async with AsyncClient(cluster.router_url) as client:
+        with pytest.raises(LeaseLost) as caught:
+            async with client.lease("short", key="tenant:4") as lease:
+                assert lease.grant is not None
+                # The node's clock jumps past the lease: the next renewal finds it gone.
+                await cluster.set_time((lease.grant.acquired_at_ms or 0) + 60_000)
+                await asyncio.wait_for(lease.lost.wait(), 10)
+                with pytest.raises(LeaseLost):
+                    lease.check()
+        assert caught.value.fencing == 1 and "no longer held" in str(caught.value)
+        assert await held(cluster, "tenant:4", "short") == 0
+
+
+async def test_wait_checks_again_until_a_slot_frees(cluster: Cluster) -> None:
+    async with AsyncClient(cluster.router_url) as client:
+        first = await client.check("tenant:5", "lock")
+        assert first.lease is not None and first.lease.fencing == 1
+        metrics = cluster.router.metrics
+
+        async def waiting() -> bool:
+            return metrics.count("shardlimit_lease_events_total", event="denied") >= 1
+
+        async def second_holder() -> int:
+            async with client.lease("lock", key="tenant:5", wait=20) as lease:
+                return lease.fencing
+
+        task = asyncio.create_task(second_holder())
+        await eventually(waiting)
+        await client.release_lease("tenant:5", "lock", first.lease.id)
+        assert await asyncio.wait_for(task, 20) == 2
+        with pytest.raises(RateLimited) as denied:
+            async with client.lease("lock", key="tenant:6"), client.lease("lock", key="tenant:6"):
+                pass
+        assert denied.value.retry_after_ms is not None
+        assert await held(cluster, "tenant:6", "lock") == 0
+
+
+def _blocking(url: str) -> tuple[int, int, int]:
+    with Client(url) as client:
+        with client.lease("exports", key="tenant:7") as lease:
+            during = client.usage("tenant:7", "exports").limits[0].held
+            fencing = lease.fencing
+        after = client.usage("tenant:7", "exports").limits[0].held
+    return fencing, during or 0, after or 0
+
+
+async def test_the_blocking_client_holds_a_lease_with_a_with_block(cluster: Cluster) -> None:
+    assert await asyncio.to_thread(_blocking, cluster.router_url) == (1, 1, 0)
