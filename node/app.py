@@ -166,7 +166,8 @@ async def import_keys(
     reverting = state.ownership.reverts is not None
     restored = await state.migrator.import_entries(migration, entries, replace=reverting)
     # The sender drops its copy on this answer: with replicas, only once one holds them.
-    if state.store.replicated and not await state.migrator.replica_holds_writes():
+    needed = state.replicas.needed
+    if state.store.replicated and not await state.migrator.replica_holds_writes(needed):
         return problem(503, "no-replica", "no replica acknowledged the imported keys in time")
     return json_response({"restored": restored, "received": len(entries)})
 
@@ -179,8 +180,10 @@ async def landed_keys(
     with replicas, answered only once one of them holds the others: the source drops
     its copy of those on this answer (node/migration/durable.py)."""
     replicated = state.store.replicated
-    missing, acked = await state.migrator.landed(body.keys, replicated)
-    if replicated and acked < 1:
+    needed = state.replicas.needed
+    missing, acked = await state.migrator.landed(body.keys, replicated, needed)
+    if replicated and acked < needed:
+        state.replicas.fell_short(acked)
         return problem(503, "no-replica", "no replica acknowledged the migrated keys in time")
     return json_response({"missing": missing, "replicated": replicated})
 

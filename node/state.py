@@ -137,6 +137,7 @@ class NodeState:
             )
         else:
             self.primary_watch.start()
+            self.replicas.start()
         try:
             await self.store.measure_skew()
         except (RedisError, OSError):

@@ -179,7 +179,7 @@ async def _run(state: NodeState, batch: _Prepared) -> None:
     outputs = await state.store.run(batch.runnable, batch.deadline_ms, acks)
     if acks is not None and acks.missing:
         state.metrics.replica_timeouts.inc()
-        state.replicas.missed()
+        state.replicas.fell_short(acks.acked)
         outputs = await _take_back_durable(state, batch, outputs)
     await _settle(state, batch, outputs)
 
@@ -190,7 +190,7 @@ def _replica_acks(state: NodeState, batch: _Prepared) -> ReplicaAcks | None:
     by the deadline."""
     if not state.store.replicated or not any(op.durable for op in batch.runnable):
         return None
-    return ReplicaAcks((batch.deadline_ms - _now_ms()) // 2)
+    return ReplicaAcks((batch.deadline_ms - _now_ms()) // 2, state.replicas.needed)
 
 
 Answer = Callable[[list[wire.Result] | BaseException], None]

@@ -7,8 +7,9 @@ it, counts and all, were the source's copy already gone. So, while the target ma
 replicas, a source MIGRATEs with COPY and drops its copy only once the target answered
 which of those keys its primary holds, behind a *replica barrier*: on the same
 connection, a write of its own (WAIT waits for the writes of its connection: an INCR,
-then a DEL, so no key is left) and `WAIT 1`. Replication is one ordered stream, so a
-replica that acknowledged that write holds every key restored before it.
+then a DEL, so no key is left) and a WAIT for `needed` replicas. Replication is one
+ordered stream, so a replica that acknowledged that write holds every key restored
+before it.
 """
 
 from __future__ import annotations
@@ -38,14 +39,15 @@ async def held(
     keys: Sequence[str],
     replicated: bool,
     wait_ms: int = BARRIER_WAIT_MS,
+    needed: int = 1,
 ) -> tuple[list[str], int]:
     """(the keys of `keys` this Redis lacks, how many replicas acknowledged the barrier
     behind the others: -1 when `replicated` is False and none was asked), on one
     connection. One EXISTS counts them all; only when some lack (a MIGRATE that went
     wrong) are they asked one by one, again before a barrier."""
-    missing, acked = await _held(client, keys, replicated, wait_ms, one_by_one=False)
+    missing, acked = await _held(client, keys, replicated, wait_ms, needed, one_by_one=False)
     if missing:
-        return await _held(client, keys, replicated, wait_ms, one_by_one=True)
+        return await _held(client, keys, replicated, wait_ms, needed, one_by_one=True)
     return missing, acked
 
 
@@ -54,6 +56,7 @@ async def _held(
     keys: Sequence[str],
     replicated: bool,
     wait_ms: int,
+    needed: int,
     *,
     one_by_one: bool,
 ) -> tuple[list[str], int]:
@@ -66,7 +69,7 @@ async def _held(
     if replicated:
         pipe.incr(BARRIER_KEY)
         pipe.delete(BARRIER_KEY)
-        pipe.wait(1, max(1, wait_ms))  # WAIT 0 would wait for ever
+        pipe.wait(needed, max(1, wait_ms))  # WAIT 0 would wait for ever
     replies = await pipe.execute()
     acked = int(replies[-1]) if replicated else -1
     if one_by_one:

@@ -230,14 +230,18 @@ class Migrator:
         info = await self.client.info("server")
         return str(info.get("run_id", ""))
 
-    async def landed(self, keys: Sequence[str], replicated: bool) -> tuple[list[str], int]:
+    async def landed(
+        self, keys: Sequence[str], replicated: bool, needed: int = 1
+    ) -> tuple[list[str], int]:
         """At a target: which of `keys` (MIGRATEd here) this node's Redis lacks, and how
-        many replicas hold the others (-1: the shard has none)."""
-        return await held(self.client, keys, replicated)
+        many replicas (of the `needed` waited for) hold the others (-1: the shard has
+        none)."""
+        return await held(self.client, keys, replicated, needed=needed)
 
-    async def replica_holds_writes(self) -> bool:
-        """A replica holds every write this node's Redis applied so far (a barrier)."""
-        return (await held(self.client, [], True))[1] >= 1
+    async def replica_holds_writes(self, needed: int = 1) -> bool:
+        """`needed` replicas hold every write this node's Redis applied so far (a
+        barrier)."""
+        return (await held(self.client, [], True, needed=needed))[1] >= needed
 
     async def close(self) -> None:
         await self.direct.close()

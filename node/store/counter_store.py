@@ -65,27 +65,31 @@ def _ignore(_seconds: float) -> None:
 
 class ReplicaAcks:
     """For a batch of `durability: replica` ops: every pipeline that carries its writes
-    ends with WAIT 1 on the same connection (WAIT counts the writes of its own
-    connection); `missing` once any of them was not acknowledged by a replica in time."""
+    ends with WAIT `needed` on the same connection (WAIT counts the writes of its own
+    connection); `missing` once any of them was not acknowledged by `needed` replicas
+    in time, and `acked` the fewest that acknowledged one."""
 
-    __slots__ = ("missing", "wait_ms")
+    __slots__ = ("acked", "missing", "needed", "wait_ms")
 
-    def __init__(self, wait_ms: int) -> None:
+    def __init__(self, wait_ms: int, needed: int = 1) -> None:
         self.wait_ms = max(1, wait_ms)  # WAIT 0 would wait forever
+        self.needed = max(1, needed)
         self.missing = False
+        self.acked = self.needed
 
     def commands(self, commands: list[Any]) -> list[Any]:
-        return [*commands, ("WAIT", 1, self.wait_ms)]
+        return [*commands, ("WAIT", self.needed, self.wait_ms)]
 
     def note(self, replies: list[Any]) -> list[Any]:
         acked = replies.pop()
-        if not (isinstance(acked, int) and acked >= 1):
+        count = acked if isinstance(acked, int) else 0
+        self.acked = min(self.acked, count)
+        if count < self.needed:
             self.missing = True
         return replies
 
 
 class CounterStore:
-:
     """Runs a batch of operations as ONE Redis pipeline of script calls."""
 
     def __init__(

@@ -8,6 +8,12 @@ INFO replication is read every PROBE_S; once it lists a replica online that has
 acknowledged the stream within LIVE_LAG_S, WAIT is tried again. Without this, each
 batch would hold its in-flight slot for the whole WAIT timeout while the replicas are
 down, and `durability: primary` checks of the same node would queue behind it.
+
+While replicas answer, `needed` is how many WAIT asks for: every replica the primary
+lists as live (recounted each RECOUNT_S, and at once after a WAIT that fell short), at
+least one. Waiting for one of two would let Sentinel promote the other, which may lack
+the decision just acknowledged: Sentinel picks the replica with the largest offset it
+last saw, not the one that answered WAIT.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ __all__ = ["ReplicaPresence", "live_replicas"]
 log = logging.getLogger("shardlimit.node")
 
 PROBE_S = 0.1
+RECOUNT_S = 1.0
 LIVE_LAG_S = 1  # Redis reports the lag in whole seconds; replicas acknowledge each second
 
 
@@ -44,7 +51,31 @@ class ReplicaPresence:
     def __init__(self, client: aioredis.Redis) -> None:
         self.client = client
         self.absent = False  # read on the hot path: a plain attribute
+        self.needed = 1  # replicas each WAIT asks for; read on the hot path
         self._probe: asyncio.Task[None] | None = None
+        self._recounter: asyncio.Task[None] | None = None
+        self._recount_now = asyncio.Event()
+
+    def start(self) -> None:
+        self._recounter = asyncio.get_running_loop().create_task(self._recount_forever())
+
+    def fell_short(self, acked: int) -> None:
+        """A WAIT was acknowledged by `acked` replicas, fewer than `needed`."""
+        if acked <= 0:
+            self.missed()
+        else:
+            self._recount_now.set()
+
+    async def _recount_forever(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._recount_now.wait(), RECOUNT_S)
+            self._recount_now.clear()
+            try:
+                info = await self.client.info("replication")
+            except (RedisError, OSError):
+                continue
+            self.needed = max(1, live_replicas(info))
 
     def missed(self) -> None:
         """No replica acknowledged a WAIT in time."""
@@ -67,7 +98,8 @@ class ReplicaPresence:
                 return
 
     async def close(self) -> None:
-        if self._probe is not None:
-            self._probe.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._probe
+        for task in (self._probe, self._recounter):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
