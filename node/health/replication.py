@@ -17,9 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 
-from node.store.connect import sentinel_pool
+from node.store.connect import sentinel_pool, sentinel_replicas
 
 __all__ = ["replication_status"]
 
@@ -41,23 +40,6 @@ def _connected(info: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return found
 
 
-async def _known_to_sentinel(client: aioredis.Redis) -> dict[str, bool] | None:
-    """addr -> seen up, as the first Sentinel that answers knows the replicas."""
-    pool = sentinel_pool(client)
-    if pool is None:
-        return None
-    for sentinel in pool.sentinel_manager.sentinels:
-        try:
-            replicas = await sentinel.sentinel_slaves(pool.service_name)
-        except (RedisError, OSError):
-            continue
-        return {
-            _address(r["ip"], r["port"]): not (r.get("is_sdown") or r.get("is_disconnected"))
-            for r in replicas
-        }
-    return None
-
-
 async def replication_status(client: aioredis.Redis, failovers: int) -> dict[str, Any]:
     """Raises RedisError when the primary does not answer."""
     info = await client.info("replication")
@@ -68,7 +50,7 @@ async def replication_status(client: aioredis.Redis, failovers: int) -> dict[str
         kwargs = client.connection_pool.connection_kwargs
         primary = _address(kwargs.get("host", "?"), kwargs.get("port", 0))
     replicas = _connected(info)
-    for addr, seen_up in (await _known_to_sentinel(client) or {}).items():
+    for addr, seen_up in (await sentinel_replicas(client) or {}).items():
         entry = replicas.setdefault(addr, {"lag_ms": None, "up": False})
         entry["up"] = entry["up"] and seen_up
     return {

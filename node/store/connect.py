@@ -13,7 +13,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
-from redis.exceptions import ConnectionError
+from redis.exceptions import ConnectionError, RedisError
 
 from cluster.model.sentinel_url import is_sentinel_url, parse_sentinel_url
 
@@ -23,6 +23,7 @@ __all__ = [
     "primary_address",
     "redis_client",
     "sentinel_pool",
+    "sentinel_replicas",
 ]
 
 SENTINEL_TIMEOUT_S = 0.25  # one Sentinel's answer; the next one is asked after it
@@ -93,6 +94,33 @@ def sentinel_pool(client: aioredis.Redis) -> FollowingPool | None:
     """The client's Sentinel-backed pool, or None for a client of a fixed server."""
     pool = client.connection_pool
     return pool if isinstance(pool, FollowingPool) else None
+
+
+def _address(host: Any, port: Any) -> str:
+    return f"{host.decode() if isinstance(host, bytes) else host}:{int(port)}"
+
+
+async def sentinel_replicas(client: aioredis.Redis) -> dict[str, bool] | None:
+    """{"host:port": seen up} of every replica of the shard the first Sentinel that
+    answers knows (a replica being promoted is still one until the failover ends), less
+    the primary the node writes to (it follows a promotion before the Sentinels confirm
+    it); None without Sentinel, or when none answers."""
+    pool = sentinel_pool(client)
+    if pool is None:
+        return None
+    primary = _address(*pool.master_address) if pool.master_address else None
+    for sentinel in pool.sentinel_manager.sentinels:
+        try:
+            replicas = await sentinel.sentinel_slaves(pool.service_name)
+        except (RedisError, OSError):
+            continue
+        known = {
+            _address(r["ip"], r["port"]): not (r.get("is_sdown") or r.get("is_disconnected"))
+            for r in replicas
+        }
+        known.pop(primary or "", None)
+        return known
+    return None
 
 
 async def primary_address(client: aioredis.Redis) -> dict[str, Any]:

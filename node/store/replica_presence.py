@@ -9,11 +9,14 @@ acknowledged the stream within LIVE_LAG_S, WAIT is tried again. Without this, ea
 batch would hold its in-flight slot for the whole WAIT timeout while the replicas are
 down, and `durability: primary` checks of the same node would queue behind it.
 
-While replicas answer, `needed` is how many WAIT asks for: every replica the primary
-lists as live (recounted each RECOUNT_S, and at once after a WAIT that fell short), at
-least one. Waiting for one of two would let Sentinel promote the other, which may lack
-the decision just acknowledged: Sentinel picks the replica with the largest offset it
-last saw, not the one that answered WAIT.
+While replicas answer, `needed` is how many WAIT asks for: every replica of the shard
+that the Sentinels see up (recounted each RECOUNT_S, and at once after a WAIT that fell
+short), at least one. Waiting for one of two would let Sentinel promote the other,
+which may lack the decision just acknowledged: Sentinel picks the replica with the
+largest offset it last saw, not the one that answered WAIT. The count is Sentinel's,
+not the primary's: a replica being promoted has left the primary but is still a
+replica to the Sentinels until the failover ends, so meanwhile the old primary, which
+only the other replicas still follow, acknowledges nothing.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
+
+from node.store.connect import sentinel_replicas
 
 __all__ = ["ReplicaPresence", "live_replicas"]
 
@@ -71,11 +76,9 @@ class ReplicaPresence:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._recount_now.wait(), RECOUNT_S)
             self._recount_now.clear()
-            try:
-                info = await self.client.info("replication")
-            except (RedisError, OSError):
-                continue
-            self.needed = max(1, live_replicas(info))
+            known = await sentinel_replicas(self.client)
+            if known is not None:
+                self.needed = max(1, sum(known.values()))
 
     def missed(self) -> None:
         """No replica acknowledged a WAIT in time."""

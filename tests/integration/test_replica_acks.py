@@ -1,85 +1,96 @@
-"""A `durability: replica` WAIT asks for every live replica of the shard, not for one:
-Sentinel may promote any of them. On a real primary with two replicas."""
+"""A `durability: replica` WAIT asks for every replica of the shard the Sentinels see
+up, not for one: Sentinel may promote any of them. On a real primary with two replicas
+and three real Sentinels."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import redis
 import redis.asyncio as aioredis
+from redis.exceptions import RedisError
 
 from cluster.local.ports import free_port
 from cluster.local.redis_proc import RedisProcess
-from cluster.local.sentinel_proc import replica_of, wait_for
+from cluster.local.sentinel_proc import Replication, sentinel_master, wait_for
+from node.store.connect import redis_client
 from node.store.counter_store import ReplicaAcks
-from node.store.replica_presence import ReplicaPresence, live_replicas
+from node.store.replica_presence import ReplicaPresence
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(90)
+
+
+@dataclass
+class Shard:
+    primary: RedisProcess
+    replication: Replication
+    url: str  # redis+sentinel://
+
+    @property
+    def replicas(self) -> list[RedisProcess]:
+        return self.replication.shards["n1"]
 
 
 @pytest.fixture
-def shard(tmp_path: Path) -> Iterator[tuple[RedisProcess, list[RedisProcess]]]:
-    """A primary and two replicas, in sync."""
+def shard(tmp_path: Path) -> Iterator[Shard]:
     primary = RedisProcess(free_port(), tmp_path / "primary", aof=False)
-    first = replica_of(primary, free_port(avoid={primary.port}), tmp_path / "r1")
-    second = replica_of(primary, free_port(avoid={primary.port, first.port}), tmp_path / "r2")
-    for process in (primary, first, second):
-        process.start()
-    client = redis.Redis(port=primary.port)
-    wait_for(lambda: live_replicas(client.info("replication")) == 2, 30, "both replicas sync")
-    client.close()
-    yield primary, [first, second]
-    for process in (second, first, primary):
+    replication = Replication(tmp_path, replicas=2, taken={primary.port})
+    url = replication.add("n1", primary)
+    primary.start()
+    replication.start()
+    yield Shard(primary, replication, url)
+    for sentinel in replication.sentinels:
+        sentinel.stop()
+    for process in (*replication.shards["n1"], primary):
         process.resume()
         process.stop()
 
 
-async def _write(client: aioredis.Redis, acks: ReplicaAcks) -> None:
+async def _write(client: aioredis.Redis, acks: ReplicaAcks, value: int = 0) -> None:
     """One write and the batch's WAIT, on one connection, as the node sends them."""
     pipe = client.pipeline(transaction=False)
-    for command in acks.commands([("INCR", "sl|acks")]):
+    for command in acks.commands([("RPUSH", "sl|acks", value)]):
         pipe.execute_command(*command)
     acks.note(await pipe.execute())
 
 
-async def _until(condition: object, within: float) -> None:
+async def _until(condition: Callable[[], bool], within: float) -> None:
     deadline = time.monotonic() + within
-    while not condition():  # type: ignore[operator]
+    while not condition():
         assert time.monotonic() < deadline, "not within the bound"
         await asyncio.sleep(0.05)
 
 
-async def test_a_stopped_replica_makes_the_wait_fall_short_until_it_is_recounted(
-    shard: tuple[RedisProcess, list[RedisProcess]],
+async def test_a_stopped_replica_is_waited_for_until_sentinel_sees_it_down(
+    shard: Shard,
 ) -> None:
-    primary, (_, second) = shard
-    client = aioredis.Redis(port=primary.port)
+    client = redis_client(shard.url, socket_timeout=5.0)
     presence = ReplicaPresence(client)
     presence.start()
     try:
-        await _until(lambda: presence.needed == 2, 5)
+        await _until(lambda: presence.needed == 2, 10)
         acks = ReplicaAcks(500, presence.needed)
         await _write(client, acks)
         assert (acks.missing, acks.acked) == (False, 2)
 
-        second.pause()  # one replica stops acknowledging
+        shard.replicas[1].pause()  # one replica stops acknowledging
         acks = ReplicaAcks(300, presence.needed)
         await _write(client, acks)
         # One replica holds the write, but the other might be the one promoted.
         assert (acks.missing, acks.acked) == (True, 1)
         presence.fell_short(acks.acked)
         assert not presence.absent  # primary-durability checks are not held up
-        await _until(lambda: presence.needed == 1, 5)  # once its lag passes a second
+        await _until(lambda: presence.needed == 1, 10)  # the Sentinels see it down
         acks = ReplicaAcks(500, presence.needed)
         await _write(client, acks)
         assert (acks.missing, acks.acked) == (False, 1)
 
-        second.resume()
-        await _until(lambda: presence.needed == 2, 5)
+        shard.replicas[1].resume()
+        await _until(lambda: presence.needed == 2, 10)
         acks = ReplicaAcks(500, presence.needed)
         await _write(client, acks)
         assert (acks.missing, acks.acked) == (False, 2)
@@ -88,23 +99,49 @@ async def test_a_stopped_replica_makes_the_wait_fall_short_until_it_is_recounted
         await client.aclose()
 
 
-async def test_no_replica_acknowledging_marks_the_shard_without_replicas(
-    shard: tuple[RedisProcess, list[RedisProcess]],
+async def test_a_primary_being_failed_over_acknowledges_nothing_the_new_one_lacks(
+    shard: Shard,
 ) -> None:
-    primary, replicas = shard
-    client = aioredis.Redis(port=primary.port)
-    presence = ReplicaPresence(client)
+    """SENTINEL FAILOVER of a live primary: the promoted replica leaves it first, while
+    the other still follows it. Every write it acknowledged is on the new primary."""
+    sentinel_client = redis_client(shard.url)
+    presence = ReplicaPresence(sentinel_client)
+    presence.start()
+    old = aioredis.Redis(host=shard.primary.host, port=shard.primary.port)
+    acknowledged: list[int] = []
     try:
-        for replica in replicas:
-            replica.pause()
-        acks = ReplicaAcks(200, 1)
-        await _write(client, acks)
-        assert (acks.missing, acks.acked) == (True, 0)
-        presence.fell_short(acks.acked)
-        assert presence.absent
-        for replica in replicas:
-            replica.resume()
-        await _until(lambda: not presence.absent, 5)
+        await _until(lambda: presence.needed == 2, 10)
+        sentinel = shard.replication.sentinels[0]
+        sentinel_redis = aioredis.Redis(host=sentinel.address[0], port=sentinel.address[1])
+        assert await sentinel_redis.execute_command("SENTINEL", "FAILOVER", "n1")  # type: ignore[no-untyped-call]
+        await sentinel_redis.aclose()
+        before = (shard.primary.host, shard.primary.port)
+        value = 0
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            value += 1
+            acks = ReplicaAcks(100, presence.needed)
+            try:
+                await _write(old, acks, value)
+            except RedisError:  # READONLY: demoted
+                break
+            if not acks.missing:
+                acknowledged.append(value)
+            else:
+                presence.fell_short(acks.acked)
+        wait_for(
+            lambda: sentinel_master(shard.replication.sentinels, "n1") not in (None, before),
+            20,
+            "the promotion",
+        )
+        promoted = sentinel_master(shard.replication.sentinels, "n1")
+        assert promoted is not None
+        new = aioredis.Redis(host=promoted[0], port=promoted[1])
+        held = {int(v) for v in await new.lrange("sl|acks", 0, -1)}
+        await new.aclose()
+        assert acknowledged, "nothing was acknowledged before the failover began"
+        assert [v for v in acknowledged if v not in held] == []
     finally:
         await presence.close()
-        await client.aclose()
+        await sentinel_client.aclose()
+        await old.aclose()
