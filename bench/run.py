@@ -55,6 +55,7 @@ from bench.chart import draw
 from bench.compare import Settings, run_module_json
 from bench.durability import durability
 from bench.hotkey import hotkey
+from bench.leases import leases
 from bench.peers import trivial_server
 from bench.progress import note
 from bench.scaling import scaling
@@ -80,6 +81,7 @@ PIECES = (
     "durability",
     "grpc",
     "gateway",
+    "leases",
 )
 ON_SHARED_CLUSTER = {"single", "batch", "sdk", "latency", "quick", "profile", "burst"}
 NEEDS_TRIVIAL = {"single", "latency"}
@@ -213,6 +215,7 @@ class Suite:
             "profile": self.profile,
             "burst": lambda: burst(self.router()),
             "hotkey": hotkey,
+            "leases": lambda: leases(max(2.0, a.seconds / 2), max(3, a.rounds)),
             "durability": lambda: durability(s),
             "grpc": lambda: run_module_json(
                 "bench.grpc_cost",

@@ -6,7 +6,8 @@ batch ≥ 0.15 of redis-benchmark's EVALSHA, open-loop p99 ≤ 3 times and p999 
 handler's own at 1,000 checks/s (the generator's floor), CPU per check over the router,
 the nodes and their Redis ≤ 3 times the trivial handler's per request at the same rate, Redis
 per decision ≤ 3 times one INCR script call, the SDK ≥ 1.2 of `limits`, a real Envoy asking
-shardlimit ≥ 0.4 of the same Envoy alone. Memory per counter is
+shardlimit ≥ 0.4 of the same Envoy alone, lease acquire+release pairs ≥ 0.45 of
+fixed-window checks. Memory per counter is
 in bytes, which do not depend on the host's speed. The exceptions are the spec's own
 absolute bounds: `durability`'s failover (≤ 3 s per kill with down-after 1000 ms) and
 counts that must be zero.
@@ -117,6 +118,14 @@ TARGETS: dict[str, tuple[str, tuple[str, ...], str, float, str]] = {
         "<=",
         0.0,
         "degraded answers over all burst runs (128/256/512 connections x hot, money, many keys)",
+    ),
+    "lease_pairs_vs_fixed_window_checks": (
+        "leases",
+        ("ratio",),
+        ">=",
+        0.45,
+        "acquire+release pairs/s ÷ fixed-window checks/s, same client and keys, median of "
+        "back-to-back rounds (a pair is two calls: 0.5 is a lease costing what a check costs)",
     ),
     "burst_exact": (
         "burst",

@@ -25,7 +25,7 @@ from router.api.check_answers import (
     check_answer,
 )
 from router.api.handler_tools import ROUTER, admin_only, router_of
-from router.api.leases import RELEASE_PATH, RENEW_PATH, post_lease_release, post_lease_renew
+from router.api.leases import RELEASE_PATH, RENEW_PATH, release_answer, renew_answer
 from router.api.membership import abort_migration, add_node, remove_node, resume_migration
 from router.api.openapi import openapi_document
 from router.api.problems import problem_answers
@@ -74,6 +74,16 @@ async def post_check(request: web.Request) -> web.Response:
 
 async def post_batch(request: web.Request) -> web.Response:
     return _json(await batch_answer(router_of(request), await request.read()))
+
+
+async def post_lease_renew(request: web.Request) -> web.Response:
+    """200 with the lease's new ttl_ms; 404 lease-not-found when it is no longer held."""
+    return _json(await renew_answer(router_of(request), await request.read()))
+
+
+async def post_lease_release(request: web.Request) -> web.Response:
+    """200 once the lease is released; 404 lease-not-found when it was not held."""
+    return _json(await release_answer(router_of(request), await request.read()))
 
 
 async def post_refund(request: web.Request) -> web.Response:

@@ -1,4 +1,4 @@
-"""The `shardlimit` command: serve, up, status, node add/remove, reshard, rules, quota,
+"""The `shardlimit` command: serve, up, status, node add/remove, reshard, rules, quota, usage,
 compare, bench.
 
 The only part of `cluster` allowed to import `router` or `node` (it runs them in

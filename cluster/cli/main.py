@@ -16,6 +16,7 @@ from cluster.cli import compare
 from cluster.cli import quota as quota_cli
 from cluster.cli import rules as rules_cli
 from cluster.cli import status as status_cli
+from cluster.cli import usage as usage_cli
 from cluster.cli.completion import cmd_completion
 from cluster.cli.parser import build_parser
 from cluster.cli.serve import cmd_node, cmd_router
@@ -107,6 +108,7 @@ def _dispatch(argv: list[str] | None) -> int:
         "reshard": partial(admin_cli.run, _reshard),
         "rules": partial(admin_cli.run, rules_cli.cmd_rules),
         "quota": partial(admin_cli.run, quota_cli.cmd_quota),
+        "usage": partial(admin_cli.run, usage_cli.cmd_usage),
     }
     return handlers[args.command](args)
 

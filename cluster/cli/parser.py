@@ -13,6 +13,7 @@ from cluster.cli import admin as admin_cli
 from cluster.cli import compare
 from cluster.cli import quota as quota_cli
 from cluster.cli import rules as rules_cli
+from cluster.cli import usage as usage_cli
 from cluster.web.auth import ADMIN_TOKEN_ENV, CLUSTER_TOKEN_ENV
 
 DEFAULT_ROUTER = "http://127.0.0.1:8080"
@@ -219,6 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_router_args(status)
     admin_cli.add_arguments(sub, _add_router_args)
     quota_cli.add_arguments(sub, _add_router_args)
+    usage_cli.add_arguments(sub, _add_router_args)
     rules_cli.add_arguments(sub, _add_router_args)
     return parser
 

@@ -17,6 +17,7 @@ Marker:   sl|i|<migration id>|<redis key>   a key already imported by a migratio
 Rules:    sl|rules                          the cluster's rules: version, document
 Topology: sl|topology                       the node's last topology (JSON), its cluster id
 Fence:    sl|d-fence                        decisions handed to a successor: refuse new ones
+Expired:  sl|leases-expired                 leases pruned unrenewed (a count, for metrics)
 
 The limit key always comes last and the other parts never contain "|", so the
 limit key (and therefore the owner) of any Redis key can be recovered; this is
@@ -53,8 +54,11 @@ PENDING_PREFIX = "sl|dp|"  # + batch id: a set of hold ids (see hold_id)
 RULES_KEY = "sl|rules"  # a hash: version, doc (JSON)
 TOPOLOGY_KEY = "sl|topology"  # the node's topology (JSON), kept across restarts
 DECISION_FENCE_KEY = "sl|d-fence"  # set once a leaving coordinator handed its records over
+# Leases of concurrency limits that expired unrenewed, pruned here (a count, for metrics;
+# node/store/lua/concurrency.lua and held_lease.lua spell it too).
+LEASES_EXPIRED_KEY = "sl|leases-expired"
 # One of each per node, kept for good: not keys the node holds for limits.
-NODE_SINGLETONS = (RULES_KEY, TOPOLOGY_KEY, DECISION_FENCE_KEY)
+NODE_SINGLETONS = (RULES_KEY, TOPOLOGY_KEY, DECISION_FENCE_KEY, LEASES_EXPIRED_KEY)
 LEASES = ("topology", "rules")
 
 

@@ -68,8 +68,8 @@ def parse_timestamp(value: Any, path: str, problems: Problems) -> int | None:
         problems.add(path, "is not a valid date-time")
         return None
     ms = (moment - _EPOCH) // timedelta(milliseconds=1)
-    if not 0 < ms < MAX_TIMESTAMP_MS:
-        problems.add(path, "must be between 1970 and 9999")
+    if not 0 <= ms < MAX_TIMESTAMP_MS:
+        problems.add(path, "must be in the years 1970 to 9999")
         return None
     return ms
 

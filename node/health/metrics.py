@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from redis.exceptions import RedisError
 
-from cluster.model.keys import NODE_SINGLETONS
+from cluster.model.keys import LEASES_EXPIRED_KEY, NODE_SINGLETONS
 from cluster.web.metrics import Families
 from node.health.replication import replication_status
 
@@ -136,6 +136,13 @@ class NodeMetrics:
             ["node"],
             registry=registry,
         ).labels(*node)
+        self.lease_expirations = _RedisCount(
+            "shardlimit_node_lease_expirations",
+            "Leases of concurrency limits that expired unrenewed, as this node's Redis "
+            "pruned them (counted there, read at scrape time).",
+            node_id,
+        )
+        registry.register(self.lease_expirations)
         registry.register(_CountsCollector(node_id, counts))
         self.counts = counts
 
@@ -143,6 +150,7 @@ class NodeMetrics:
         """The exposition, with the key count read now (kept as it was if Redis fails)."""
         try:
             self.keys.set(await held_keys(self.client))
+            self.lease_expirations.value = int(await self.client.get(LEASES_EXPIRED_KEY) or 0)
             replication = await replication_status(self.client, self.counts.failovers)
         except (RedisError, OSError):
             self.redis_up.set(0)
@@ -154,6 +162,20 @@ class NodeMetrics:
             lags = [r["lag_ms"] for r in replicas if r["up"] and r["lag_ms"] is not None]
             self.replica_lag.set(max(lags, default=0) / 1000)
         return generate_latest(self.registry)
+
+
+class _RedisCount(Collector):
+    """A counter kept in the node's Redis (it survives the node and follows a failover),
+    exposed as last read."""
+
+    def __init__(self, name: str, documentation: str, node_id: str) -> None:
+        self.name, self.documentation, self.node_id = name, documentation, node_id
+        self.value = 0
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(self.name, self.documentation, labels=["node"])
+        family.add_metric([self.node_id], self.value)
+        return iter((family,))
 
 
 class _CountsCollector(Collector):

@@ -1,32 +1,39 @@
-"""Handlers of a concurrency limit's leases: POST /v1/lease/renew and /v1/lease/release
-(router/decide/leases.py)."""
+"""`POST /v1/lease/renew` and `/v1/lease/release` (router/decide/leases.py), from the raw
+body to the JSON answer: the one implementation behind both the aiohttp handlers and the
+lean front (router/front/server.py), as router/api/check_answers.py is for checks. A
+lease-not-found (404) and bad bodies raise, answered by the caller through
+router/api/problems.py."""
 
 from __future__ import annotations
 
-from aiohttp import web
+import msgspec
+import orjson
 
 from cluster.model.errors import Problems
-from cluster.web.problem import json_body, json_response
-from router.api.handler_tools import router_of
+from cluster.web.problem import Problem
+from router.api.check_answers import JsonAnswer
 from router.decide.leases import Action, parse_lease
+from router.service import Router
 
 RENEW_PATH = "/v1/lease/renew"
 RELEASE_PATH = "/v1/lease/release"
 
 
-async def _lease(request: web.Request, action: Action) -> web.Response:
-    router = router_of(request)
-    body = await json_body(request)
+async def _answer(router: Router, raw: bytes, action: Action) -> JsonAnswer:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise Problem(400, "malformed-json", f"body is not valid JSON: {exc}") from None
     problems = Problems()
     parsed = problems.result(parse_lease(action, body, router.rules, problems))
-    return json_response(await router.lease(parsed))
+    return JsonAnswer(200, msgspec.json.encode(await router.lease(parsed)), None)
 
 
-async def post_lease_renew(request: web.Request) -> web.Response:
-    """200 with the lease's new ttl_ms; 404 lease-not-found when it is no longer held."""
-    return await _lease(request, "renew")
+async def renew_answer(router: Router, raw: bytes) -> JsonAnswer:
+    """200 with the lease's new ttl_ms; raises LeaseNotFound when it is no longer held."""
+    return await _answer(router, raw, "renew")
 
 
-async def post_lease_release(request: web.Request) -> web.Response:
-    """200 once the lease is released; 404 lease-not-found when it was not held."""
-    return await _lease(request, "release")
+async def release_answer(router: Router, raw: bytes) -> JsonAnswer:
+    """200 once the lease is released; raises LeaseNotFound when it was not held."""
+    return await _answer(router, raw, "release")

@@ -1,7 +1,8 @@
 """A lean HTTP/1.1 front for the router's hot endpoints.
 
 One `FrontConnection` per client connection parses HTTP/1.1 with httptools (llhttp) and
-answers `POST /v1/check` and `POST /v1/check/batch` itself, with the code the aiohttp
+answers `POST /v1/check`, `POST /v1/check/batch` and the lease calls (`POST
+/v1/lease/renew`, `/v1/lease/release`) itself, with the code the aiohttp
 handlers run (router/api/check_answers.py, router/api/problems.py) and the same bytes on the wire
 (router/front/answer_bytes.py): aiohttp's web layer costs about as much as the check itself.
 
@@ -39,6 +40,7 @@ from router.api.check_answers import (
     check_answer,
 )
 from router.api.handler_tools import ROUTER
+from router.api.leases import RELEASE_PATH, RENEW_PATH, release_answer, renew_answer
 from router.api.problems import problem_of
 from router.front.answer_bytes import JSON, PROBLEM_JSON, answer_bytes
 from router.front.hand_over import hand_over, unfinished
@@ -57,6 +59,8 @@ Endpoint = Callable[[Router, bytes], Awaitable[JsonAnswer]]
 _ENDPOINTS: dict[bytes, tuple[str, Endpoint]] = {
     CHECK_PATH.encode(): (CHECK_PATH, check_answer),
     CHECK_BATCH_PATH.encode(): (CHECK_BATCH_PATH, batch_answer),
+    RENEW_PATH.encode(): (RENEW_PATH, renew_answer),
+    RELEASE_PATH.encode(): (RELEASE_PATH, release_answer),
 }
 # Requests whose meaning only aiohttp implements, or that aiohttp may refuse, go to
 # aiohttp: these headers, a Transfer-Encoding other than chunked, a duplicate of a

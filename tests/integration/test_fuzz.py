@@ -237,7 +237,7 @@ STATED_CROSS_FIELD = (
     re.compile(r"cannot be spread|cannot cache a concurrency"),  # rules with one
     re.compile(r"every sub-counter needs a share of at least 1"),  # spread <= each limit
     # a real date, in the future (1970-01-01T00:00:00Z itself is the past)
-    re.compile(r"must be in the future|is not a valid date-time|between 1970 and 9999"),
+    re.compile(r"must be in the future|is not a valid date-time|in the years 1970 to 9999"),
     re.compile(r"counts the same counter|must hold at most"),  # the limits list rules
     re.compile(r"decimal places|minor units|amount_scale"),  # amounts within the scale
     re.compile(r"bytes"),  # keys: 512 bytes of UTF-8, the schema counts characters

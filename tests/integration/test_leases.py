@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import redis.asyncio as aioredis
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 
 from cluster.model.keys import counter_key
 from tests.conftest import ADMIN, Cluster, cluster_with_rules
@@ -33,6 +35,17 @@ rules:
 """
 
 cluster = cluster_with_rules(RULES)
+
+
+async def scrape(cluster: Cluster, url: str) -> list[Metric]:
+    async with cluster.http.get(url + "/metrics") as resp:
+        return list(text_string_to_metric_families(await resp.text()))
+
+
+def value(families: list[Metric], name: str, **labels: str) -> float:
+    found = [s.value for f in families for s in f.samples if s.name == name and s.labels == labels]
+    assert len(found) == 1, (name, labels)
+    return found[0]
 
 
 async def acquire(cluster: Cluster, key: str, rule: str = "exports", **extra: Any) -> Any:
@@ -137,6 +150,10 @@ async def test_an_unrenewed_lease_expires_on_the_node_clock(cluster: Cluster) ->
     # The fencing counter outlives its leases: the next holder gets a higher value.
     _, next_holder = await acquire(cluster, "lock:4", "lock")
     assert next_holder["lease"]["fencing"] == 2
+    # The node that pruned it counted one expiration.
+    node_url = cluster.node_urls[body["node"]]
+    families = await scrape(cluster, node_url)
+    assert value(families, "shardlimit_node_lease_expirations_total", node=body["node"]) == 1
 
 
 async def test_a_retried_check_gets_the_same_lease_back(cluster: Cluster) -> None:

@@ -145,6 +145,21 @@ async def test_expires_at_in_the_past_is_a_400(cluster: Cluster) -> None:
     assert status == 400 and body["errors"][0]["field"] == "limits[0]"
 
 
+async def test_expires_at_message_and_boundary_agree(cluster: Cluster) -> None:
+    """The first instant the message names is accepted as a time (and is in the past);
+    the one before it is out of range, with the same message."""
+    answers = {}
+    for at in ("1970-01-01T00:00:00Z", "1969-12-31T23:59:59Z", "9999-12-31T23:59:59Z"):
+        limit = {"algorithm": "quota", "limit": 3, "expires_at": at}
+        status, body = await cluster.check({"key": "k", "limits": [limit]})
+        answers[at] = (status, body["errors"][0]["message"] if status == 400 else None)
+    assert answers == {
+        "1970-01-01T00:00:00Z": (400, "must be in the future"),
+        "1969-12-31T23:59:59Z": (400, "must be in the years 1970 to 9999"),
+        "9999-12-31T23:59:59Z": (200, None),
+    }
+
+
 async def test_adjust_restocks_and_sets_once_per_request_id(cluster: Cluster) -> None:
     for _ in range(5):
         assert (await cluster.check({"key": "q:adj", "rule": "stock"}))[0] == 200

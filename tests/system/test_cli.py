@@ -11,6 +11,7 @@ import re
 import socket
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,7 @@ def test_help_lists_every_command_and_hides_nothing() -> None:
         "reshard",
         "rules",
         "compare",
+        "usage",
         "bench",
         "completion",
     ):
@@ -251,6 +253,47 @@ def test_status_and_rules_json(live: LocalCluster, tmp_path: Path) -> None:
         [],
     )
     assert plan["version"] == plan["from_version"] == rules["version"]
+
+
+def test_usage_shows_the_leases_a_key_holds(live: LocalCluster) -> None:
+    env = dict(
+        os.environ, SHARDLIMIT_ROUTER=live.router_url, SHARDLIMIT_ADMIN_TOKEN=live.admin_token
+    )
+    doc = {"limits": [{"algorithm": "concurrency", "limit": 3, "lease": "30s"}]}
+    _http(live, "PUT", "/v1/rules/cli-exports", doc)
+    for _ in range(2):
+        assert _http(live, "POST", "/v1/check", {"key": "tenant:cli", "rule": "cli-exports"})[
+            "allowed"
+        ]
+    usage = _run_json(live, "usage", "tenant:cli", "--rule", "cli-exports")
+    [limit] = usage["limits"]
+    assert (usage["dry_run"], limit["held"], limit["remaining"]) == (True, 2, 1)
+    done = subprocess.run(
+        [sys.executable, "-m", "cluster.cli", "usage", "tenant:cli", "--rule", "cli-exports"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"tenant:cli (cli-exports) on {usage['node']}"
+    assert re.fullmatch(
+        r"  concurrency: 2 held of 3 \(1 free\); the first expires in \d+(\.\d+)? s unless "
+        r"renewed",
+        lines[1],
+    ), lines
+
+
+def _http(local: LocalCluster, method: str, path: str, body: Any) -> Any:
+    call = urllib.request.Request(
+        local.router_url + path, data=json.dumps(body).encode(), method=method
+    )
+    call.add_header("Content-Type", "application/json")
+    call.add_header("Authorization", f"Bearer {local.admin_token}")
+    with urllib.request.urlopen(call, timeout=30) as answer:
+        return json.loads(answer.read())
 
 
 def test_reshard_and_node_json(live: LocalCluster, tmp_path: Path) -> None:

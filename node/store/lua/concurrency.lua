@@ -11,9 +11,11 @@
 -- acquisition time (Unix ms), max_amount the fencing value, amount_remaining the nonce.
 -- An undo entry names the lease's member: a refund or an undo releases the lease.
 local CC_FENCING = 'f'
+local CC_EXPIRED = 'sl|leases-expired'  -- node-local: cluster/model/keys.py
 
 local function cc_look(key, t)
-  redis.call('ZREMRANGEBYSCORE', key, '0', fmt(t.ms))
+  local expired = redis.call('ZREMRANGEBYSCORE', key, '0', fmt(t.ms))
+  if expired > 0 then redis.call('INCRBY', CC_EXPIRED, expired) end
   local held = redis.call('ZCOUNT', key, '(0', '+inf')
   local first = redis.call('ZRANGEBYSCORE', key, '(' .. fmt(t.ms), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   local soonest = 0

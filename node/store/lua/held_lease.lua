@@ -8,7 +8,10 @@ local t = clock(tonumber(ARGV[1]))
 local key, member = KEYS[1], ARGV[3]
 local score = redis.call('ZSCORE', key, member)
 if not score or tonumber(score) <= t.ms then
-  if score then redis.call('ZREM', key, member) end
+  if score then
+    redis.call('ZREM', key, member)
+    redis.call('INCR', 'sl|leases-expired')  -- node-local: cluster/model/keys.py
+  end
   return { 0, t.ms, 0 }
 end
 if ARGV[2] == 'release' then

@@ -1,0 +1,50 @@
+"""`shardlimit usage KEY --rule R`: what a key has used of each limit of a rule, through
+GET /v1/usage (a dry run: it consumes nothing). For a concurrency limit, the leases held
+now and when the first of them expires."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+from urllib.parse import urlencode
+
+from cluster.cli.admin import call
+
+
+def add_arguments(sub: Any, router_args: Any) -> None:
+    usage = sub.add_parser("usage", help="a key's use of each limit of a rule (held leases too)")
+    usage.add_argument("key", help="the limit key (e.g. tenant:7)")
+    usage.add_argument("--rule", required=True, help="the rule's name")
+    router_args(usage)
+
+
+def describe(limit: dict[str, Any]) -> str:
+    """One line for one limit of the answer."""
+    algorithm = limit["algorithm"]
+    reset = limit.get("reset_after_ms")
+    if algorithm == "concurrency":
+        line = f"{limit['held']} held of {limit['limit']} ({limit['remaining']} free)"
+        if limit["held"] and reset is not None:
+            line += f"; the first expires in {reset / 1000:g} s unless renewed"
+        return f"{algorithm}: {line}"
+    if limit.get("max_amount") is not None:
+        line = f"amount remaining {limit['amount_remaining']} of {limit['max_amount']}"
+    else:
+        line = f"remaining {limit['remaining']} of {limit['limit']}"
+    if reset is not None:
+        line += f", resets in {reset / 1000:g} s"
+    period = f" ({limit['period']})" if limit.get("period") else ""
+    return f"{algorithm}{period}: {line}"
+
+
+def cmd_usage(args: argparse.Namespace) -> int:
+    query = urlencode({"key": args.key, "rule": args.rule})
+    answer = call(args, "GET", f"/v1/usage?{query}")
+    if args.json:
+        print(json.dumps(answer, indent=2))
+        return 0
+    print(f"{answer['key']} ({answer['rule']}) on {answer['node']}")
+    for limit in answer["limits"]:
+        print("  " + describe(limit))
+    return 0
