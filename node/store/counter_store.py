@@ -53,6 +53,7 @@ __all__ = [
     "undo_entries",
 ]
 
+LEASE_KINDS = frozenset((OpKind.RENEW, OpKind.RELEASE))  # sent in one held_lease.lua call
 # How long a decision record lasts once nothing needs it any more (node/store/lua/decide.lua).
 DECISION_TTL_MS = 3_600_000
 # The record key of an op naming a request_id, by its kind (a check's, refund's, ...: else).
@@ -189,15 +190,19 @@ class CounterStore:
         """The script calls of run()."""
         now_ms = self._estimated_now_ms()
         checks: list[int] = []
+        leases: list[int] = []
         others: list[int] = []
         for i, op in enumerate(ops):
-            (checks if op.kind is CHECK else others).append(i)
+            kind = op.kind
+            (checks if kind is CHECK else leases if kind in LEASE_KINDS else others).append(i)
         calls = self.calls
         planned = [calls.by_kind[ops[i].kind](ops[i], now_ms) for i in others] if others else []
+        if leases:
+            planned.insert(0, calls.lease_call([ops[i] for i in leases], now_ms))
         if checks:
-            checked = ops if not others else [ops[i] for i in checks]
+            checked = ops if not (others or leases) else [ops[i] for i in checks]
             planned.insert(0, calls.batch_call(checked, now_ms, deadline_ms))
-        return Plan(ops, deadline_ms, checks, others, planned)
+        return Plan(ops, deadline_ms, checks, leases, others, planned)
 
     def send_now(self, plan: Plan, replied: Callable[[list[Any] | Exception], None]) -> bool:
         """The plan's pipeline written at once, without a task; `replied` gets the raw

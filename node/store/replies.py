@@ -45,18 +45,19 @@ _ROW = 8
 
 
 def assemble(plan: Plan, replies: list[Any]) -> list[Any]:
-    """The raw result of each of the plan's ops, in their order; batch.lua's error (an
-    exception object) stands for each of its checks."""
-    if not plan.others:  # the common case: checks only, one batch.lua call
+    """The raw result of each of the plan's ops, in their order; an error (an exception
+    object) of batch.lua or held_lease.lua stands for each of its ops."""
+    if not (plan.others or plan.leases):  # the common case: checks only, one batch.lua call
         batch = replies[0]
         return [batch] * len(plan.ops) if isinstance(batch, Exception) else list(batch)
     results: list[Any] = [None] * len(plan.ops)
     at = 0
-    if plan.checks:
-        batch = replies[0]
-        at = 1
-        for position, i in enumerate(plan.checks):
-            results[i] = batch if isinstance(batch, Exception) else batch[position]
+    for shared in (plan.checks, plan.leases):
+        if shared:
+            reply = replies[at]
+            at += 1
+            for position, i in enumerate(shared):
+                results[i] = reply if isinstance(reply, Exception) else reply[position]
     for i, reply in zip(plan.others, replies[at:], strict=True):
         results[i] = reply
     return results

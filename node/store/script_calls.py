@@ -1,7 +1,7 @@
 """Ops -> the EVALSHA calls that run them: one batch.lua call for every check of a batch,
-one call per refund, commit, undo, adjust, renew or release. Both ways of sending them
-(the lean pipe, node/store/resp.py, and redis-py's pipeline, node/store/redispy_pipe.py)
-send what `evalsha_commands` makes of them."""
+one held_lease.lua call for every renewal and release, one call per refund, commit, undo
+or adjust. Both ways of sending them (the lean pipe, node/store/resp.py, and redis-py's
+pipeline, node/store/redispy_pipe.py) send what `evalsha_commands` makes of them."""
 
 from __future__ import annotations
 
@@ -30,11 +30,13 @@ CHECK: Final = OpKind.CHECK
 
 
 class Plan(NamedTuple):
-    """A batch's script calls: checks (indexes in ops) go in calls[0], others after."""
+    """A batch's script calls: checks (indexes in ops) go in the first call, renewals
+    and releases (`leases`) in the next, each other op in one call after."""
 
     ops: Sequence[StoreOp]
     deadline_ms: int
     checks: list[int]
+    leases: list[int]
     others: list[int]
     calls: list[ScriptCall]
 
@@ -63,8 +65,6 @@ class ScriptCalls:
             OpKind.COMMIT: self._commit_call,
             OpKind.UNDO: self._undo_op_call,
             OpKind.ADJUST: self._adjust_call,
-            OpKind.RENEW: self._lease_call,
-            OpKind.RELEASE: self._lease_call,
         }
 
     def batch_call(self, checks: Sequence[StoreOp], now_ms: int, deadline_ms: int) -> ScriptCall:
@@ -212,18 +212,16 @@ class ScriptCalls:
         ]
         return self._script("adjust.lua", op), keys, args
 
-    def _lease_call(self, op: StoreOp, now_ms: int) -> ScriptCall:
-        """held_lease.lua: renew or release one lease of the op's concurrency limit."""
-        assert op.lease is not None
-        spec = op.limits[0]
-        fencing, nonce, ttl_ms = op.lease
-        keep_ms = limit_args(spec, 0, now_ms, op.quota_ttl_ms)[2 + 2]  # code, amount, p1..p3
-        args: list[int | str | bytes] = [
-            self.offset_ms * 1000,
-            op.kind.value,
-            f"{fencing}:{nonce}",
-            ttl_ms or spec.window_ms,
-            keep_ms,
-        ]
-        keys = [counter_key(op.scope, spec.shape, op.key)]
-        return self._script("held_lease.lua", op), keys, args
+    def lease_call(self, ops: Sequence[StoreOp], now_ms: int) -> ScriptCall:
+        """ONE held_lease.lua call for every renewal and release of a batch (each of one
+        lease of its op's concurrency limit)."""
+        keys: list[str] = []
+        args: list[int | str | bytes] = [self.offset_ms * 1000]
+        for op in ops:
+            assert op.lease is not None
+            spec = op.limits[0]
+            fencing, nonce, ttl_ms = op.lease
+            keep_ms = limit_args(spec, 0, now_ms, op.quota_ttl_ms)[2 + 2]  # code, amount, p1..
+            keys.append(counter_key(op.scope, spec.shape, op.key))
+            args += [op.kind.value, f"{fencing}:{nonce}", ttl_ms or spec.window_ms, keep_ms]
+        return self.scripts.assembled("held_lease.lua", ()), keys, args

@@ -13,20 +13,26 @@
 local CC_FENCING = 'f'
 local CC_EXPIRED = 'sl|leases-expired'  -- node-local: cluster/model/keys.py
 
+-- (leases held, ms until the first of them expires (0: none held), the last fencing
+-- value granted): "f" has the lowest score, so it is first when present.
 local function cc_look(key, t)
   local expired = redis.call('ZREMRANGEBYSCORE', key, '0', fmt(t.ms))
   if expired > 0 then redis.call('INCRBY', CC_EXPIRED, expired) end
-  local held = redis.call('ZCOUNT', key, '(0', '+inf')
-  local first = redis.call('ZRANGEBYSCORE', key, '(' .. fmt(t.ms), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  local held = redis.call('ZCARD', key)
+  local head = redis.call('ZRANGE', key, 0, 1, 'WITHSCORES')
+  local last, at = 0, 2
+  if head[1] == CC_FENCING then
+    last, held, at = -tonumber(head[2]), held - 1, 4
+  end
   local soonest = 0
-  if first[2] then soonest = tonumber(first[2]) - t.ms end
-  return held, soonest
+  if head[at] then soonest = tonumber(head[at]) - t.ms end
+  return held, soonest, last
 end
 
 ALG[CODE] = {
   eval = function(key, p, t, cost, _amount)
     local limit, lease, keep, nonce = p[1], p[2], p[3], p[4]
-    local held, soonest = cc_look(key, t)
+    local held, soonest, last = cc_look(key, t)
     local want = cost > 0 and 1 or 0
     local after = soonest
     if want == 1 then
@@ -44,7 +50,7 @@ ALG[CODE] = {
     }
     r.consumes = want == 1
     r.commit = function()
-      local fencing = 1 - tonumber(redis.call('ZSCORE', key, CC_FENCING) or '0')
+      local fencing = last + 1
       local member = fmt(fencing) .. ':' .. fmt(nonce)
       redis.call('ZADD', key, fmt(-fencing), CC_FENCING, fmt(t.ms + lease), member)
       redis.call('PEXPIRE', key, fmt(math.max(keep, lease)))
