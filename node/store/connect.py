@@ -9,6 +9,7 @@ Sentinel's +switch-master), no command is sent on a connection to the old one.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -101,26 +102,33 @@ def _address(host: Any, port: Any) -> str:
 
 
 async def sentinel_replicas(client: aioredis.Redis) -> dict[str, bool] | None:
-    """{"host:port": seen up} of every replica of the shard the first Sentinel that
-    answers knows (a replica being promoted is still one until the failover ends), less
-    the primary the node writes to (it follows a promotion before the Sentinels confirm
-    it); None without Sentinel, or when none answers."""
+    """{"host:port": seen up} of every replica of the shard any Sentinel knows, up when
+    any of them sees it up (a replica being promoted is still one until the failover
+    ends; a Sentinel may not have discovered a new replica yet), less the primary the
+    node writes to (it follows a promotion before the Sentinels confirm it); None
+    without Sentinel, or when none answers."""
     pool = sentinel_pool(client)
     if pool is None:
         return None
     primary = _address(*pool.master_address) if pool.master_address else None
-    for sentinel in pool.sentinel_manager.sentinels:
-        try:
-            replicas = await sentinel.sentinel_slaves(pool.service_name)
-        except (RedisError, OSError):
+    answers = await asyncio.gather(
+        *(s.sentinel_slaves(pool.service_name) for s in pool.sentinel_manager.sentinels),
+        return_exceptions=True,
+    )
+    known: dict[str, bool] | None = None
+    for replicas in answers:
+        if isinstance(replicas, (RedisError, OSError)):
             continue
-        known = {
-            _address(r["ip"], r["port"]): not (r.get("is_sdown") or r.get("is_disconnected"))
-            for r in replicas
-        }
+        if isinstance(replicas, BaseException):
+            raise replicas
+        known = known if known is not None else {}
+        for r in replicas:
+            address = _address(r["ip"], r["port"])
+            up = not (r.get("is_sdown") or r.get("is_disconnected"))
+            known[address] = known.get(address, False) or up
+    if known is not None:
         known.pop(primary or "", None)
-        return known
-    return None
+    return known
 
 
 async def primary_address(client: aioredis.Redis) -> dict[str, Any]:

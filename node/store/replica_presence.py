@@ -10,7 +10,7 @@ batch would hold its in-flight slot for the whole WAIT timeout while the replica
 down, and `durability: primary` checks of the same node would queue behind it.
 
 While replicas answer, `needed` is how many WAIT asks for: every replica of the shard
-that the Sentinels see up (recounted each RECOUNT_S, and at once after a WAIT that fell
+that any Sentinel sees up (recounted each RECOUNT_S, and at once after a WAIT that fell
 short), at least one. Waiting for one of two would let Sentinel promote the other,
 which may lack the decision just acknowledged: Sentinel picks the replica with the
 largest offset it last saw, not the one that answered WAIT. The count is Sentinel's,
