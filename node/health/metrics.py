@@ -20,6 +20,7 @@ from redis.exceptions import RedisError
 
 from cluster.model.keys import LEASES_EXPIRED_KEY, NODE_SINGLETONS
 from cluster.web.metrics import Families
+from node.health.lease_census import LeaseCensus
 from node.health.replication import replication_status
 
 __all__ = ["NodeMetrics", "held_keys"]
@@ -143,6 +144,8 @@ class NodeMetrics:
             node_id,
         )
         registry.register(self.lease_expirations)
+        self.leases = LeaseCensus(client)
+        registry.register(_LeasesHeld(node_id, self.leases))
         registry.register(_CountsCollector(node_id, counts))
         self.counts = counts
 
@@ -151,6 +154,7 @@ class NodeMetrics:
         try:
             self.keys.set(await held_keys(self.client))
             self.lease_expirations.value = int(await self.client.get(LEASES_EXPIRED_KEY) or 0)
+            await self.leases.advance()
             replication = await replication_status(self.client, self.counts.failovers)
         except (RedisError, OSError):
             self.redis_up.set(0)
@@ -175,6 +179,23 @@ class _RedisCount(Collector):
     def collect(self) -> Iterator[Metric]:
         family = CounterMetricFamily(self.name, self.documentation, labels=["node"])
         family.add_metric([self.node_id], self.value)
+        return iter((family,))
+
+
+class _LeasesHeld(Collector):
+    def __init__(self, node_id: str, census: LeaseCensus) -> None:
+        self.node_id = node_id
+        self.census = census
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "shardlimit_node_leases_held",
+            "Leases of each rule's concurrency limit held on this node, sampled: from "
+            "the last complete SCAN pass over its keys (up to 10,000 keys per scrape).",
+            labels=["node", "rule"],
+        )
+        for rule, held in sorted(self.census.held.items()):
+            family.add_metric([self.node_id, rule], held)
         return iter((family,))
 
 

@@ -248,6 +248,31 @@ async def test_metrics_count_lease_events(cluster: Cluster) -> None:
     assert events == {"acquired": 1, "denied": 1, "renewed": 1, "released": 1, "not_found": 1}
 
 
+async def test_nodes_report_the_leases_held_per_rule(cluster: Cluster) -> None:
+    """`shardlimit_node_leases_held{rule}` summed over the nodes: the unexpired leases
+    of each rule with a concurrency limit, as a scrape's SCAN pass found them."""
+
+    async def held_now() -> dict[str, float]:
+        total: dict[str, float] = {}
+        for node, url in cluster.node_urls.items():
+            for family in await scrape(cluster, url):
+                for sample in family.samples:
+                    if sample.name == "shardlimit_node_leases_held":
+                        assert sample.labels["node"] == node
+                        rule = sample.labels["rule"]
+                        total[rule] = total.get(rule, 0) + sample.value
+        return total
+
+    ids = []
+    for key in ("census:1", "census:2", "census:3"):
+        _, body = await acquire(cluster, key)
+        ids.append((key, body["lease"]["id"]))
+    await acquire(cluster, "census:4", "lock")
+    assert await held_now() == {"exports": 3, "lock": 1, "daily": 0, "trial": 0}
+    await release(cluster, *ids[0])
+    assert await held_now() == {"exports": 2, "lock": 1, "daily": 0, "trial": 0}
+
+
 async def test_bad_lease_input_is_a_clear_400(cluster: Cluster) -> None:
     _, body = await acquire(cluster, "t:7")
     lease_id = body["lease"]["id"]
