@@ -128,6 +128,7 @@ class NodeState:
     def _followed(self, primary: tuple[str, int]) -> None:
         self.failovers += 1
         self.metrics.failovers.inc()
+        self.replicas.promoted()
 
     async def start(self) -> None:
         if self.primary_watch is None:

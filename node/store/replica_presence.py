@@ -80,13 +80,20 @@ class ReplicaPresence:
             if known is not None:
                 self.needed = max(1, sum(known.values()))
 
-    def missed(self) -> None:
-        """No replica acknowledged a WAIT in time."""
+    def missed(self, why: str = "no replica acknowledges") -> None:
+        """No replica acknowledged a WAIT in time (or none can yet: `why`)."""
         if self.absent:
             return
         self.absent = True
-        log.warning("no replica acknowledges: durability replica checks answer degraded")
+        log.warning("%s: durability replica checks answer degraded", why)
         self._probe = asyncio.get_running_loop().create_task(self._until_back())
+
+    def promoted(self) -> None:
+        """The node follows a newly promoted primary. Its replicas follow it only once
+        Sentinel has confirmed the promotion and resynced them: until then a WAIT would
+        only time out, holding up the other checks of its batch past their deadline."""
+        self._recount_now.set()
+        self.missed("a replica was just promoted, and no replica follows it yet")
 
     async def _until_back(self) -> None:
         while True:
