@@ -21,6 +21,7 @@ from cluster.local.sentinel_proc import (
 )
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(150)]
+SETTLED_DOWN_AFTER_MS = 3000
 NAME = "shard-a"
 
 
@@ -61,6 +62,10 @@ def test_a_killed_primary_is_replaced_by_its_replica_and_rejoins_as_one(
                 tmp_path / f"sentinel{i}",
                 {NAME: (primary.host, primary.port)},
                 binary=binary,
+                # Not the local clusters' 1 s: a Sentinel that has just switched may see
+                # the new primary down before its first PING of it is answered on a
+                # loaded machine, and fail over again, to the old primary coming back.
+                down_after_ms=SETTLED_DOWN_AFTER_MS,
             )
         )
     everything: list[RedisProcess | SentinelProcess] = [primary, replica, *sentinels]
