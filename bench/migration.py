@@ -27,6 +27,7 @@ import aiohttp
 import redis
 import yaml
 
+from bench.cpu import CpuWindow
 from bench.openloop import OpenLoopConfig, open_loop
 from cluster.local.cluster import node_process, router_process
 from cluster.local.procs import ChildProcess
@@ -149,32 +150,34 @@ async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         await procs[-1].start_async()
         before = await latency_probe(router, args.probe_seconds, args.rate)
         headers = {"Authorization": f"Bearer {TOKEN}"}
-        async with aiohttp.ClientSession() as http:
-            asked = time.monotonic()
-            async with http.post(
-                router + "/v1/cluster/nodes", json=specs[3].to_dict(), headers=headers
-            ) as resp:
-                assert resp.status == 202, await resp.text()
-            stop = asyncio.Event()
-            probe = asyncio.create_task(latency_probe(router, 3600, args.rate, stop))
-            deadline = time.monotonic() + args.timeout
-            try:
-                while True:
-                    async with http.get(router + "/v1/cluster") as resp:
-                        migration = (await resp.json())["migration"]
-                    if migration and migration["phase"] == "done" and not migration["running"]:
-                        whole_move = time.monotonic() - asked
-                        break
-                    if migration and migration.get("phase") == "paused":
-                        raise RuntimeError(f"migration paused: {migration.get('last_error')}")
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(
-                            f"migration not done within {args.timeout:g} s: {migration}"
-                        )
-                    await asyncio.sleep(0.1)  # polling progress
-            finally:
-                stop.set()
-                during = await probe
+        # CPU over the whole move, by role (sampled often: a move may last under 1 s).
+        with CpuWindow(interval=0.05) as cpu:
+            async with aiohttp.ClientSession() as http:
+                asked = time.monotonic()
+                async with http.post(
+                    router + "/v1/cluster/nodes", json=specs[3].to_dict(), headers=headers
+                ) as resp:
+                    assert resp.status == 202, await resp.text()
+                stop = asyncio.Event()
+                probe = asyncio.create_task(latency_probe(router, 3600, args.rate, stop))
+                deadline = time.monotonic() + args.timeout
+                try:
+                    while True:
+                        async with http.get(router + "/v1/cluster") as resp:
+                            migration = (await resp.json())["migration"]
+                        if migration and migration["phase"] == "done" and not migration["running"]:
+                            whole_move = time.monotonic() - asked
+                            break
+                        if migration and migration.get("phase") == "paused":
+                            raise RuntimeError(f"migration paused: {migration.get('last_error')}")
+                        if time.monotonic() > deadline:
+                            raise RuntimeError(
+                                f"migration not done within {args.timeout:g} s: {migration}"
+                            )
+                        await asyncio.sleep(0.1)  # polling progress
+                finally:
+                    stop.set()
+                    during = await probe
         moved_per_s = migration["keys_moved"] / migration["seconds"]
     finally:
         for proc in reversed(procs):
@@ -199,6 +202,12 @@ async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "raw_migrate_before_after": [round(raw_before), round(raw_after)],
         "ratio_vs_raw_migrate": round(moved_per_s / raw, 3),
         "sources": migration.get("sources"),
+        # CPU over the whole move (POST -> done) by role, per key moved.
+        "cpu_us_per_key_moved": {
+            role: round(cores * cpu.result["seconds"] * 1e6 / max(migration["keys_moved"], 1), 2)
+            for role, cores in cpu.result["cores"].items()
+        },
+        "cpu_cores_during_move": cpu.result["cores"],
         "latency_before": before,
         "latency_during": during,
         "p99_during_over_before": round(during["p99_ms"] / before["p99_ms"], 2)
