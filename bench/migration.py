@@ -150,8 +150,9 @@ async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         await procs[-1].start_async()
         before = await latency_probe(router, args.probe_seconds, args.rate)
         headers = {"Authorization": f"Bearer {TOKEN}"}
-        # CPU over the whole move, by role (sampled often: a move may last under 1 s).
-        with CpuWindow(interval=0.05) as cpu:
+        # CPU over the whole move, by role: sampled only at its ends (no process starts or
+        # stops meanwhile), as a walk of /proc would hold up the probe in this process.
+        with CpuWindow(interval=3600.0) as cpu:
             async with aiohttp.ClientSession() as http:
                 asked = time.monotonic()
                 async with http.post(
