@@ -53,7 +53,8 @@ __all__ = [
     "undo_entries",
 ]
 
-LEASE_KINDS = frozenset((OpKind.RENEW, OpKind.RELEASE))  # sent in one held_lease.lua call
+# Ops run in the batch.lua call besides the checks.
+BATCHED_KINDS = frozenset((OpKind.RENEW, OpKind.RELEASE))
 # How long a decision record lasts once nothing needs it any more (node/store/lua/decide.lua).
 DECISION_TTL_MS = 3_600_000
 # The record key of an op naming a request_id, by its kind (a check's, refund's, ...: else).
@@ -179,30 +180,27 @@ class CounterStore:
         self, ops: Sequence[StoreOp], deadline_ms: int = 0, acks: ReplicaAcks | None = None
     ) -> list[Any]:
         """Raw results in order, from ONE pipeline: one batch.lua call for all checks,
-        one call per refund or commit. A script error becomes an exception object in
-        its op's slot. A check reaching Redis after `deadline_ms` (real Unix ms, 0 =
-        none) is not applied: its raw result is EXPIRED_REPLY. With `acks`, each pipeline
-        waits for a replica (ReplicaAcks)."""
+        renewals and releases, one call per refund or commit. A script error becomes an
+        exception object in its op's slot. A check reaching Redis after `deadline_ms`
+        (real Unix ms, 0 = none) is not applied: its raw result is EXPIRED_REPLY. With
+        `acks`, each pipeline waits for a replica (ReplicaAcks)."""
         plan = self.plan(ops, deadline_ms)
         return await self.complete(plan, await self._evalsha_all(plan.calls, acks), acks)
 
     def plan(self, ops: Sequence[StoreOp], deadline_ms: int) -> Plan:
         """The script calls of run()."""
         now_ms = self._estimated_now_ms()
-        checks: list[int] = []
-        leases: list[int] = []
+        batched: list[int] = []
         others: list[int] = []
         for i, op in enumerate(ops):
             kind = op.kind
-            (checks if kind is CHECK else leases if kind in LEASE_KINDS else others).append(i)
+            (batched if kind is CHECK or kind in BATCHED_KINDS else others).append(i)
         calls = self.calls
         planned = [calls.by_kind[ops[i].kind](ops[i], now_ms) for i in others] if others else []
-        if leases:
-            planned.insert(0, calls.lease_call([ops[i] for i in leases], now_ms))
-        if checks:
-            checked = ops if not (others or leases) else [ops[i] for i in checks]
-            planned.insert(0, calls.batch_call(checked, now_ms, deadline_ms))
-        return Plan(ops, deadline_ms, checks, leases, others, planned)
+        if batched:
+            inline = ops if not others else [ops[i] for i in batched]
+            planned.insert(0, calls.batch_call(inline, now_ms, deadline_ms))
+        return Plan(ops, deadline_ms, batched, others, planned)
 
     def send_now(self, plan: Plan, replied: Callable[[list[Any] | Exception], None]) -> bool:
         """The plan's pipeline written at once, without a task; `replied` gets the raw

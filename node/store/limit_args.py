@@ -61,9 +61,8 @@ class Rule:
             -1,
         )
         # The counter key prefix of a one-limit rule whose arguments do not depend on the
-        # clock nor carry a nonce (its checks are packed inline, node/store/script_calls.py),
-        # else None.
-        alone = len(limits) == 1 and not self.clocked and self.lease_at < 0
+        # clock (its checks are packed inline, node/store/script_calls.py), else None.
+        alone = len(limits) == 1 and not self.clocked
         self.single = self.prefixes[0] if alone else None
         self.args: dict[tuple[tuple[int, ...], int], list[int]] = {}
 

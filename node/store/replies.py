@@ -46,18 +46,17 @@ _ROW = 8
 
 def assemble(plan: Plan, replies: list[Any]) -> list[Any]:
     """The raw result of each of the plan's ops, in their order; an error (an exception
-    object) of batch.lua or held_lease.lua stands for each of its ops."""
-    if not (plan.others or plan.leases):  # the common case: checks only, one batch.lua call
+    object) of batch.lua stands for each of its ops."""
+    if not plan.others:  # the common case: one batch.lua call
         batch = replies[0]
         return [batch] * len(plan.ops) if isinstance(batch, Exception) else list(batch)
     results: list[Any] = [None] * len(plan.ops)
     at = 0
-    for shared in (plan.checks, plan.leases):
-        if shared:
-            reply = replies[at]
-            at += 1
-            for position, i in enumerate(shared):
-                results[i] = reply if isinstance(reply, Exception) else reply[position]
+    if plan.batched:
+        reply = replies[0]
+        at = 1
+        for position, i in enumerate(plan.batched):
+            results[i] = reply if isinstance(reply, Exception) else reply[position]
     for i, reply in zip(plan.others, replies[at:], strict=True):
         results[i] = reply
     return results
@@ -118,5 +117,6 @@ def refund_result(raw: list[int]) -> Refunded:
 
 
 def lease_result(raw: list[int]) -> Leased:
-    """held_lease.lua's reply: status, Redis' clock (ms), the renewed lease's ttl_ms."""
+    """A renewal's or release's reply (concurrency.lua's `held`): status, Redis' clock
+    (ms), the renewed lease's ttl_ms."""
     return Leased(LeaseStatus(raw[0]), raw[1], raw[2])

@@ -1,11 +1,10 @@
-"""Ops -> the EVALSHA calls that run them: one batch.lua call for every check of a batch,
-one held_lease.lua call for every renewal and release, one call per refund, commit, undo
-or adjust. Both ways of sending them (the lean pipe, node/store/resp.py, and redis-py's
-pipeline, node/store/redispy_pipe.py) send what `evalsha_commands` makes of them."""
+"""Ops -> the EVALSHA calls that run them: one batch.lua call for every check, renewal
+and release of a batch, one call per refund, commit, undo or adjust. Both ways of sending
+them (the lean pipe, node/store/resp.py, and redis-py's pipeline,
+node/store/redispy_pipe.py) send what `evalsha_commands` makes of them."""
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable, Sequence
 from typing import Any, Final, NamedTuple
 
@@ -15,9 +14,9 @@ from redis.commands.core import AsyncScript
 
 from cluster.model.algorithms import BY_NAME
 from cluster.model.keys import HOLDS_KEY, adjust_record_key, counter_key, record_key
-from cluster.model.lease_ids import NONCE_BITS
 from cluster.wire import OpKind
 from node.store.limit_args import LIMIT_ARGS, Rule, RuleCache, limit_args, op_limit_args
+from node.store.nonces import Nonces
 from node.store.scripts import ScriptBook
 from node.store.store_op import StoreOp
 
@@ -27,16 +26,16 @@ __all__ = ["CHECK", "Plan", "ScriptCall", "ScriptCalls", "evalsha_commands"]
 ScriptCall = tuple[AsyncScript, list[str], list[int | str | bytes]]
 # A global name is cheaper to reach than an enum attribute (`op.kind is CHECK`).
 CHECK: Final = OpKind.CHECK
+RELEASE: Final = OpKind.RELEASE
 
 
 class Plan(NamedTuple):
-    """A batch's script calls: checks (indexes in ops) go in the first call, renewals
-    and releases (`leases`) in the next, each other op in one call after."""
+    """A batch's script calls: checks, renewals and releases (`batched`, indexes in ops)
+    go in the first call, each other op in one call after."""
 
     ops: Sequence[StoreOp]
     deadline_ms: int
-    checks: list[int]
-    leases: list[int]
+    batched: list[int]
     others: list[int]
     calls: list[ScriptCall]
 
@@ -55,6 +54,7 @@ class ScriptCalls:
     def __init__(self, scripts: ScriptBook, default_record_ttl_ms: int) -> None:
         self.scripts = scripts
         self.rules = RuleCache()
+        self.nonces = Nonces()
         self.default_record_ttl_ms = default_record_ttl_ms
         # Test-mode clock offset, passed to every script; 0 in production.
         self.offset_ms = 0
@@ -67,8 +67,9 @@ class ScriptCalls:
             OpKind.ADJUST: self._adjust_call,
         }
 
-    def batch_call(self, checks: Sequence[StoreOp], now_ms: int, deadline_ms: int) -> ScriptCall:
-        """ONE EVALSHA for every check of a batch (node/store/lua/batch.lua)."""
+    def batch_call(self, ops: Sequence[StoreOp], now_ms: int, deadline_ms: int) -> ScriptCall:
+        """ONE EVALSHA for every check, renewal and release of a batch
+        (node/store/lua/batch.lua)."""
         keys: list[str] = []
         entries: list[list[Any]] = []
         codes: frozenset[int] = frozenset()
@@ -78,7 +79,7 @@ class ScriptCalls:
         memo: dict[Any, list[int]] = {}
         rules = self.rules.by_limits
         last: Rule | None = None
-        for op in checks:
+        for op in ops:
             rule = rules.get((op.scope, id(op.limits)))
             # The common check inline: one limit, its arguments kept, no record.
             limits = (
@@ -87,14 +88,19 @@ class ScriptCalls:
                 and rule.limits is op.limits
                 and rule.single is not None
                 and op.request_id is None
+                and op.kind is CHECK
                 else None
             )
             if limits is not None:
                 assert rule is not None and rule.single is not None
                 keys.append(rule.single + op.key)
-                entries.append([1, op.cost, int(op.dry_run), 0, 0, "", op.fingerprint, 1, *limits])
+                entry = [1, op.cost, int(op.dry_run), 0, 0, "", op.fingerprint, 1, *limits]
+                if rule.lease_at >= 0:
+                    entry[8 + rule.lease_at] = self.nonces.draw()
+                entries.append(entry)
             else:
-                op_keys, entry, rule = self._check_entry(op, now_ms, memo)
+                make = self._check_entry if op.kind is CHECK else self._held_entry
+                op_keys, entry, rule = make(op, now_ms, memo)
                 keys += op_keys
                 entries.append(entry)
             if rule is not last:
@@ -125,7 +131,7 @@ class ScriptCalls:
         if rule.lease_at >= 0:
             # A concurrency limit: each check draws the nonce of the lease it may acquire.
             limits = list(limits)
-            limits[rule.lease_at] = secrets.randbits(NONCE_BITS)
+            limits[rule.lease_at] = self.nonces.draw()
         ttl, hold_ms, entry = 0, 0, ""
         if op.request_id is not None:
             keys.append(record_key(op.scope, op.request_id, op.key))
@@ -212,16 +218,15 @@ class ScriptCalls:
         ]
         return self._script("adjust.lua", op), keys, args
 
-    def lease_call(self, ops: Sequence[StoreOp], now_ms: int) -> ScriptCall:
-        """ONE held_lease.lua call for every renewal and release of a batch (each of one
-        lease of its op's concurrency limit)."""
-        keys: list[str] = []
-        args: list[int | str | bytes] = [self.offset_ms * 1000]
-        for op in ops:
-            assert op.lease is not None
-            spec = op.limits[0]
-            fencing, nonce, ttl_ms = op.lease
-            keep_ms = limit_args(spec, 0, now_ms, op.quota_ttl_ms)[2 + 2]  # code, amount, p1..
-            keys.append(counter_key(op.scope, spec.shape, op.key))
-            args += [op.kind.value, f"{fencing}:{nonce}", ttl_ms or spec.window_ms, keep_ms]
-        return self.scripts.assembled("held_lease.lua", ()), keys, args
+    def _held_entry(
+        self, op: StoreOp, now_ms: int, memo: dict[Any, list[int]]
+    ) -> tuple[list[str], list[Any], Rule]:
+        """A renewal's or release's KEYS and its entry for batch.lua (concurrency.lua's
+        `held`: one lease of its op's one concurrency limit), and its rule."""
+        assert op.lease is not None
+        rule = self.rules.rule(op)
+        args = self.rules.args(rule, op, now_ms, memo)  # code, amount, p1 (limit), p2, p3
+        fencing, nonce, ttl_ms = op.lease
+        action = 1 if op.kind is RELEASE else 2
+        entry = [-1, args[0], action, f"{fencing}:{nonce}", ttl_ms or args[3], args[4]]
+        return [rule.prefixes[0] + op.key], entry, rule

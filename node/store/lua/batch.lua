@@ -1,6 +1,6 @@
--- batch: every check of one node batch in ONE script call. Each check is still
--- evaluated and applied on its own, all of its limits or none; the script as a
--- whole is atomic too. TIME is read once for the batch.
+-- batch: every check, renewal and release of one node batch in ONE script call. Each
+-- check is still evaluated and applied on its own, all of its limits or none; the
+-- script as a whole is atomic too. TIME is read once for the batch.
 -- KEYS: per check, its counter key per limit, then (when it has a record) its
 --       idempotency record key, then (when it holds) the node's holds set.
 -- ARGV: offset_us, deadline_ms (real Unix ms; 0 = none), then the checks packed
@@ -10,6 +10,9 @@
 --       unpacking nested lists costs Redis more than reading the values.
 -- A check of one limit without a record goes to its algorithm's `alone` when it has
 -- one (the same reply, built without the tables below).
+-- A renewal or release of a lease (concurrency.lua's `held`) is an entry of its own,
+-- {-1, code, action, member, ttl_ms, keep_ms} with one key, run whatever the deadline
+-- (it consumes nothing); its reply is `held`'s {status, now_ms, ttl_ms}.
 -- Returns one reply per check, in order:
 --   {allowed, replayed, n, then per limit: ok, limit, remaining, reset_after_ms,
 --    retry_after_ms, delay_ms, max_amount, amount_remaining} with -1 for "none",
@@ -113,11 +116,15 @@ local replies = {}
 local first = 1
 for j = 1, #checks do
   local c = checks[j]
-  if expired then
+  local nkeys = c[1]
+  if nkeys < 0 then
+    replies[j] = ALG[c[2]].held(KEYS[first], c, t)
+    nkeys = 1
+  elseif expired then
     replies[j] = { -1 }
   else
     replies[j] = check(first, c)
   end
-  first = first + c[1]
+  first = first + nkeys
 end
 return replies

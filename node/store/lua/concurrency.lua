@@ -14,19 +14,33 @@ local CC_FENCING = 'f'
 local CC_EXPIRED = 'sl|leases-expired'  -- node-local: cluster/model/keys.py
 
 -- (leases held, ms until the first of them expires (0: none held), the last fencing
--- value granted): "f" has the lowest score, so it is first when present.
+-- value granted): "f" has the lowest score, so it is first when present, and the lease
+-- that expires first comes next. Expired leases are pruned only when that one has: in
+-- the common case a look is two reads.
 local function cc_look(key, t)
-  local expired = redis.call('ZREMRANGEBYSCORE', key, '0', fmt(t.ms))
-  if expired > 0 then redis.call('INCRBY', CC_EXPIRED, expired) end
-  local held = redis.call('ZCARD', key)
   local head = redis.call('ZRANGE', key, 0, 1, 'WITHSCORES')
-  local last, at = 0, 2
-  if head[1] == CC_FENCING then
-    last, held, at = -tonumber(head[2]), held - 1, 4
+  local at = (head[1] == CC_FENCING) and 4 or 2
+  if head[at] and tonumber(head[at]) <= t.ms then
+    local expired = redis.call('ZREMRANGEBYSCORE', key, '0', fmt(t.ms))
+    if expired > 0 then redis.call('INCRBY', CC_EXPIRED, expired) end
+    head = redis.call('ZRANGE', key, 0, 1, 'WITHSCORES')
+    at = (head[1] == CC_FENCING) and 4 or 2
   end
+  local held = redis.call('ZCARD', key)
+  local last = 0
+  if at == 4 then last, held = -tonumber(head[2]), held - 1 end
   local soonest = 0
   if head[at] then soonest = tonumber(head[at]) - t.ms end
   return held, soonest, last
+end
+
+-- Grant the lease "<last + 1>:<nonce>": its fencing value and member.
+local function cc_grant(key, t, lease, keep, nonce, last)
+  local fencing = last + 1
+  local member = string.format('%d:%d', fencing, nonce)
+  redis.call('ZADD', key, fmt(-fencing), CC_FENCING, fmt(t.ms + lease), member)
+  redis.call('PEXPIRE', key, fmt(math.max(keep, lease)))
+  return fencing, member
 end
 
 ALG[CODE] = {
@@ -50,14 +64,35 @@ ALG[CODE] = {
     }
     r.consumes = want == 1
     r.commit = function()
-      local fencing = last + 1
-      local member = fmt(fencing) .. ':' .. fmt(nonce)
-      redis.call('ZADD', key, fmt(-fencing), CC_FENCING, fmt(t.ms + lease), member)
-      redis.call('PEXPIRE', key, fmt(math.max(keep, lease)))
+      local fencing, member = cc_grant(key, t, lease, keep, nonce, last)
       r.limit, r.delay, r.alimit, r.arem_after = held + 1, t.ms, fencing, nonce
       return { member }
     end
     return r
+  end,
+  -- A check of this one limit alone, without a record (batch.lua's common case): eval
+  -- and commit in one step, its reply built at once, as batch.lua would build it.
+  -- c: the check's packed entry, this limit's parameters from c[11].
+  alone = function(key, c, t, cost, dry_run)
+    local limit, lease = c[11], c[12]
+    local held, soonest, last = cc_look(key, t)
+    if cost == 0 then
+      if held > limit then
+        return { 0, 0, 1, 0, held, 0, soonest, soonest, -1, -1, -1 }
+      end
+      return { 1, 0, 1, 1, held, limit - held, soonest, -1, -1, -1, -1 }
+    end
+    if held + 1 > limit then
+      return { 0, 0, 1, 0, held, math.max(0, limit - held), soonest, soonest, -1, -1, -1 }
+    end
+    local after = (held == 0) and lease or math.min(soonest, lease)
+    if dry_run then
+      return { 1, 0, 1, 1, held, limit - held - 1, after, -1, -1, -1, -1 }
+    end
+    local nonce = c[14]
+    local fencing, member = cc_grant(key, t, lease, c[13], nonce, last)
+    return { 1, 0, 1, 1, held + 1, limit - held - 1, after, -1, t.ms, fencing, nonce,
+      cmsgpack.pack({ { key, CODE, member } }) }
   end,
   -- Release the lease the decision acquired, if it is still held (count 1, else 0).
   refund = function(key, _p, t, u)
@@ -66,5 +101,29 @@ ALG[CODE] = {
     redis.call('ZREM', key, u[3])
     if tonumber(score) <= t.ms then return 0, 0 end
     return 1, 0
+  end,
+  -- Renew or release one held lease (batch.lua's lease entries): c = {-1, CODE, action
+  -- (1 release, 2 renew), member "<fencing>:<nonce>", ttl_ms (renew: its new lifetime
+  -- from now), keep_ms}. {status, now_ms, ttl_ms}: status 0 not held (expired, released or
+  -- never granted: nothing changes but the pruning of an expired one), 1 renewed (it
+  -- now expires ttl_ms from now_ms), 2 released. now_ms is this Redis' clock.
+  held = function(key, c, t)
+    local member = c[4]
+    local score = redis.call('ZSCORE', key, member)
+    if not score or tonumber(score) <= t.ms then
+      if score then
+        redis.call('ZREM', key, member)
+        redis.call('INCR', CC_EXPIRED)
+      end
+      return { 0, t.ms, 0 }
+    end
+    if c[3] == 1 then
+      redis.call('ZREM', key, member)
+      return { 2, t.ms, 0 }
+    end
+    local ttl = c[5]
+    redis.call('ZADD', key, 'XX', fmt(t.ms + ttl), member)
+    redis.call('PEXPIRE', key, fmt(math.max(c[6], ttl)))
+    return { 1, t.ms, ttl }
   end,
 }
