@@ -55,7 +55,7 @@ RULES_KEY = "sl|rules"  # a hash: version, doc (JSON)
 TOPOLOGY_KEY = "sl|topology"  # the node's topology (JSON), kept across restarts
 DECISION_FENCE_KEY = "sl|d-fence"  # set once a leaving coordinator handed its records over
 # Leases of concurrency limits that expired unrenewed, pruned here (a count, for metrics;
-# node/store/lua/concurrency.lua and held_lease.lua spell it too).
+# node/store/lua/concurrency.lua spells it too).
 LEASES_EXPIRED_KEY = "sl|leases-expired"
 # One of each per node, kept for good: not keys the node holds for limits.
 NODE_SINGLETONS = (RULES_KEY, TOPOLOGY_KEY, DECISION_FENCE_KEY, LEASES_EXPIRED_KEY)

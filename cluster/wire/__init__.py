@@ -258,7 +258,7 @@ class Adjusted(msgspec.Struct, array_like=True, frozen=True, tag="adjusted"):
 
 
 class LeaseStatus(enum.IntEnum):
-    """What node/store/lua/held_lease.lua answers."""
+    """What a renewal or release answers (node/store/lua/concurrency.lua's `held`)."""
 
     NOT_HELD = 0  # expired, released or never granted: nothing changed
     RENEWED = 1
