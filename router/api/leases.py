@@ -12,20 +12,46 @@ import orjson
 from cluster.model.errors import Problems
 from cluster.web.problem import Problem
 from router.api.check_answers import JsonAnswer
-from router.decide.leases import Action, parse_lease
+from router.decide.leases import Action, LeaseRequest, parse_lease, parse_plain_lease
+from router.rules.book import RuleBook
 from router.service import Router
 
 RENEW_PATH = "/v1/lease/renew"
 RELEASE_PATH = "/v1/lease/release"
 
 
-async def _answer(router: Router, raw: bytes, action: Action) -> JsonAnswer:
+class _Plain(msgspec.Struct, forbid_unknown_fields=True):
+    """The common body: its three strings, decoded and typed in one pass."""
+
+    key: str
+    rule: str
+    lease_id: str
+
+
+_PLAIN = msgspec.json.Decoder(_Plain)
+
+
+def _request(raw: bytes, action: Action, rules: RuleBook) -> LeaseRequest:
+    """The body's request. A body the typed decoder refuses, or with any problem, is
+    parsed again by parse_lease, which reports every problem with its field path."""
+    try:
+        plain = _PLAIN.decode(raw)
+    except msgspec.DecodeError:
+        plain = None
+    if plain is not None:
+        request = parse_plain_lease(action, plain.key, plain.rule, plain.lease_id, rules)
+        if request is not None:
+            return request
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise Problem(400, "malformed-json", f"body is not valid JSON: {exc}") from None
     problems = Problems()
-    parsed = problems.result(parse_lease(action, body, router.rules, problems))
+    return problems.result(parse_lease(action, body, rules, problems))
+
+
+async def _answer(router: Router, raw: bytes, action: Action) -> JsonAnswer:
+    parsed = _request(raw, action, router.rules)
     return JsonAnswer(200, msgspec.json.encode(await router.lease(parsed)), None)
 
 

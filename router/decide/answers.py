@@ -64,7 +64,7 @@ class _Views:
     """What a rule's decisions share, worked out once per rule: its public name and how
     its node rows become LimitStates."""
 
-    __slots__ = ("algorithm", "lease_at", "public_name", "size", "specs")
+    __slots__ = ("algorithm", "lease_at", "lease_limit", "public_name", "size", "specs")
 
     def __init__(self, rule: Rule) -> None:
         self.public_name = rule.public_name
@@ -77,6 +77,9 @@ class _Views:
         self.lease_at = next(
             (i for i, spec in enumerate(rule.limits) if spec.algorithm == "concurrency"), -1
         )
+        # A rule of that one limit (a lock, a pool): its limit, its view built inline.
+        lone = self.size == 1 and self.lease_at == 0
+        self.lease_limit = _opt(rule.limits[0].limit or 0) if lone else None
 
     def lease(self, rows: list[LimitRow]) -> answers.Lease | None:
         """The lease an allowed check acquired (none for a dry run or a cost of 0)."""
@@ -137,6 +140,18 @@ def decision(request: CheckRequest, node: str, result: Checked) -> answers.Decis
                 limit=None if limit == NONE else limit,
                 remaining=None if remaining == NONE else remaining,
                 reset_after_ms=None if reset == NONE else reset,
+            )
+        ]
+    elif plan.lease_limit is not None:
+        row = rows[0]
+        remaining, reset = row.remaining, row.reset_after_ms
+        limits = [  # as _limit_view makes it
+            answers.LimitState(
+                algorithm="concurrency",
+                limit=plan.lease_limit,
+                remaining=None if remaining == NONE else remaining,
+                reset_after_ms=None if reset == NONE else reset,
+                held=row.limit,
             )
         ]
     else:

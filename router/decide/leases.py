@@ -4,8 +4,8 @@ Body: `key`, `rule` (a named rule with a concurrency limit), `lease_id` (as the 
 decision gave it), and for a renewal an optional `ttl` (a duration, at most 1d; default:
 the limit's `lease`), counted from now on the node's clock. The op goes to the key's node
 as a check does (`ClusterView.execute`: a moved key is followed, a moving key is pulled
-on first touch), and node/store/lua/held_lease.lua acts on the lease only while it is
-held: otherwise (expired, released, never granted) LeaseNotFound, a 404
+on first touch), and node/store/lua/concurrency.lua's `held` acts on the lease only while
+it is held: otherwise (expired, released, never granted) LeaseNotFound, a 404
 `lease-not-found`, and nothing changes. Only the id names a lease: its random part
 (cluster/model/lease_ids.py) keeps anyone else from releasing a slot they do not hold.
 """
@@ -26,7 +26,7 @@ from router.errors import LeaseNotFound, NodeUnavailable, Reason
 from router.requests import parse_key
 from router.rules.book import Rule, RuleBook
 
-__all__ = ["Action", "LeaseRequest", "parse_lease", "run_lease"]
+__all__ = ["Action", "LeaseRequest", "parse_lease", "parse_plain_lease", "run_lease"]
 
 Action = Literal["renew", "release"]
 FIELDS: dict[str, frozenset[str]] = {
@@ -46,9 +46,21 @@ class LeaseRequest(msgspec.Struct, frozen=True):
     ttl_ms: int  # renew: the lease's new lifetime from now (0 for a release)
 
 
-def concurrency_index(rule: Rule) -> int:
-    """The place of the rule's concurrency limit, -1 when it has none."""
-    return next((i for i, s in enumerate(rule.limits) if s.algorithm == "concurrency"), -1)
+def parse_plain_lease(
+    action: Action, key: str, name: str, lease_id: str, rules: RuleBook
+) -> LeaseRequest | None:
+    """parse_lease's request for a body of exactly `key`, `rule` and `lease_id` (all
+    strings) when it finds no problem in them; None when it would (it reports them)."""
+    rule = rules.get(name)
+    parsed_id = parse_lease_id(lease_id)
+    if rule is None or rule.lease_at < 0 or parsed_id is None:
+        return None
+    problems = Problems()
+    if not parse_key(key, "key", problems):
+        return None
+    index = rule.lease_at
+    ttl_ms = rule.limits[index].window_ms if action == "renew" else 0
+    return LeaseRequest(action, key, rule, index, lease_id, *parsed_id, ttl_ms)
 
 
 def parse_lease(
@@ -59,8 +71,9 @@ def parse_lease(
         problems.add("body", "must be a JSON object")
         return None
     before = len(problems.errors)
-    for name in sorted(set(body) - FIELDS[action]):
-        problems.add(name, "unknown field")
+    if not FIELDS[action].issuperset(body):
+        for name in sorted(set(body) - FIELDS[action]):
+            problems.add(name, "unknown field")
     key = parse_key(body.get("key"), "key", problems)
     parsed_id = parse_lease_id(body.get("lease_id"))
     if parsed_id is None:
@@ -73,7 +86,7 @@ def parse_lease(
     elif rule is None:
         problems.add("rule", "is required: the name of a rule with a concurrency limit")
     else:
-        index = concurrency_index(rule)
+        index = rule.lease_at
         if index < 0:
             problems.add("rule", f"rule '{name}' has no concurrency limit: it grants no leases")
     ttl_ms = 0
@@ -93,7 +106,7 @@ def lease_op(request: LeaseRequest, quota_ttl_ms: int) -> wire.Op:
         request.action,
         request.key,
         rule.name,
-        [rule.wire[request.index]],
+        rule.lease_wire,
         [0],
         quota_ttl_ms=quota_ttl_ms,
         durable=rule.durability == "replica",

@@ -43,6 +43,10 @@ class Rule:
     leases: bool = False
     # `wire` as the list an op carries, shared by every op of the rule (never mutated).
     wire_list: list[list[Any]] = field(default_factory=list, compare=False, repr=False)
+    # The place of its concurrency limit (-1: none), and that limit's wire as the list a
+    # renewal or release carries (shared, never mutated).
+    lease_at: int = field(default=-1, compare=False, repr=False)
+    lease_wire: list[list[Any]] = field(default_factory=list, compare=False, repr=False)
 
     @property
     def public_name(self) -> str | None:
@@ -108,6 +112,7 @@ def make_rule(
 ) -> Rule:
     subs = split_limits(limits, spread) if spread > 1 else ()
     wire = tuple(spec.to_wire() for spec in limits)
+    lease_at = next((i for i, s in enumerate(limits) if s.algorithm == "concurrency"), -1)
     return Rule(
         name=name,
         limits=limits,
@@ -118,8 +123,10 @@ def make_rule(
         cache_denials=cache_denials,
         shadow=shadow,
         durability=durability or default_durability(limits),
-        leases=any(spec.algorithm == "concurrency" for spec in limits),
+        leases=lease_at >= 0,
         wire_list=list(wire),
+        lease_at=lease_at,
+        lease_wire=[wire[lease_at]] if lease_at >= 0 else [],
     )
 
 
