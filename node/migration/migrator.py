@@ -25,6 +25,9 @@ from node.topology.ownership import Ownership
 
 log = logging.getLogger("shardlimit.node")
 MARKER_TTL_MS = 2 * 86_400_000
+# Names per SCAN when markers are dropped: each SCAN blocks the Redis that live checks wait
+# for (5,000 took ~3 ms and showed in their p99 at the end of every migration).
+MARKER_SCAN = 500
 # (redis key, dump or None, absolute expiry ms or -1, authoritative): authoritative is
 # False only when a migration is aborted and the sender never held the key (the
 # receiver's own copy is then the current one).
@@ -263,7 +266,7 @@ class Migrator:
         cursor = 0
         while True:
             cursor, names = await self.client.scan(
-                cursor=cursor, match=marker_pattern(migration_id), count=5000
+                cursor=cursor, match=marker_pattern(migration_id), count=MARKER_SCAN
             )
             if names:
                 dropped += await self.client.unlink(*names)
