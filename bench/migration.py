@@ -4,7 +4,8 @@ Starts 4 Redis, 4 node processes and a router process (3 nodes in the ring, the
 4th added live), fills N fixed-window counters directly into their owners'
 Redis, measures check latency at a fixed offered rate before and during the
 migration, and compares keys moved per second with `MIGRATE ... KEYS` batches
-between two bare Redis instances in the same run. Prints JSON; writes
+between two bare Redis instances in the same run; then removes the 4th node again (its
+keys all move back), and pools both moves' check latencies. Prints JSON; writes
 bench/runs/migration.json (`--out DIR` elsewhere).
 
     python -m bench.migration --keys 200000 [--partitioner slots]
@@ -28,7 +29,7 @@ import redis
 import yaml
 
 from bench.cpu import CpuWindow
-from bench.openloop import OpenLoopConfig, open_loop
+from bench.openloop import OpenLoop, OpenLoopConfig, percentile_ms
 from cluster.local.cluster import node_process, router_process
 from cluster.local.procs import ChildProcess
 from cluster.local.redis_proc import RedisProcess, free_port
@@ -88,11 +89,72 @@ def raw_migrate(keys: int, tmp: Path, batch: int, name: str = "raw") -> float:
 
 async def latency_probe(
     router: str, seconds: float, rate: float, stop: asyncio.Event | None = None
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], list[float]]:
     """Open loop (bench.openloop): one check every 1/rate s regardless of answers, latency
-    from each check's scheduled send time; percentiles, degraded answers, errors."""
+    from each check's scheduled send time. Its summary, and every latency in seconds
+    (unanswered checks with the time they had waited), to pool runs."""
     config = OpenLoopConfig(url=router, rate=rate, seconds=seconds, warmup=0.0, keys=200_000)
-    return await open_loop(config, stop)
+    probe = OpenLoop(config, stop)
+    summary = await probe.run()
+    return summary, [*probe.latency, *probe.unanswered_waits]
+
+
+def pooled(latencies: list[float]) -> dict[str, Any]:
+    ordered = sorted(latencies)
+    return {
+        "checks": len(ordered),
+        "p50_ms": percentile_ms(ordered, 0.5),
+        "p99_ms": percentile_ms(ordered, 0.99),
+        "p999_ms": percentile_ms(ordered, 0.999),
+        "max_ms": percentile_ms(ordered, 1.0),
+    }
+
+
+async def move(
+    http: aiohttp.ClientSession, router: str, method: str, path: str, body: Any, args: Any
+) -> dict[str, Any]:
+    """One live reshard (`method path body` starts it), under the open-loop probe; its
+    progress figures, CPU per key moved by role, and the probe's latencies."""
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    # CPU over the whole move, by role: sampled only at its ends (no process starts or
+    # stops meanwhile), as a walk of /proc would hold up the probe in this process.
+    with CpuWindow(interval=3600.0) as cpu:
+        asked = time.monotonic()
+        async with http.request(method, router + path, json=body, headers=headers) as resp:
+            assert resp.status == 202, await resp.text()
+        stop = asyncio.Event()
+        probe = asyncio.create_task(latency_probe(router, 3600, args.rate, stop))
+        deadline = time.monotonic() + args.timeout
+        try:
+            while True:
+                async with http.get(router + "/v1/cluster") as resp:
+                    migration = (await resp.json())["migration"]
+                if migration and migration["phase"] == "done" and not migration["running"]:
+                    whole_move = time.monotonic() - asked
+                    break
+                if migration and migration.get("phase") == "paused":
+                    raise RuntimeError(f"migration paused: {migration.get('last_error')}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"migration not done within {args.timeout:g} s: {migration}")
+                await asyncio.sleep(0.1)  # polling progress
+        finally:
+            stop.set()
+            during, latencies = await probe
+    moved = migration["keys_moved"]
+    return {
+        "keys_moved": moved,
+        "migration_seconds": migration["seconds"],
+        "whole_move_seconds": round(whole_move, 2),  # the request -> done
+        "moved_keys_per_s": round(moved / migration["seconds"]),
+        "sources": migration.get("sources"),
+        "cpu_us_per_key_moved": {
+            role: round(cores * cpu.result["seconds"] * 1e6 / max(moved, 1), 2)
+            for role, cores in cpu.result["cores"].items()
+        },
+        "cpu_cores_during_move": cpu.result["cores"],
+        "latency_during": during,
+        "_latencies": latencies,
+    }
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -148,38 +210,16 @@ async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         (tmp / "cluster.yaml").write_text(yaml.safe_dump(config))
         procs.append(router_process("router", tmp / "cluster.yaml", router, env=env))
         await procs[-1].start_async()
-        before = await latency_probe(router, args.probe_seconds, args.rate)
-        headers = {"Authorization": f"Bearer {TOKEN}"}
-        # CPU over the whole move, by role: sampled only at its ends (no process starts or
-        # stops meanwhile), as a walk of /proc would hold up the probe in this process.
-        with CpuWindow(interval=3600.0) as cpu:
-            async with aiohttp.ClientSession() as http:
-                asked = time.monotonic()
-                async with http.post(
-                    router + "/v1/cluster/nodes", json=specs[3].to_dict(), headers=headers
-                ) as resp:
-                    assert resp.status == 202, await resp.text()
-                stop = asyncio.Event()
-                probe = asyncio.create_task(latency_probe(router, 3600, args.rate, stop))
-                deadline = time.monotonic() + args.timeout
-                try:
-                    while True:
-                        async with http.get(router + "/v1/cluster") as resp:
-                            migration = (await resp.json())["migration"]
-                        if migration and migration["phase"] == "done" and not migration["running"]:
-                            whole_move = time.monotonic() - asked
-                            break
-                        if migration and migration.get("phase") == "paused":
-                            raise RuntimeError(f"migration paused: {migration.get('last_error')}")
-                        if time.monotonic() > deadline:
-                            raise RuntimeError(
-                                f"migration not done within {args.timeout:g} s: {migration}"
-                            )
-                        await asyncio.sleep(0.1)  # polling progress
-                finally:
-                    stop.set()
-                    during = await probe
-        moved_per_s = migration["keys_moved"] / migration["seconds"]
+        before, _ = await latency_probe(router, args.probe_seconds, args.rate)
+        async with aiohttp.ClientSession() as http:
+            # Scaling up (3 -> 4: each source scans all its keys, a quarter of them move)
+            # and back down (4 -> 3: every key of the one source moves).
+            moves = {
+                "add": await move(
+                    http, router, "POST", "/v1/cluster/nodes", specs[3].to_dict(), args
+                ),
+                "remove": await move(http, router, "DELETE", "/v1/cluster/nodes/n4", None, args),
+            }
     finally:
         for proc in reversed(procs):
             proc.terminate()
@@ -189,28 +229,24 @@ async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             server.stop()
     raw_after = raw_migrate(args.keys, tmp, args.migrate_batch, "raw-after")
     raw = (raw_before + raw_after) / 2
+    during = pooled([t for m in moves.values() for t in m.pop("_latencies")])
+    added = moves["add"]
+    for figures in moves.values():
+        figures["ratio_vs_raw_migrate"] = round(figures["moved_keys_per_s"] / raw, 3)
     return {
         "keys": args.keys,
         "partitioner": args.partitioner,
-        "keys_moved": migration["keys_moved"],
-        "migration_seconds": migration["seconds"],
-        "whole_move_seconds": round(whole_move, 2),  # POST /v1/cluster/nodes -> done
         "reshard_rate": args.reshard_rate,
         "busy_pct": args.busy_pct,
         "parallel": args.parallel,
-        "moved_keys_per_s": round(moved_per_s),
         "raw_migrate_keys_per_s": round(raw),
         "raw_migrate_before_after": [round(raw_before), round(raw_after)],
-        "ratio_vs_raw_migrate": round(moved_per_s / raw, 3),
-        "sources": migration.get("sources"),
-        # CPU over the whole move (POST -> done) by role, per key moved.
-        "cpu_us_per_key_moved": {
-            role: round(cores * cpu.result["seconds"] * 1e6 / max(migration["keys_moved"], 1), 2)
-            for role, cores in cpu.result["cores"].items()
-        },
-        "cpu_cores_during_move": cpu.result["cores"],
+        # The target: scaling up, the move that scans the most per key moved.
+        "ratio_vs_raw_migrate": added["ratio_vs_raw_migrate"],
+        "ratio_remove_vs_raw_migrate": moves["remove"]["ratio_vs_raw_migrate"],
+        "moves": moves,
         "latency_before": before,
-        "latency_during": during,
+        "latency_during": during,  # both moves' checks pooled
         "p99_during_over_before": round(during["p99_ms"] / before["p99_ms"], 2)
         if during["p99_ms"] and before["p99_ms"]
         else None,

@@ -145,6 +145,7 @@ class OpenLoop:
         self.errors: Counter[str] = Counter()
         self.sent = 0
         self.max_open = 0
+        self.unanswered_waits: list[float] = []  # how long each unanswered check had waited
         self._tasks: set[asyncio.Task[None]] = set()
         self._finishing = False
         self._drained = asyncio.Event()
@@ -248,6 +249,7 @@ class OpenLoop:
         now = time.monotonic()
         late = [now - c.scheduled for c in self.in_flight if c.record]
         late += [now - scheduled for _, scheduled, record in self.queued if record]
+        self.unanswered_waits = late
         for conn in list(self.in_flight) + self.idle:
             if conn.transport is not None:
                 conn.transport.close()

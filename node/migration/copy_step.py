@@ -142,12 +142,17 @@ class Finder:
             self.bitmap = bytes(bits)
         elif isinstance(new, RingPartitioner) and isinstance(old, RingPartitioner):
             self.arcs = MovingArcs(self.node_id, old, new)
+        # Nothing leaves this node (it only gains, or the change is elsewhere): no SCAN.
+        # Removing a node otherwise had every staying node scan all its keys for none.
+        self.loses_nothing = (self.slot_targets is not None and not any(self.slot_targets)) or (
+            self.arcs is not None and not any(self.arcs.targets)
+        )
 
     async def find(self, cursor: int, examine: int) -> tuple[int, int, dict[str, list[str]]]:
         """(next cursor, names examined, target -> Redis keys)."""
+        if self.loses_nothing:
+            return 0, 0, {}
         if self.slot_table is not None and self.in_redis:
-            if not any(self.bitmap):
-                return 0, 0, {}
             reply = await self.scan_script(keys=[], args=[cursor, SCAN_ROUND, examine, self.bitmap])
             found: dict[str, list[str]] = {}
             table = self.slot_table

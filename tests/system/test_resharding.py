@@ -429,10 +429,17 @@ async def test_a_source_finds_exactly_the_keys_that_move(
             found.setdefault(target, set()).update(keys)
         if cursor == 0:
             break
-    await aio.aclose()
-    client.close()
     assert found == expected and list(found) == ["n4"]
     assert examined >= len(names)
+    # Removing n4 again: n1 only gains keys, so its finder scans nothing at all.
+    back = Topology(3, old, {"id": "m2", "from": topology.partitioner.to_dict()})
+    gaining = Ownership.build("n1", back)
+    assert all(gaining.moving_away(limit_key_of(name) or "") is None for name in names)
+    idle = Finder(aio, gaining, in_redis=in_redis)
+    assert idle.loses_nothing and not finder.loses_nothing
+    assert await idle.find(0, 500) == (0, 0, {})
+    await aio.aclose()
+    client.close()
 
 
 async def test_a_copy_step_with_a_bad_budget_is_refused(cluster: Cluster) -> None:
