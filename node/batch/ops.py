@@ -23,6 +23,8 @@ COMMIT: Final = OpKind.COMMIT
 UNDO: Final = OpKind.UNDO
 ADJUST: Final = OpKind.ADJUST
 _LEASE_KINDS: Final = frozenset({OpKind.RENEW, OpKind.RELEASE})
+_FENCING_END: Final = 2**53  # fencing values and nonces stay exact in Lua doubles
+_NONCE_END: Final = 2**NONCE_BITS
 # A wire op's kind (a plain str) -> its member; one lookup validates it too.
 _KINDS: Final[dict[str, OpKind]] = {kind.value: kind for kind in OpKind}
 
@@ -181,15 +183,19 @@ def _adjust(wire: WireOp, kind: OpKind) -> tuple[int, int, int, int] | None:
 
 
 def _lease(wire: WireOp, kind: OpKind) -> tuple[int, int, int] | None:
-    if (kind in _LEASE_KINDS) != (wire.lease is not None):
+    lease = wire.lease
+    if (kind in _LEASE_KINDS) != (lease is not None):
         raise BadOp("a renew or release op, and only one, carries a lease")
-    if wire.lease is None:
+    if lease is None:
         return None
-    if len(wire.lease) != 3 or not all(isinstance(v, int) for v in wire.lease):
+    if len(lease) != 3:
         raise BadOp("lease must be [fencing, nonce, ttl_ms]")
-    fencing, nonce, ttl_ms = wire.lease
-    if not (1 <= fencing < 2**53 and 0 <= nonce < 2**NONCE_BITS and 0 <= ttl_ms <= MAX_LEASE_MS):
+    fencing, nonce, ttl_ms = lease
+    if not (isinstance(fencing, int) and isinstance(nonce, int) and isinstance(ttl_ms, int)):
+        raise BadOp("lease must be [fencing, nonce, ttl_ms]")
+    if not (0 < fencing < _FENCING_END and 0 <= nonce < _NONCE_END and 0 <= ttl_ms <= MAX_LEASE_MS):
         raise BadOp(f"lease fencing, nonce or ttl_ms out of range (ttl_ms <= {MAX_LEASE_MS})")
-    if len(wire.limits) != 1 or wire.limits[0][0] != "concurrency":
+    limits = wire.limits
+    if len(limits) != 1 or limits[0][0] != "concurrency":
         raise BadOp("renew and release need exactly one concurrency limit")
     return (fencing, nonce, ttl_ms)

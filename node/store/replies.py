@@ -116,7 +116,10 @@ def refund_result(raw: list[int]) -> Refunded:
     return Refunded(RefundStatus(raw[0]), given)
 
 
+_LEASE_STATUS = {status.value: status for status in LeaseStatus}  # cheaper than calling it
+
+
 def lease_result(raw: list[int]) -> Leased:
     """A renewal's or release's reply (concurrency.lua's `held`): status, Redis' clock
     (ms), the renewed lease's ttl_ms."""
-    return Leased(LeaseStatus(raw[0]), raw[1], raw[2])
+    return Leased(_LEASE_STATUS[raw[0]], raw[1], raw[2])

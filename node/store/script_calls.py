@@ -47,6 +47,16 @@ def evalsha_commands(calls: list[ScriptCall]) -> list[tuple[Any, ...]]:
     return [("EVALSHA", script.sha, len(keys), *keys, *args) for script, keys, args in calls]
 
 
+def _held_entry(op: StoreOp, limit_args: list[int]) -> list[Any]:
+    """A renewal's or release's entry for batch.lua (concurrency.lua's `held`: one lease
+    of its op's one concurrency limit, whose LIMIT_ARGS are `limit_args`)."""
+    assert op.lease is not None
+    fencing, nonce, ttl_ms = op.lease
+    code, _amount, _limit, lease_ms, keep_ms = limit_args[:5]
+    action = 1 if op.kind is RELEASE else 2
+    return [-1, code, action, f"{fencing}:{nonce}", ttl_ms or lease_ms, keep_ms]
+
+
 class ScriptCalls:
     """Builds the script calls of ops, with what it keeps to build them fast: each
     rule's keys and arguments, and the scripts registered per algorithm set."""
@@ -81,25 +91,28 @@ class ScriptCalls:
         last: Rule | None = None
         for op in ops:
             rule = rules.get((op.scope, id(op.limits)))
-            # The common check inline: one limit, its arguments kept, no record.
+            # The common op inline: one limit, its arguments kept, no record (a renewal or
+            # release is of one limit, and never has one).
             limits = (
                 rule.args.get((op.amounts, op.quota_ttl_ms))
                 if rule is not None
                 and rule.limits is op.limits
                 and rule.single is not None
                 and op.request_id is None
-                and op.kind is CHECK
                 else None
             )
             if limits is not None:
                 assert rule is not None and rule.single is not None
                 keys.append(rule.single + op.key)
-                entry = [1, op.cost, int(op.dry_run), 0, 0, "", op.fingerprint, 1, *limits]
-                if rule.lease_at >= 0:
-                    entry[8 + rule.lease_at] = self.nonces.draw()
+                if op.kind is CHECK:
+                    entry = [1, op.cost, int(op.dry_run), 0, 0, "", op.fingerprint, 1, *limits]
+                    if rule.lease_at >= 0:
+                        entry[8 + rule.lease_at] = self.nonces.draw()
+                else:
+                    entry = _held_entry(op, limits)
                 entries.append(entry)
             else:
-                make = self._check_entry if op.kind is CHECK else self._held_entry
+                make = self._check_entry if op.kind is CHECK else self._lease_entry
                 op_keys, entry, rule = make(op, now_ms, memo)
                 keys += op_keys
                 entries.append(entry)
@@ -218,15 +231,10 @@ class ScriptCalls:
         ]
         return self._script("adjust.lua", op), keys, args
 
-    def _held_entry(
+    def _lease_entry(
         self, op: StoreOp, now_ms: int, memo: dict[Any, list[int]]
     ) -> tuple[list[str], list[Any], Rule]:
-        """A renewal's or release's KEYS and its entry for batch.lua (concurrency.lua's
-        `held`: one lease of its op's one concurrency limit), and its rule."""
-        assert op.lease is not None
+        """A renewal's or release's KEYS and its entry for batch.lua, and its rule."""
         rule = self.rules.rule(op)
-        args = self.rules.args(rule, op, now_ms, memo)  # code, amount, p1 (limit), p2, p3
-        fencing, nonce, ttl_ms = op.lease
-        action = 1 if op.kind is RELEASE else 2
-        entry = [-1, args[0], action, f"{fencing}:{nonce}", ttl_ms or args[3], args[4]]
+        entry = _held_entry(op, self.rules.args(rule, op, now_ms, memo))
         return [rule.prefixes[0] + op.key], entry, rule

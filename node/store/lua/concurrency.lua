@@ -15,8 +15,9 @@ local CC_EXPIRED = 'sl|leases-expired'  -- node-local: cluster/model/keys.py
 
 -- (leases held, ms until the first of them expires (0: none held), the last fencing
 -- value granted): "f" has the lowest score, so it is first when present, and the lease
--- that expires first comes next. Expired leases are pruned only when that one has: in
--- the common case a look is two reads.
+-- that expires first comes next. Expired leases are pruned only when that one has, and
+-- the set is counted (ZCARD) only when the head read two members, as it may hold more:
+-- when no lease is held, a look is one read.
 local function cc_look(key, t)
   local head = redis.call('ZRANGE', key, 0, 1, 'WITHSCORES')
   local at = (head[1] == CC_FENCING) and 4 or 2
@@ -26,7 +27,8 @@ local function cc_look(key, t)
     head = redis.call('ZRANGE', key, 0, 1, 'WITHSCORES')
     at = (head[1] == CC_FENCING) and 4 or 2
   end
-  local held = redis.call('ZCARD', key)
+  local held = #head / 2
+  if held == 2 then held = redis.call('ZCARD', key) end
   local last = 0
   if at == 4 then last, held = -tonumber(head[2]), held - 1 end
   local soonest = 0
