@@ -78,8 +78,8 @@ def decision_outcome(request: CheckRequest, result: wire.Checked) -> tuple[str, 
     consumed = (request.cost > 0 or any(request.amounts)) and not request.dry_run
     rows = result.limits
     if request.rule.leases:  # a concurrency row is no count (node/store/lua/concurrency.lua)
-        specs = request.rule.limits
-        rows = [r for s, r in zip(specs, rows, strict=False) if s.algorithm != "concurrency"]
+        at = request.rule.lease_at  # a rule's only one
+        rows = rows[:at] + rows[at + 1 :]
     return "allowed", consumed and not result.replayed and near_limit(rows)
 
 

@@ -50,16 +50,13 @@ def _request(raw: bytes, action: Action, rules: RuleBook) -> LeaseRequest:
     return problems.result(parse_lease(action, body, rules, problems))
 
 
-async def _answer(router: Router, raw: bytes, action: Action) -> JsonAnswer:
-    parsed = _request(raw, action, router.rules)
-    return JsonAnswer(200, msgspec.json.encode(await router.lease(parsed)), None)
-
-
 async def renew_answer(router: Router, raw: bytes) -> JsonAnswer:
     """200 with the lease's new ttl_ms; raises LeaseNotFound when it is no longer held."""
-    return await _answer(router, raw, "renew")
+    renewed = await router.lease(_request(raw, "renew", router.rules))
+    return JsonAnswer(200, msgspec.json.encode(renewed), None)
 
 
 async def release_answer(router: Router, raw: bytes) -> JsonAnswer:
     """200 once the lease is released; raises LeaseNotFound when it was not held."""
-    return await _answer(router, raw, "release")
+    released = await router.lease(_request(raw, "release", router.rules))
+    return JsonAnswer(200, msgspec.json.encode(released), None)
