@@ -20,19 +20,12 @@ import contextlib
 from types import TracebackType
 from typing import Protocol
 
-from cluster.sdk.decisions import Decision, LeaseGrant
-from cluster.sdk.errors import (
-    LeaseLost,
-    LeaseNotHeld,
-    RateLimited,
-    ShardlimitError,
-    Unavailable,
-)
+from cluster.sdk.decisions import Decision
+from cluster.sdk.errors import LeaseNotHeld, RateLimited, ShardlimitError, Unavailable
 from cluster.sdk.lease_calls import LeaseRelease, LeaseRenewal, backoff_s, granted, renew_every_s
+from cluster.sdk.lease_state import LeaseState
 
 __all__ = ["AsyncLease"]
-
-MIN_RETRY_S = 0.05
 
 
 class _Leasing(Protocol):
@@ -43,8 +36,11 @@ class _Leasing(Protocol):
     async def release_lease(self, key: str, rule: str, lease_id: str) -> LeaseRelease: ...
 
 
-class AsyncLease:
+class AsyncLease(LeaseState):
     """A lease held for the length of an `async with` block (module docstring)."""
+
+    entered_by = "async with"
+    lost: asyncio.Event
 
     def __init__(
         self,
@@ -55,36 +51,9 @@ class AsyncLease:
         wait: float | None = None,
         ttl: str | int | None = None,
     ) -> None:
+        super().__init__(rule, key, wait=wait, ttl=ttl, lost=asyncio.Event())
         self._client = client
-        self.rule = rule
-        self.key = key
-        self._wait = wait
-        self._ttl = ttl
-        self.grant: LeaseGrant | None = None
-        self.lost = asyncio.Event()
-        self.lost_why: str | None = None
-        self.released: LeaseRelease | None = None
-        self.renewals = 0  # renewals that got through
-        self._expires = 0.0  # loop time by which the lease surely ran out unless renewed
         self._watchdog: asyncio.Task[None] | None = None
-
-    @property
-    def id(self) -> str:
-        return self._held().id
-
-    @property
-    def fencing(self) -> int:
-        return self._held().fencing
-
-    @property
-    def ttl_ms(self) -> int:
-        return self._held().ttl_ms
-
-    def check(self) -> None:
-        """Raise LeaseLost if the lease was lost (before a write it protects)."""
-        if self.lost.is_set():
-            grant = self._held()
-            raise LeaseLost(grant.id, grant.fencing, self.lost_why or "lost")
 
     async def __aenter__(self) -> AsyncLease:
         loop = asyncio.get_running_loop()
@@ -101,7 +70,7 @@ class AsyncLease:
                 raise RateLimited(decision)
             await asyncio.sleep(backoff_s(attempt, decision, left))
             attempt += 1
-        self.grant, self._expires = grant, sent + grant.ttl_ms / 1000
+        self._acquired(grant, sent)
         if self._ttl is not None:  # a lease of its own length from the start
             try:
                 await self._renew_now()
@@ -130,23 +99,11 @@ class AsyncLease:
                 self._lose("it was no longer held when released")
             except ShardlimitError:
                 pass  # the router is unreachable: the lease runs out by itself
-        if self.lost.is_set() and exc is None:
-            raise LeaseLost(grant.id, grant.fencing, self.lost_why or "lost")
-
-    def _held(self) -> LeaseGrant:
-        if self.grant is None:
-            raise RuntimeError("the lease is acquired on entering `async with`")
-        return self.grant
-
-    def _lose(self, why: str) -> None:
-        if not self.lost.is_set():
-            self.lost_why = why
-            self.lost.set()
+        self._raise_if_lost(exc)
 
     async def _renew_now(self) -> bool:
         """One renewal; False once the lease is lost. Raises Unavailable."""
-        loop = asyncio.get_running_loop()
-        sent = loop.time()
+        sent = asyncio.get_running_loop().time()
         try:
             renewal = await self._client.renew_lease(
                 self.key, self.rule, self._held().id, ttl=self._ttl
@@ -154,26 +111,20 @@ class AsyncLease:
         except LeaseNotHeld:
             self._lose("a renewal found it no longer held")
             return False
-        self._expires = sent + renewal.ttl_ms / 1000
-        self.grant = LeaseGrant(renewal.lease_id, renewal.fencing, renewal.ttl_ms)
-        self.renewals += 1
+        self._renewed(renewal, sent)
         return True
 
     async def _renew_while_held(self) -> None:
         loop = asyncio.get_running_loop()
-        pause = renew_every_s(self._held().ttl_ms)
-        while True:
+        pause: float | None = renew_every_s(self._held().ttl_ms)
+        while pause is not None:
             await asyncio.sleep(pause)
             try:
                 if not await self._renew_now():
                     return
                 pause = renew_every_s(self._held().ttl_ms)
             except Unavailable:
-                left = self._expires - loop.time()
-                if left <= 0:
-                    self._lose("no renewal got through before it ran out")
-                    return
-                pause = max(MIN_RETRY_S, min(pause, left / 4))
+                pause = self._retry_in(loop.time(), pause)
             except ShardlimitError as exc:  # e.g. the rule is gone: 400
                 self._lose(f"a renewal was refused: {exc}")
                 return

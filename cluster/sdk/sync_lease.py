@@ -11,19 +11,12 @@ import time
 from types import TracebackType
 from typing import Protocol
 
-from cluster.sdk.decisions import Decision, LeaseGrant
-from cluster.sdk.errors import (
-    LeaseLost,
-    LeaseNotHeld,
-    RateLimited,
-    ShardlimitError,
-    Unavailable,
-)
+from cluster.sdk.decisions import Decision
+from cluster.sdk.errors import LeaseNotHeld, RateLimited, ShardlimitError, Unavailable
 from cluster.sdk.lease_calls import LeaseRelease, LeaseRenewal, backoff_s, granted, renew_every_s
+from cluster.sdk.lease_state import LeaseState
 
 __all__ = ["Lease"]
-
-MIN_RETRY_S = 0.05
 
 
 class _Leasing(Protocol):
@@ -34,8 +27,10 @@ class _Leasing(Protocol):
     def release_lease(self, key: str, rule: str, lease_id: str) -> LeaseRelease: ...
 
 
-class Lease:
+class Lease(LeaseState):
     """A lease held for the length of a `with` block (module docstring)."""
+
+    lost: threading.Event
 
     def __init__(
         self,
@@ -46,37 +41,10 @@ class Lease:
         wait: float | None = None,
         ttl: str | int | None = None,
     ) -> None:
+        super().__init__(rule, key, wait=wait, ttl=ttl, lost=threading.Event())
         self._client = client
-        self.rule = rule
-        self.key = key
-        self._wait = wait
-        self._ttl = ttl
-        self.grant: LeaseGrant | None = None
-        self.lost = threading.Event()
-        self.lost_why: str | None = None
-        self.released: LeaseRelease | None = None
-        self.renewals = 0  # renewals that got through
-        self._expires = 0.0  # time.monotonic() by which it surely ran out unless renewed
         self._stop = threading.Event()
         self._watchdog: threading.Thread | None = None
-
-    @property
-    def id(self) -> str:
-        return self._held().id
-
-    @property
-    def fencing(self) -> int:
-        return self._held().fencing
-
-    @property
-    def ttl_ms(self) -> int:
-        return self._held().ttl_ms
-
-    def check(self) -> None:
-        """Raise LeaseLost if the lease was lost (before a write it protects)."""
-        if self.lost.is_set():
-            grant = self._held()
-            raise LeaseLost(grant.id, grant.fencing, self.lost_why or "lost")
 
     def __enter__(self) -> Lease:
         deadline = None if self._wait is None else time.monotonic() + self._wait
@@ -92,7 +60,7 @@ class Lease:
                 raise RateLimited(decision)
             time.sleep(backoff_s(attempt, decision, left))
             attempt += 1
-        self.grant, self._expires = grant, sent + grant.ttl_ms / 1000
+        self._acquired(grant, sent)
         if self._ttl is not None:  # a lease of its own length from the start
             try:
                 self._renew_now()
@@ -123,18 +91,7 @@ class Lease:
                 self._lose("it was no longer held when released")
             except ShardlimitError:
                 pass  # the router is unreachable: the lease runs out by itself
-        if self.lost.is_set() and exc is None:
-            raise LeaseLost(grant.id, grant.fencing, self.lost_why or "lost")
-
-    def _held(self) -> LeaseGrant:
-        if self.grant is None:
-            raise RuntimeError("the lease is acquired on entering `with`")
-        return self.grant
-
-    def _lose(self, why: str) -> None:
-        if not self.lost.is_set():
-            self.lost_why = why
-            self.lost.set()
+        self._raise_if_lost(exc)
 
     def _renew_now(self) -> bool:
         """One renewal; False once the lease is lost. Raises Unavailable."""
@@ -144,24 +101,18 @@ class Lease:
         except LeaseNotHeld:
             self._lose("a renewal found it no longer held")
             return False
-        self._expires = sent + renewal.ttl_ms / 1000
-        self.grant = LeaseGrant(renewal.lease_id, renewal.fencing, renewal.ttl_ms)
-        self.renewals += 1
+        self._renewed(renewal, sent)
         return True
 
     def _renew_while_held(self) -> None:
-        pause = renew_every_s(self._held().ttl_ms)
-        while not self._stop.wait(pause):
+        pause: float | None = renew_every_s(self._held().ttl_ms)
+        while pause is not None and not self._stop.wait(pause):
             try:
                 if not self._renew_now():
                     return
                 pause = renew_every_s(self._held().ttl_ms)
             except Unavailable:
-                left = self._expires - time.monotonic()
-                if left <= 0:
-                    self._lose("no renewal got through before it ran out")
-                    return
-                pause = max(MIN_RETRY_S, min(pause, left / 4))
+                pause = self._retry_in(time.monotonic(), pause)
             except ShardlimitError as exc:  # e.g. the rule is gone: 400
                 self._lose(f"a renewal was refused: {exc}")
                 return

@@ -1,0 +1,94 @@
+"""What a lease held by the SDK knows and decides, without I/O: the grant, when it surely
+runs out, whether it was lost and why. `AsyncLease` (cluster/sdk/async_lease.py) and
+`Lease` (cluster/sdk/sync_lease.py) are its two shells: they make the calls, sleep, and
+run the watchdog as a task or a thread."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from cluster.sdk.decisions import LeaseGrant
+from cluster.sdk.errors import LeaseLost
+from cluster.sdk.lease_calls import LeaseRelease, LeaseRenewal
+
+__all__ = ["MIN_RETRY_S", "LeaseState"]
+
+MIN_RETRY_S = 0.05
+
+
+class _Flag(Protocol):
+    """asyncio.Event or threading.Event."""
+
+    def is_set(self) -> bool: ...
+    def set(self) -> None: ...
+
+
+class LeaseState:
+    # How the lease is entered, for the error when it is used before.
+    entered_by = "with"
+
+    def __init__(
+        self, rule: str, key: str, *, wait: float | None, ttl: str | int | None, lost: _Flag
+    ) -> None:
+        self.rule = rule
+        self.key = key
+        self._wait = wait
+        self._ttl = ttl
+        self.grant: LeaseGrant | None = None
+        self.lost = lost
+        self.lost_why: str | None = None
+        self.released: LeaseRelease | None = None
+        self.renewals = 0  # renewals that got through
+        self._expires = 0.0  # on the shell's clock: when it surely ran out unless renewed
+
+    @property
+    def id(self) -> str:
+        return self._held().id
+
+    @property
+    def fencing(self) -> int:
+        return self._held().fencing
+
+    @property
+    def ttl_ms(self) -> int:
+        return self._held().ttl_ms
+
+    def check(self) -> None:
+        """Raise LeaseLost if the lease was lost (before a write it protects)."""
+        if self.lost.is_set():
+            grant = self._held()
+            raise LeaseLost(grant.id, grant.fencing, self.lost_why or "lost")
+
+    def _held(self) -> LeaseGrant:
+        if self.grant is None:
+            raise RuntimeError(f"the lease is acquired on entering `{self.entered_by}`")
+        return self.grant
+
+    def _lose(self, why: str) -> None:
+        if not self.lost.is_set():
+            self.lost_why = why
+            self.lost.set()
+
+    def _acquired(self, grant: LeaseGrant, sent: float) -> None:
+        """Granted by a check sent at `sent` (the lease's TTL runs from no later)."""
+        self.grant, self._expires = grant, sent + grant.ttl_ms / 1000
+
+    def _renewed(self, renewal: LeaseRenewal, sent: float) -> None:
+        self._expires = sent + renewal.ttl_ms / 1000
+        self.grant = LeaseGrant(renewal.lease_id, renewal.fencing, renewal.ttl_ms)
+        self.renewals += 1
+
+    def _retry_in(self, now: float, pause: float) -> float | None:
+        """After a renewal found the router unreachable: seconds until the next try, or
+        None when the lease surely ran out meanwhile (it is then lost)."""
+        left = self._expires - now
+        if left <= 0:
+            self._lose("no renewal got through before it ran out")
+            return None
+        return max(MIN_RETRY_S, min(pause, left / 4))
+
+    def _raise_if_lost(self, body_raised: BaseException | None) -> None:
+        """At the exit: LeaseLost when the lease was lost, unless the body raised its own."""
+        if self.lost.is_set() and body_raised is None:
+            grant = self._held()
+            raise LeaseLost(grant.id, grant.fencing, self.lost_why or "lost")
