@@ -7,11 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import redis.asyncio as aioredis
-from prometheus_client.metrics_core import Metric
-from prometheus_client.parser import text_string_to_metric_families
 
 from cluster.model.keys import counter_key
 from tests.conftest import ADMIN, Cluster, cluster_with_rules
+from tests.support.metrics_scrape import scrape, value
 
 RULES = """
 rules:
@@ -35,17 +34,6 @@ rules:
 """
 
 cluster = cluster_with_rules(RULES)
-
-
-async def scrape(cluster: Cluster, url: str) -> list[Metric]:
-    async with cluster.http.get(url + "/metrics") as resp:
-        return list(text_string_to_metric_families(await resp.text()))
-
-
-def value(families: list[Metric], name: str, **labels: str) -> float:
-    found = [s.value for f in families for s in f.samples if s.name == name and s.labels == labels]
-    assert len(found) == 1, (name, labels)
-    return found[0]
 
 
 async def acquire(cluster: Cluster, key: str, rule: str = "exports", **extra: Any) -> Any:
@@ -152,7 +140,7 @@ async def test_an_unrenewed_lease_expires_on_the_node_clock(cluster: Cluster) ->
     assert next_holder["lease"]["fencing"] == 2
     # The node that pruned it counted one expiration.
     node_url = cluster.node_urls[body["node"]]
-    families = await scrape(cluster, node_url)
+    families = await scrape(cluster.http, node_url)
     assert value(families, "shardlimit_node_lease_expirations_total", node=body["node"]) == 1
 
 
@@ -255,7 +243,7 @@ async def test_nodes_report_the_leases_held_per_rule(cluster: Cluster) -> None:
     async def held_now() -> dict[str, float]:
         total: dict[str, float] = {}
         for node, url in cluster.node_urls.items():
-            for family in await scrape(cluster, url):
+            for family in await scrape(cluster.http, url):
                 for sample in family.samples:
                     if sample.name == "shardlimit_node_leases_held":
                         assert sample.labels["node"] == node

@@ -17,23 +17,10 @@ from cluster.model.keys import NODE_SINGLETONS
 from cluster.web.metrics import Families
 from router.metrics import RouterMetrics
 from tests.conftest import ADMIN, Cluster, eventually
+from tests.support.metrics_scrape import scrape, value
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "compose" / "grafana" / "shardlimit.json"
 INLINE_2 = [{"algorithm": "fixed_window", "limit": 2, "window": "1h"}]
-
-
-async def scrape(cluster: Cluster, url: str) -> list[Metric]:
-    async with cluster.http.get(url + "/metrics") as resp:
-        assert resp.status == 200
-        assert resp.headers["Content-Type"].startswith("text/plain; version=")
-        return list(text_string_to_metric_families(await resp.text()))
-
-
-def value(families: list[Metric], name: str, **labels: str) -> float:
-    """The one sample `name` with exactly `labels` (0 when absent: a counter not yet used)."""
-    found = [s.value for f in families for s in f.samples if s.name == name and s.labels == labels]
-    assert len(found) <= 1, (name, labels)
-    return found[0] if found else 0.0
 
 
 def total(families: list[Metric], name: str) -> float:
@@ -45,7 +32,7 @@ def label_values(families: list[Metric]) -> set[str]:
 
 
 async def node_families(cluster: Cluster) -> dict[str, list[Metric]]:
-    return {node: await scrape(cluster, url) for node, url in cluster.node_urls.items()}
+    return {node: await scrape(cluster.http, url) for node, url in cluster.node_urls.items()}
 
 
 async def test_decisions_near_limit_and_latency_counts(cluster: Cluster) -> None:
@@ -55,7 +42,7 @@ async def test_decisions_near_limit_and_latency_counts(cluster: Cluster) -> None
     for _ in range(2):
         status, _ = await cluster.check({"key": keys[1], "limits": INLINE_2})
         assert status == 200
-    router = await scrape(cluster, cluster.router_url)
+    router = await scrape(cluster.http, cluster.router_url)
     decided = "shardlimit_decisions_total"
     assert value(router, decided, rule="basic", outcome="allowed") == 5
     assert value(router, decided, rule="basic", outcome="denied") == 3
@@ -101,7 +88,7 @@ async def test_unmatched_paths_are_one_endpoint(cluster: Cluster) -> None:
     for path in ("/no/such/user:42", "/v1/usage?key=secret:1"):
         async with cluster.http.get(cluster.router_url + path) as resp:
             assert resp.status in (400, 404)
-    router = await scrape(cluster, cluster.router_url)
+    router = await scrape(cluster.http, cluster.router_url)
     endpoints = {s.labels["endpoint"] for f in router for s in f.samples if "endpoint" in s.labels}
     assert endpoints == {"unmatched", "/v1/usage"}
     assert value(router, "shardlimit_error_responses_total", status="404") == 1
@@ -149,7 +136,7 @@ async def test_node_up_and_breaker_follow_a_stopped_node(cluster: Cluster) -> No
         for i in range(1000)
         if cluster.router.view.owner(f"metrics:down:{i}") == victim
     )
-    router = await scrape(cluster, cluster.router_url)
+    router = await scrape(cluster.http, cluster.router_url)
     assert value(router, "shardlimit_node_up", node=victim) == 1
     assert value(router, "shardlimit_node_breaker_open", node=victim) == 0
     await cluster.runners[1].cleanup()  # node n2's HTTP server
@@ -157,11 +144,11 @@ async def test_node_up_and_breaker_follow_a_stopped_node(cluster: Cluster) -> No
     assert status == 200 and body["degraded"] is True
 
     async def marked_down() -> bool:
-        families = await scrape(cluster, cluster.router_url)
+        families = await scrape(cluster.http, cluster.router_url)
         return value(families, "shardlimit_node_up", node=victim) == 0
 
     await eventually(marked_down)
-    router = await scrape(cluster, cluster.router_url)
+    router = await scrape(cluster.http, cluster.router_url)
     assert value(router, "shardlimit_node_breaker_open", node=victim) == 1
     assert value(router, "shardlimit_node_breaker_opened_total", node=victim) == 1
     assert [value(router, "shardlimit_node_up", node=n) for n in ("n1", "n3")] == [1, 1]
@@ -175,7 +162,7 @@ async def test_node_up_and_breaker_follow_a_stopped_node(cluster: Cluster) -> No
 async def test_rules_reloads_count_by_result(cluster: Cluster) -> None:
     assert cluster.rules_file is not None
     reloads = "shardlimit_rules_reloads_total"
-    router = await scrape(cluster, cluster.router_url)
+    router = await scrape(cluster.http, cluster.router_url)
     ok, error = value(router, reloads, result="ok"), value(router, reloads, result="error")
     assert ok >= 1 and error == 0
     good = cluster.rules_file.read_text() + "  extra:\n    limits: 3/minute\n"
@@ -183,11 +170,11 @@ async def test_rules_reloads_count_by_result(cluster: Cluster) -> None:
     # and sees it unchanged afterwards.
     cluster.rules_file.write_text(good)
     cluster.router.reload_rules()
-    router = await scrape(cluster, cluster.router_url)
+    router = await scrape(cluster.http, cluster.router_url)
     assert [value(router, reloads, result=r) for r in ("ok", "error")] == [ok + 1, 0]
     cluster.rules_file.write_text("rules: [not, a, mapping\n")
     cluster.router.reload_rules()
-    router = await scrape(cluster, cluster.router_url)
+    router = await scrape(cluster.http, cluster.router_url)
     assert [value(router, reloads, result=r) for r in ("ok", "error")] == [ok + 1, 1]
 
 
@@ -209,7 +196,7 @@ async def test_migration_counts_moved_keys(cluster: Cluster) -> None:
 
     await eventually(done, within=60)
     assert migration["keys_moved"] == len(on_n3) > 0  # one counter per key
-    router = await scrape(cluster, cluster.router_url)
+    router = await scrape(cluster.http, cluster.router_url)
     assert value(router, "shardlimit_migration_moved_keys_total") == len(on_n3)
     assert value(router, "shardlimit_migration_in_progress") == 0
     assert value(router, "shardlimit_migration_sources_done_ratio") == 1
@@ -217,7 +204,7 @@ async def test_migration_counts_moved_keys(cluster: Cluster) -> None:
         s for f in router for s in f.samples if s.name == "shardlimit_migration_scanned_keys"
     ]
     assert {s.labels["node"] for s in scanned} == {"n1", "n2", "n3"}
-    n3 = await scrape(cluster, cluster.node_urls["n3"])
+    n3 = await scrape(cluster.http, cluster.node_urls["n3"])
     assert value(n3, "shardlimit_node_migrated_keys_total", node="n3", kind="copied") == len(on_n3)
     assert value(n3, "shardlimit_node_keys", node="n3") == 0
 
@@ -243,7 +230,7 @@ def dashboard_metric_names() -> set[str]:
 
 async def test_dashboard_names_only_exposed_metrics(cluster: Cluster) -> None:
     await cluster.check({"key": "metrics:board", "rule": "basic"})
-    exposed = _exposed_names(await scrape(cluster, cluster.router_url))
+    exposed = _exposed_names(await scrape(cluster.http, cluster.router_url))
     for families in (await node_families(cluster)).values():
         exposed |= _exposed_names(families)
     named = dashboard_metric_names()
