@@ -18,13 +18,9 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from node.store.connect import sentinel_pool, sentinel_replicas
+from node.store.connect import host_port, sentinel_pool, sentinel_replicas
 
 __all__ = ["replication_status"]
-
-
-def _address(host: Any, port: Any) -> str:
-    return f"{host.decode() if isinstance(host, bytes) else host}:{int(port)}"
 
 
 def _connected(info: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -33,7 +29,7 @@ def _connected(info: dict[str, Any]) -> dict[str, dict[str, Any]]:
     for name, value in info.items():
         if name.startswith("slave") and isinstance(value, dict) and "ip" in value:
             lag = value.get("lag")
-            found[_address(value["ip"], value["port"])] = {
+            found[host_port(value["ip"], value["port"])] = {
                 "lag_ms": int(lag) * 1000 if lag is not None else None,
                 "up": value.get("state") == "online",
             }
@@ -45,10 +41,10 @@ async def replication_status(client: aioredis.Redis, failovers: int) -> dict[str
     info = await client.info("replication")
     pool = sentinel_pool(client)
     if pool is not None and pool.master_address is not None:
-        primary = _address(*pool.master_address)
+        primary = host_port(*pool.master_address)
     else:
         kwargs = client.connection_pool.connection_kwargs
-        primary = _address(kwargs.get("host", "?"), kwargs.get("port", 0))
+        primary = host_port(kwargs.get("host", "?"), kwargs.get("port", 0))
     replicas = _connected(info)
     for addr, seen_up in (await sentinel_replicas(client) or {}).items():
         entry = replicas.setdefault(addr, {"lag_ms": None, "up": False})

@@ -21,6 +21,7 @@ from cluster.model.sentinel_url import is_sentinel_url, parse_sentinel_url
 __all__ = [
     "FollowingPool",
     "PrimaryConnection",
+    "host_port",
     "primary_address",
     "redis_client",
     "sentinel_pool",
@@ -97,7 +98,8 @@ def sentinel_pool(client: aioredis.Redis) -> FollowingPool | None:
     return pool if isinstance(pool, FollowingPool) else None
 
 
-def _address(host: Any, port: Any) -> str:
+def host_port(host: Any, port: Any) -> str:
+    """ "host:port" of a Redis address as redis-py or a Sentinel reply gives it."""
     return f"{host.decode() if isinstance(host, bytes) else host}:{int(port)}"
 
 
@@ -110,7 +112,7 @@ async def sentinel_replicas(client: aioredis.Redis) -> dict[str, bool] | None:
     pool = sentinel_pool(client)
     if pool is None:
         return None
-    primary = _address(*pool.master_address) if pool.master_address else None
+    primary = host_port(*pool.master_address) if pool.master_address else None
     answers = await asyncio.gather(
         *(s.sentinel_slaves(pool.service_name) for s in pool.sentinel_manager.sentinels),
         return_exceptions=True,
@@ -123,7 +125,7 @@ async def sentinel_replicas(client: aioredis.Redis) -> dict[str, bool] | None:
             raise replicas
         known = known if known is not None else {}
         for r in replicas:
-            address = _address(r["ip"], r["port"])
+            address = host_port(r["ip"], r["port"])
             up = not (r.get("is_sdown") or r.get("is_disconnected"))
             known[address] = known.get(address, False) or up
     if known is not None:
