@@ -108,6 +108,17 @@ def parse_key(value: Any, path: str, problems: Problems) -> str:
     return value
 
 
+def named_rule(name: Any, rules: RuleBook, problems: Problems, having: str) -> Rule | None:
+    """The rule `name` names; None after reporting it unknown or missing. `having`: what
+    the rule must have, for the error when no name is given ("a quota limit")."""
+    rule = rules.get(name) if isinstance(name, str) else None
+    if rule is None and isinstance(name, str) and name:
+        problems.add("rule", f"unknown rule '{name}'{did_you_mean(name, rules.rules)}")
+    elif rule is None:
+        problems.add("rule", f"is required: the name of a rule with {having}")
+    return rule
+
+
 # Inline limits repeat from request to request: each distinct document is validated
 # once. Keys carry every value's type (True == 1 and 1.0 == 1 in Python, not in JSON).
 _INLINE_RULES_MAX = 4096

@@ -18,12 +18,12 @@ import msgspec
 
 from cluster import wire
 from cluster.model import answers
-from cluster.model.errors import Problems, did_you_mean
+from cluster.model.errors import Problems
 from cluster.model.lease_ids import parse_lease_id
 from cluster.model.limits import MAX_LEASE_MS, parse_duration
 from router.control.cluster_view import ClusterView
 from router.errors import LeaseNotFound, NodeUnavailable, Reason
-from router.requests import parse_key
+from router.requests import named_rule, parse_key
 from router.rules.book import Rule, RuleBook
 
 __all__ = ["Action", "LeaseRequest", "parse_lease", "parse_plain_lease", "run_lease"]
@@ -78,17 +78,10 @@ def parse_lease(
     parsed_id = parse_lease_id(body.get("lease_id"))
     if parsed_id is None:
         problems.add("lease_id", "is required: the lease's id as its check's decision gave it")
-    name = body.get("rule")
-    rule = rules.get(name) if isinstance(name, str) else None
-    index = -1
-    if rule is None and isinstance(name, str) and name:
-        problems.add("rule", f"unknown rule '{name}'{did_you_mean(name, rules.rules)}")
-    elif rule is None:
-        problems.add("rule", "is required: the name of a rule with a concurrency limit")
-    else:
-        index = rule.lease_at
-        if index < 0:
-            problems.add("rule", f"rule '{name}' has no concurrency limit: it grants no leases")
+    rule = named_rule(body.get("rule"), rules, problems, "a concurrency limit")
+    index = -1 if rule is None else rule.lease_at
+    if rule is not None and index < 0:
+        problems.add("rule", f"rule '{rule.name}' has no concurrency limit: it grants no leases")
     ttl_ms = 0
     if action == "renew":
         ttl_ms = rule.limits[index].window_ms if rule is not None and index >= 0 else 0

@@ -18,7 +18,7 @@ import msgspec
 
 from cluster import wire
 from cluster.model import answers
-from cluster.model.errors import Problems, did_you_mean
+from cluster.model.errors import Problems
 from cluster.model.keys import REQUEST_ID, sub_key
 from cluster.model.limits import (
     MAX_AMOUNT_MINOR,
@@ -30,7 +30,7 @@ from cluster.model.limits import (
 )
 from router.control.cluster_view import ClusterView
 from router.errors import AdjustRefused
-from router.requests import parse_key
+from router.requests import named_rule, parse_key
 from router.rules.book import Rule, RuleBook
 from router.rules.spread_split import share
 
@@ -98,17 +98,12 @@ def parse_adjust(body: Any, rules: RuleBook, problems: Problems) -> AdjustReques
             problems.add(second, f"give either '{first}' or '{second}', not both")
     if not FIELDS & set(body) - {"key", "rule", "request_id"}:
         problems.add("body", "needs delta or set, delta_amount or set_amount (or both)")
-    name = body.get("rule")
-    rule = rules.get(name) if isinstance(name, str) else None
+    rule = named_rule(body.get("rule"), rules, problems, "a quota limit")
     index = -1
-    if rule is None and isinstance(name, str) and name:
-        problems.add("rule", f"unknown rule '{name}'{did_you_mean(name, rules.rules)}")
-    elif rule is None:
-        problems.add("rule", "is required: the name of a rule with a quota limit")
-    else:
+    if rule is not None:
         index = next((i for i, s in enumerate(rule.limits) if s.algorithm == "quota"), -1)
         if index < 0:
-            problems.add("rule", f"rule '{name}' has no quota limit to adjust")
+            problems.add("rule", f"rule '{rule.name}' has no quota limit to adjust")
     count, amount = (NONE, 0), (NONE, 0)
     if rule is not None and index >= 0:
         spec = rule.limits[index]
