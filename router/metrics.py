@@ -79,7 +79,7 @@ def decision_outcome(request: CheckRequest, result: wire.Checked) -> tuple[str, 
     rows = result.limits
     if request.rule.leases:  # a concurrency row is no count (node/store/lua/concurrency.lua)
         at = request.rule.lease_at  # a rule's only one
-        rows = rows[:at] + rows[at + 1 :]
+        rows = rows[:at] + rows[at + 1 :] if len(rows) > 1 else []
     return "allowed", consumed and not result.replayed and near_limit(rows)
 
 
