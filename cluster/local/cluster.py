@@ -23,11 +23,10 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from cluster.local.ports import free_port_run
-from cluster.local.procs import ChildProcess, python_module
+from cluster.local.procs import ChildProcess, Started, python_module
 from cluster.local.recorded import (
     RecordedPorts,
     listening,
@@ -89,7 +88,7 @@ def router_process(
 
 
 @dataclass
-class LocalCluster:
+class LocalCluster(Started):
     options: UpOptions
     admin_token: str
     cluster_token: str
@@ -326,18 +325,6 @@ class LocalCluster:
             self.replication.stop_replicas(grace)
         if self.supervisor is not None:
             self.supervisor.close()  # after the stops: its thread spawned some children
-
-    def __enter__(self) -> LocalCluster:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def scratch_options(nodes: int = 3, routers: int = 1, **settings: Any) -> UpOptions:

@@ -28,13 +28,12 @@ import sys
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import yaml
 
 from cluster.local.ports import free_port
-from cluster.local.procs import ChildProcess, http_ok
+from cluster.local.procs import ChildProcess, Started, http_ok
 
 __all__ = [
     "EnvoyProcess",
@@ -254,7 +253,7 @@ def bootstrap(port: int, admin_port: int, backend_port: int, limit: RateLimitFil
 
 
 @dataclass
-class EnvoyProcess:
+class EnvoyProcess(Started):
     """One Envoy on free ports, with its bootstrap and log under `work_dir`."""
 
     work_dir: Path
@@ -337,22 +336,6 @@ class EnvoyProcess:
             if sep and value.strip().isdigit():
                 out[name] = int(value)
         return out
-
-    def __enter__(self) -> EnvoyProcess:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def main() -> int:

@@ -23,6 +23,7 @@ import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 _PR_SET_PDEATHSIG = 1
 _POLL_S = 0.02  # polling cadence of every readiness wait (a condition with a deadline)
@@ -81,7 +82,33 @@ def proc_state(pid: int) -> str:
     return stat[stat.rindex(")") + 2]
 
 
-class ChildProcess:
+class Started:
+    """`with x:` starts x, and stops it on the way out, also when starting failed."""
+
+    def start(self, within: float = 30.0) -> None:
+        raise NotImplementedError
+
+    def stop(self, grace: float = 10.0) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class ChildProcess(Started):
     """A child process: `args` run with `env`, output appended to `log` (else discarded),
     ready once `probe` (or `ready_url` answering 200) holds. Can be started again after
     it exited or was killed: same arguments, same log."""
@@ -222,22 +249,6 @@ class ChildProcess:
         if self.log is None or not self.log.exists():
             return ""
         return f" ({self.log}):\n" + self.log.read_text(errors="replace")[-chars:]
-
-    def __enter__(self) -> ChildProcess:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def python_module(module: str, *args: str) -> list[str]:
