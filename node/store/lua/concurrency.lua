@@ -14,26 +14,25 @@ local CC_FENCING = 'f'
 local CC_EXPIRED = 'sl|leases-expired'  -- node-local: cluster/model/keys.py
 
 -- (leases held, ms until the first of them expires (0: none held), the last fencing
--- value granted): "f" has the lowest score, so it is first when present, and the lease
--- that expires first comes next. Expired leases are pruned only when that one has, and
--- the set is counted (ZCARD) only when the head read two members, as it may hold more:
--- when no lease is held, a look is one read.
+-- value granted). "f" has the lowest score, so the lease that expires first comes right
+-- after it; expired leases are pruned only when that one has. With no lease held (the
+-- common case) a look is ZCARD and ZSCORE, cheaper in Redis than a ZRANGE.
 local function cc_look(key, t)
-  local head = redis.call('ZRANGE', key, 0, 1, 'WITHSCORES')
-  local at = (head[1] == CC_FENCING) and 4 or 2
-  if head[at] and tonumber(head[at]) <= t.ms then
+  local held = redis.call('ZCARD', key)
+  local f = redis.call('ZSCORE', key, CC_FENCING)
+  local last = 0
+  if f then last, held = -tonumber(f), held - 1 end
+  if held == 0 then return 0, 0, last end
+  local at = f and 1 or 0
+  local first = redis.call('ZRANGE', key, at, at, 'WITHSCORES')
+  if tonumber(first[2]) <= t.ms then
     local expired = redis.call('ZREMRANGEBYSCORE', key, '0', fmt(t.ms))
     if expired > 0 then redis.call('INCRBY', CC_EXPIRED, expired) end
-    head = redis.call('ZRANGE', key, 0, 1, 'WITHSCORES')
-    at = (head[1] == CC_FENCING) and 4 or 2
+    held = held - expired
+    if held == 0 then return 0, 0, last end
+    first = redis.call('ZRANGE', key, at, at, 'WITHSCORES')
   end
-  local held = #head / 2
-  if held == 2 then held = redis.call('ZCARD', key) end
-  local last = 0
-  if at == 4 then last, held = -tonumber(head[2]), held - 1 end
-  local soonest = 0
-  if head[at] then soonest = tonumber(head[at]) - t.ms end
-  return held, soonest, last
+  return held, tonumber(first[2]) - t.ms, last
 end
 
 -- Grant the lease "<last + 1>:<nonce>": its fencing value and member.
