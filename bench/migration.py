@@ -111,7 +111,12 @@ def pooled(latencies: list[float]) -> dict[str, Any]:
 
 
 async def move(
-    http: aiohttp.ClientSession, router: str, method: str, path: str, body: Any, args: Any
+    http: aiohttp.ClientSession,
+    router: str,
+    method: str,
+    path: str,
+    body: Any,
+    args: argparse.Namespace,
 ) -> dict[str, Any]:
     """One live reshard (`method path body` starts it), under the open-loop probe; its
     progress figures, CPU per key moved by role, and the probe's latencies."""

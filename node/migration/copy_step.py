@@ -145,9 +145,9 @@ class Finder:
             self.bitmap = bytes(bits)
         elif isinstance(new, RingPartitioner) and isinstance(old, RingPartitioner):
             self.arcs = MovingArcs(self.node_id, old, new)
+        self.blocked_s = 0.0  # how long the last find call kept Redis busy
         # Nothing leaves this node (it only gains, or the change is elsewhere): no SCAN.
         # Removing a node otherwise had every staying node scan all its keys for none.
-        self.blocked_s = 0.0  # how long the last find call kept Redis busy
         self.loses_nothing = (self.slot_targets is not None and not any(self.slot_targets)) or (
             self.arcs is not None and not any(self.arcs.targets)
         )
