@@ -12,7 +12,7 @@ import orjson
 from cluster.model.errors import Problems
 from cluster.web.problem import Problem
 from router.api.check_answers import JsonAnswer
-from router.decide.leases import Action, LeaseRequest, parse_lease, parse_plain_lease
+from router.decide.leases import Action, LeaseRequest, lease_request, parse_lease
 from router.rules.book import RuleBook
 from router.service import Router
 
@@ -32,21 +32,22 @@ _PLAIN = msgspec.json.Decoder(_Plain)
 
 
 def _request(raw: bytes, action: Action, rules: RuleBook) -> LeaseRequest:
-    """The body's request. A body the typed decoder refuses, or with any problem, is
-    parsed again by parse_lease, which reports every problem with its field path."""
+    """The body's request; raises Problem (400) with every problem it has. The common
+    body (exactly `key`, `rule` and `lease_id`, all strings) is decoded and typed in one
+    pass; any other goes through orjson and parse_lease, which also reports unknown
+    fields and wrong types."""
+    problems = Problems()
     try:
         plain = _PLAIN.decode(raw)
     except msgspec.DecodeError:
-        plain = None
-    if plain is not None:
-        request = parse_plain_lease(action, plain.key, plain.rule, plain.lease_id, rules)
-        if request is not None:
-            return request
+        pass
+    else:
+        fields = (plain.key, plain.rule, plain.lease_id, None)
+        return problems.result(lease_request(action, *fields, rules, problems))
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise Problem(400, "malformed-json", f"body is not valid JSON: {exc}") from None
-    problems = Problems()
     return problems.result(parse_lease(action, body, rules, problems))
 
 

@@ -26,7 +26,7 @@ from router.errors import LeaseNotFound, NodeUnavailable, Reason
 from router.requests import named_rule, parse_key
 from router.rules.book import Rule, RuleBook
 
-__all__ = ["Action", "LeaseRequest", "parse_lease", "parse_plain_lease", "run_lease"]
+__all__ = ["Action", "LeaseRequest", "lease_request", "parse_lease", "run_lease"]
 
 Action = Literal["renew", "release"]
 FIELDS: dict[str, frozenset[str]] = {
@@ -46,21 +46,35 @@ class LeaseRequest(msgspec.Struct, frozen=True):
     ttl_ms: int  # renew: the lease's new lifetime from now (0 for a release)
 
 
-def parse_plain_lease(
-    action: Action, key: str, name: str, lease_id: str, rules: RuleBook
+def lease_request(
+    action: Action,
+    key: Any,
+    name: Any,
+    lease_id: Any,
+    ttl: Any,
+    rules: RuleBook,
+    problems: Problems,
 ) -> LeaseRequest | None:
-    """parse_lease's request for a body of exactly `key`, `rule` and `lease_id` (all
-    strings) when it finds no problem in them; None when it would (it reports them)."""
-    rule = rules.get(name)
+    """The request these fields of a renew or release body make; None after reporting
+    every problem in them."""
+    before = len(problems.errors)
+    key = parse_key(key, "key", problems)
     parsed_id = parse_lease_id(lease_id)
-    if rule is None or rule.lease_at < 0 or parsed_id is None:
+    if parsed_id is None:
+        problems.add("lease_id", "is required: the lease's id as its check's decision gave it")
+    rule = named_rule(name, rules, problems, "a concurrency limit")
+    index = -1 if rule is None else rule.lease_at
+    if rule is not None and index < 0:
+        problems.add("rule", f"rule '{rule.name}' has no concurrency limit: it grants no leases")
+    ttl_ms = 0
+    if action == "renew":
+        ttl_ms = rule.limits[index].window_ms if rule is not None and index >= 0 else 0
+        if ttl is not None:
+            ttl_ms = parse_duration(ttl, "ttl", problems, MAX_LEASE_MS)
+    if len(problems.errors) != before or rule is None or parsed_id is None:
         return None
-    problems = Problems()
-    if not parse_key(key, "key", problems):
-        return None
-    index = rule.lease_at
-    ttl_ms = rule.limits[index].window_ms if action == "renew" else 0
-    return LeaseRequest(action, key, rule, index, lease_id, *parsed_id, ttl_ms)
+    fencing, nonce = parsed_id
+    return LeaseRequest(action, key, rule, index, str(lease_id), fencing, nonce, ttl_ms)
 
 
 def parse_lease(
@@ -74,23 +88,11 @@ def parse_lease(
     if not FIELDS[action].issuperset(body):
         for name in sorted(set(body) - FIELDS[action]):
             problems.add(name, "unknown field")
-    key = parse_key(body.get("key"), "key", problems)
-    parsed_id = parse_lease_id(body.get("lease_id"))
-    if parsed_id is None:
-        problems.add("lease_id", "is required: the lease's id as its check's decision gave it")
-    rule = named_rule(body.get("rule"), rules, problems, "a concurrency limit")
-    index = -1 if rule is None else rule.lease_at
-    if rule is not None and index < 0:
-        problems.add("rule", f"rule '{rule.name}' has no concurrency limit: it grants no leases")
-    ttl_ms = 0
-    if action == "renew":
-        ttl_ms = rule.limits[index].window_ms if rule is not None and index >= 0 else 0
-        if body.get("ttl") is not None:
-            ttl_ms = parse_duration(body["ttl"], "ttl", problems, MAX_LEASE_MS)
-    if len(problems.errors) != before or rule is None or parsed_id is None:
-        return None
-    fencing, nonce = parsed_id
-    return LeaseRequest(action, key, rule, index, str(body["lease_id"]), fencing, nonce, ttl_ms)
+    get = body.get
+    request = lease_request(
+        action, get("key"), get("rule"), get("lease_id"), get("ttl"), rules, problems
+    )
+    return request if len(problems.errors) == before else None
 
 
 def lease_op(request: LeaseRequest, quota_ttl_ms: int) -> wire.Op:
