@@ -74,9 +74,7 @@ class _Views:
         # One plain limit (nearly every rule): built inline by `decision`.
         self.algorithm = rule.limits[0].algorithm if plain and self.size == 1 else None
         # The rule's concurrency limit (at most one), whose lease an allowed check holds.
-        self.lease_at = next(
-            (i for i, spec in enumerate(rule.limits) if spec.algorithm == "concurrency"), -1
-        )
+        self.lease_at = rule.lease_at
         # A rule of that one limit (a lock, a pool): its limit, its view built inline.
         lone = self.size == 1 and self.lease_at == 0
         self.lease_limit = _opt(rule.limits[0].limit or 0) if lone else None
