@@ -297,8 +297,8 @@ async def test_a_file_without_rules_or_an_apply_that_deletes_changes_nothing(
     and `rules apply` removed every rule without asking."""
     flat = "\n".join(line[2:] for line in RULES_FILE.splitlines()[2:]) + "\n"
     assert flat.startswith("basic:")
+    reloads = await _reload_errors(stack, "a")  # before the edit: a poll may come at once
     stack.rules_file("a").write_text(flat)
-    reloads = await _reload_errors(stack, "a")
     stack.rules_file("b").write_text(flat)
     await eventually(lambda: _errored(stack, "a", reloads), within=10)
 
