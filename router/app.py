@@ -252,6 +252,7 @@ async def get_cluster(request: web.Request) -> web.Response:
                 "url": spec.url,
                 "weight": spec.weight,
                 "state": "down" if "error" in node_stats else client.state,
+                "endpoints": client.endpoint_states(),
                 "keys": node_stats.get("keys"),
                 "memory_bytes": node_stats.get("memory"),
                 "node_epoch": node_stats.get("epoch"),

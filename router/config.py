@@ -106,7 +106,7 @@ _ROUTER_KEYS = (
     | _RETIRED
 )
 _CLUSTER_KEYS = frozenset({"id", "partitioner", "vnodes", "nodes"})
-_NODE_KEYS = frozenset({"id", "url", "weight"})
+_NODE_KEYS = frozenset({"id", "url", "urls", "weight"})
 _TOP_KEYS = frozenset({"router", "cluster"})
 
 
@@ -150,7 +150,7 @@ def _parse_tls(router: dict[str, Any], base: Path, cfg: RouterConfig, problems: 
         problems.add(setting, message)
     if cfg.tls_ca is not None:
         for index, spec in enumerate(cfg.nodes):
-            if not spec.url.startswith("https://"):
+            if not all(url.startswith("https://") for url in spec.urls):
                 problems.add(f"cluster.nodes[{index}].url", "must be https:// with router.tls_ca")
 
 

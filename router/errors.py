@@ -47,9 +47,14 @@ class Reason(StrEnum):
 class NodeUnavailable(RouterError):
     """The node could not decide; `reason` says why."""
 
-    def __init__(self, message: str, reason: Reason = Reason.UNAVAILABLE) -> None:
+    def __init__(
+        self, message: str, reason: Reason = Reason.UNAVAILABLE, *, endpoint_down: bool = False
+    ) -> None:
         super().__init__(message)
         self.reason = reason
+        # A timeout of an endpoint already marked down: it may have applied the op and
+        # hung before answering, so the op is not sent again to another endpoint.
+        self.endpoint_down = endpoint_down
 
 
 class ProtocolError(RouterError, ConnectionError):

@@ -22,7 +22,7 @@ from prometheus_client.registry import Collector
 from cluster import wire
 from cluster.model.algorithms import NONE
 from cluster.web.metrics import Families
-from router.channel.node_client import NodeClient
+from router.channel.shard_client import ShardClient
 from router.control.cluster_view import ClusterView
 from router.control.resharding import Resharder
 from router.requests import CheckRequest
@@ -211,11 +211,12 @@ class RouterMetrics:
         """Read the router's state at each scrape."""
         self.registry.register(_StateCollector(view, rules, resharder))
 
-    def watch_client(self, client: NodeClient) -> None:
+    def watch_client(self, client: ShardClient) -> None:
         """Observe a node client's batches (called for each node client a router makes)."""
         node = client.spec.id
-        client.queue.on_batch = self.node_batch_ops(node).observe
-        client.outcomes.on_round_trip = self.node_round_trip_seconds(node).observe
+        for endpoint in client.endpoints:
+            endpoint.queue.on_batch = self.node_batch_ops(node).observe
+            endpoint.outcomes.on_round_trip = self.node_round_trip_seconds(node).observe
 
     def checked(self, request: CheckRequest, result: wire.Checked) -> None:
         """Count a decision a node made."""
@@ -275,7 +276,7 @@ def endpoint_of(request: web.Request) -> str:
 
 
 # Per node client, read at scrape time: (metric, kind, help, value).
-_NODE_SERIES: tuple[tuple[str, str, str, Callable[[NodeClient], float]], ...] = (
+_NODE_SERIES: tuple[tuple[str, str, str, Callable[[ShardClient], float]], ...] = (
     ("shardlimit_node_up", "gauge", "1 if the router sends the node checks (breaker closed).",
      lambda c: int(c.state == "up")),
     ("shardlimit_node_breaker_open", "gauge",

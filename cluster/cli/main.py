@@ -41,6 +41,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         grpc_port=args.grpc_port,
         envoy_config=args.envoy_config,
         replicas=args.replicas,
+        endpoints=args.endpoints if args.endpoints is not None else 1 + args.replicas,
         down_after_ms=args.down_after_ms,
     )
     return run_up(options, args.json)

@@ -49,6 +49,12 @@ def _replicas(value: str) -> int:
     return int(value)
 
 
+def _endpoints(value: str) -> int:
+    if not value.isdigit() or not 1 <= int(value) <= 9:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to 9, not {value!r}")
+    return int(value)
+
+
 def _down_after_ms(value: str) -> int:
     if not value.isdigit() or not 100 <= int(value) <= 3_600_000:
         raise argparse.ArgumentTypeError(f"must be milliseconds from 100 to 3600000, not {value!r}")
@@ -135,6 +141,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="replica redis-servers per node, failed over by 3 Redis Sentinels (default 0: "
         "one Redis per node); a data dir keeps the count it was started with",
+    )
+    up.add_argument(
+        "--endpoints",
+        type=_endpoints,
+        default=None,
+        metavar="K",
+        help="node processes per shard, each as if on a host of its own (default: one per "
+        "Redis of the shard, so 1 + --replicas): a shard keeps serving when a whole host, "
+        "node process and Redis, is lost",
     )
     up.add_argument(
         "--down-after-ms",

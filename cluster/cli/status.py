@@ -77,6 +77,17 @@ def redis_cell(redis: dict[str, Any] | None) -> str:
     return cell + (f", {failovers} failovers followed" if failovers else "")
 
 
+def endpoints_cell(endpoints: list[dict[str, Any]] | None) -> str | None:
+    """A shard of several endpoints: each URL with its state, `*` on the one this router
+    sends to (None for a shard of one endpoint: its url says it all)."""
+    if not endpoints or len(endpoints) < 2:
+        return None
+    return "\n".join(
+        f"{'*' if endpoint.get('active') else ' '} {endpoint.get('url')} {endpoint.get('state')}"
+        for endpoint in endpoints
+    )
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     info = call(args, "GET", "/v1/cluster")
     if args.json:
@@ -92,7 +103,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         share, load = _cell(node.get("share"), ".1%"), _cell(node.get("load_share"), ".1%")
         weight, keys = _cell(node.get("weight")), _cell(node.get("keys"))
         redis = redis_cell(node.get("redis"))
-        table.add_row(node["id"], node["url"], weight, node["state"], keys, share, load, redis)
+        url = endpoints_cell(node.get("endpoints")) or node["url"]
+        table.add_row(node["id"], url, weight, node["state"], keys, share, load, redis)
     Console().print(table)
     migration = info.get("migration")
     if migration:

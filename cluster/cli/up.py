@@ -152,6 +152,8 @@ def print_summary(info: dict[str, Any]) -> None:
             f"  node {node['id']:<4} {node['url']:<24} redis {node['redis']}  "
             f"data {node['redis_dir']}"
         )
+        for url in node.get("urls", [])[1:]:
+            print(f"       {'':<4} {url:<24} (another endpoint of {node['id']})")
         if node.get("replicas"):
             ports = ", ".join(str(port) for port in node["replicas"])
             print(f"       {'':<4} redis-servers on {node['redis_port']} (first primary), {ports}")

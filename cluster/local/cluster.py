@@ -29,8 +29,8 @@ from cluster.local.ports import free_port_run
 from cluster.local.procs import ChildProcess, Started, python_module
 from cluster.local.recorded import (
     RecordedPorts,
+    endpoint_ports,
     listening,
-    node_port,
     recorded_members,
 )
 from cluster.local.redis_proc import RedisProcess, redis_server_binary
@@ -87,13 +87,31 @@ def router_process(
     return ChildProcess(name, args, log=log, env=env, ready_url=url + "/readyz")
 
 
+def fresh_members(options: UpOptions) -> list[NodeSpec]:
+    """The shards of a new cluster: n1..nN, their first endpoints on consecutive ports
+    from --base-port, then each further round of endpoints on the next N ports."""
+    count, host, base = options.nodes, options.host, options.base_port
+    return [
+        NodeSpec(
+            f"n{i + 1}",
+            f"http://{host}:{base + i}",
+            more_urls=tuple(
+                f"http://{host}:{base + count * j + i}" for j in range(1, options.endpoints)
+            ),
+        )
+        for i in range(count)
+    ]
+
+
 @dataclass
 class LocalCluster(Started):
     options: UpOptions
     admin_token: str
     cluster_token: str
     redis: list[RedisProcess] = field(default_factory=list)
-    nodes: list[ChildProcess] = field(default_factory=list)
+    nodes: list[ChildProcess] = field(default_factory=list)  # each shard's first endpoint
+    # Every node process of each shard (its endpoints), the first one first, by member.
+    endpoints: list[list[ChildProcess]] = field(default_factory=list)
     routers: list[ChildProcess] = field(default_factory=list)
     # The nodes started here: --nodes fresh ones, or those of the cluster recorded in the
     # data dir (cluster/local/recorded.py), live-added ones included.
@@ -107,10 +125,7 @@ class LocalCluster(Started):
 
     def __post_init__(self) -> None:
         self.partitioner = self.options.partitioner
-        self.members = [
-            NodeSpec(f"n{i + 1}", f"http://{self.options.host}:{self.options.base_port + i}")
-            for i in range(self.options.nodes)
-        ]
+        self.members = fresh_members(self.options)
 
     @property
     def router_url(self) -> str:
@@ -124,9 +139,14 @@ class LocalCluster(Started):
         ]
 
     @property
+    def node_processes(self) -> list[ChildProcess]:
+        """Every node process: each shard's every endpoint."""
+        return [node for shard in self.endpoints for node in shard]
+
+    @property
     def children(self) -> list[ChildProcess]:
         """Nodes and routers (not Redis), in start order."""
-        return [*self.nodes, *self.routers]
+        return [*self.node_processes, *self.routers]
 
     def router_name(self, index: int) -> str:
         """router, router-2, router-3, ...: its log and data dir are named alike."""
@@ -177,7 +197,7 @@ class LocalCluster(Started):
 
     def _promised_ports(self) -> set[int]:
         """The nodes' and routers' ports: a Redis must not take one before they bind."""
-        promised = {node_port(spec) for spec in self.members}
+        promised = {port for spec in self.members for port in endpoint_ports(spec)}
         promised |= {self.options.port + i for i in range(self.options.routers)}
         if self.options.grpc_port is not None:
             promised.add(self.options.grpc_port)
@@ -186,7 +206,7 @@ class LocalCluster(Started):
     def _ports_taken(self) -> None:
         """Refuse to start while another process listens on a port we would use: our
         router would otherwise talk to whatever answers there."""
-        owners = {node_port(spec): f"node {spec.id}" for spec in self.members}
+        owners = {port: f"node {spec.id}" for spec in self.members for port in endpoint_ports(spec)}
         owners.update(
             {self.options.port + i: self.router_name(i) for i in range(self.options.routers)}
         )
@@ -217,20 +237,22 @@ class LocalCluster(Started):
             self.recorded_ports,
         )
         self.redis, self.replication = self.shards.redis, self.shards.replication
+        clock = ("--test-clock",) if self.options.test_clock else ()
         for spec, url in zip(self.members, self.shards.urls, strict=True):
-            node_id = spec.id
-            clock = ("--test-clock",) if self.options.test_clock else ()
-            self.nodes.append(
+            shard = [
                 node_process(
-                    node_id,
-                    node_port(spec),
+                    spec.id,
+                    port,
                     url,
                     host=self.options.host,
-                    log=self._log(f"node-{node_id}"),
+                    log=self._log(f"node-{spec.id}" + (f"-{index + 1}" if index else "")),
                     env=env,
                     extra=(*clock, *extra),
                 )
-            )
+                for index, port in enumerate(endpoint_ports(spec))
+            ]
+            self.endpoints.append(shard)
+            self.nodes.append(shard[0])
         for index, url in enumerate(self.router_urls):
             name = self.router_name(index)
             config = write_router_config(
@@ -258,11 +280,11 @@ class LocalCluster(Started):
                 redis.start()
             if self.replication is not None:
                 self.replication.start()
-            for node in self.nodes:
+            for node in self.node_processes:
                 node.spawn()
-            for node in self.nodes:
+            for node in self.node_processes:
                 node.wait_ready(within)
-            self._all_alive(self.nodes)  # before a router talks to whatever answered
+            self._all_alive(self.node_processes)  # before a router talks to whatever answered
             for router in self.routers:
                 router.start(within)
             self._all_alive(self.children)
@@ -299,7 +321,12 @@ class LocalCluster(Started):
             "data_dir": str(self.data_dir),
             "logs": str(self.data_dir / "logs"),
             "nodes": [
-                {"id": self.node_id(i), "url": self.node_url(i), **self.shards.summary(i)}
+                {
+                    "id": self.node_id(i),
+                    "url": self.node_url(i),
+                    **({"urls": list(self.members[i].urls)} if self.options.endpoints > 1 else {}),
+                    **self.shards.summary(i),
+                }
                 for i in range(len(self.redis))
             ],
             "partitioner": self.partitioner,
@@ -312,7 +339,7 @@ class LocalCluster(Started):
         restarted meanwhile."""
         if self.supervisor is not None:
             self.supervisor.halt()
-        for tier in (self.routers, self.nodes):
+        for tier in (self.routers, self.node_processes):
             for child in tier:
                 child.terminate()
             for child in tier:
@@ -329,8 +356,9 @@ class LocalCluster(Started):
 
 def scratch_options(nodes: int = 3, routers: int = 1, **settings: Any) -> UpOptions:
     """UpOptions on free ports, for a throwaway cluster (data_dir still to be set)."""
-    base_port = free_port_run(nodes)
-    port = free_port_run(routers, avoid=range(base_port, base_port + nodes))
+    node_ports = nodes * int(settings.get("endpoints", 1))
+    base_port = free_port_run(node_ports)
+    port = free_port_run(routers, avoid=range(base_port, base_port + node_ports))
     return UpOptions(nodes=nodes, routers=routers, port=port, base_port=base_port, **settings)
 
 

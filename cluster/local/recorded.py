@@ -64,10 +64,19 @@ def redis_dir(data_dir: Path, node_id: str) -> Path:
 
 
 def node_port(spec: NodeSpec) -> int:
-    port = urlsplit(spec.url).port
-    if port is None:
-        raise RuntimeError(f"node {spec.id} has no port in its URL {spec.url}")
-    return port
+    """The port of the shard's first endpoint."""
+    return endpoint_ports(spec)[0]
+
+
+def endpoint_ports(spec: NodeSpec) -> list[int]:
+    """The port of each endpoint of the shard, the first one first."""
+    ports = []
+    for url in spec.urls:
+        port = urlsplit(url).port
+        if port is None:
+            raise RuntimeError(f"node {spec.id} has no port in its URL {url}")
+        ports.append(port)
+    return ports
 
 
 def holds_redis_data(directory: Path) -> bool:

@@ -25,4 +25,7 @@ class UpOptions:
     log_level: str | None = None  # the children's SHARDLIMIT_LOG_LEVEL (default: inherited)
     json_logs: bool = False  # children log JSON objects, one a line
     replicas: int = 0  # replica redis-servers per node, with 3 Sentinels (0: one Redis each)
+    # Node processes per shard (its endpoints), as if each ran on a host of its own beside
+    # one of the shard's Redis: a shard survives the loss of a whole host.
+    endpoints: int = 1
     down_after_ms: int = 1000  # the Sentinels' down-after-milliseconds

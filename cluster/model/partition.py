@@ -373,9 +373,10 @@ def _nodes_from_data(raw: object) -> list[NodeSpec]:
     for i, item in enumerate(raw):
         if not isinstance(item, Mapping):
             raise ValueError(f"nodes[{i}] must be an object, got {type(item).__name__}")
-        for field in ("id", "url"):
-            if not isinstance(item.get(field), str):
-                raise ValueError(f"nodes[{i}].{field} must be a string")
+        if not isinstance(item.get("id"), str):
+            raise ValueError(f"nodes[{i}].id must be a string")
+        if "urls" not in item and not isinstance(item.get("url"), str):
+            raise ValueError(f"nodes[{i}].url must be a string")
         nodes.append(NodeSpec.from_dict(dict(item)))
     return nodes
 

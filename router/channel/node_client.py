@@ -46,8 +46,11 @@ class NodeClient:
         coalesce_wait_s: float = 0.0,
         on_epoch: Callable[[str, int], None] | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        on_state: Callable[[], None] | None = None,
     ) -> None:
+        """`on_state` is told when the node is marked down and when it is back."""
         self.spec = spec
+        self.on_state = on_state
         headers = {"Content-Type": wire.CONTENT_TYPE}
         if token:
             headers["Authorization"] = f"Bearer {token}"
@@ -59,7 +62,13 @@ class NodeClient:
         self.liveness = LivenessProbe(spec.url, self.pool, ssl_context)
         self.control = NodeControl(spec.id, self.pool, self.liveness, deadline_s + margin_s)
         self.watchdog = Watchdog(
-            spec.id, self.breaker, self.liveness, self.pool, self.background, self._queue_down
+            spec.id,
+            self.breaker,
+            self.liveness,
+            self.pool,
+            self.background,
+            self._queue_down,
+            on_state,
         )
         self.outcomes = BatchOutcomes(spec.id, self.breaker, self.liveness, self.watchdog)
         self.late_undo = LateUndo(spec.id, self._resubmit, self.background)
@@ -94,6 +103,8 @@ class NodeClient:
         # Marked down: queued checks were never sent; they fail now, having consumed nothing.
         node_id = self.spec.id
         self.queue.fail_queued(lambda: down(node_id))
+        if self.on_state is not None:
+            self.on_state()
 
     def _resubmit(self, op: wire.Op) -> asyncio.Future[wire.Result]:
         return self.queue.submit(op)

@@ -45,7 +45,9 @@ class BatchOutcomes:
             self.timeouts += 1
             self._note_failure(f"node {self.node_id}: no answer by the deadline")
             raise NodeUnavailable(
-                f"node {self.node_id}: timed out (no answer by deadline + margin)", Reason.TIMEOUT
+                f"node {self.node_id}: timed out (no answer by deadline + margin)",
+                Reason.TIMEOUT,
+                endpoint_down=self.breaker.is_open,
             ) from outcome
         if isinstance(outcome, OSError):
             reason = f"node {self.node_id}: {type(outcome).__name__} {outcome}"

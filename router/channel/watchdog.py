@@ -31,7 +31,8 @@ RECOVERY_PROBE_S = 0.1  # cadence of readiness probes while a node is down
 
 class Watchdog:
     """Trips the node's breaker on proof that it cannot answer, and closes it again once
-    the node is ready. `on_down` fails what the node's queue holds (never sent)."""
+    the node is ready. `on_down` fails what the node's queue holds (never sent); `on_up`
+    is told when a node marked down answers again."""
 
     def __init__(
         self,
@@ -41,6 +42,7 @@ class Watchdog:
         pool: HttpPool,
         background: Background,
         on_down: Callable[[], None],
+        on_up: Callable[[], None] | None = None,
     ) -> None:
         self.node_id = node_id
         self.breaker = breaker
@@ -48,6 +50,7 @@ class Watchdog:
         self.pool = pool
         self.background = background
         self.on_down = on_down
+        self.on_up = on_up
         self._recovery: asyncio.Task[None] | None = None
 
     def mark_down(self, reason: str) -> None:
@@ -96,6 +99,8 @@ class Watchdog:
                 log.warning("node %s is back", self.node_id)
                 self.liveness.heard()
                 self.breaker.success()
+                if self.on_up is not None:
+                    self.on_up()
 
     async def close(self) -> None:
         await cancel(self._recovery)

@@ -18,6 +18,7 @@ from cluster.model.partition import Partitioner, new_partitioner, partitioner_fr
 from cluster.model.topology import Topology
 from router.channel.node_client import NodeClient
 from router.channel.op_group import OpGroup, Outcome
+from router.channel.shard_client import ShardClient
 from router.config import RouterConfig
 from router.control.topology_sync import TopologySync
 from router.errors import NodeUnavailable, Reason
@@ -62,14 +63,14 @@ class ClusterView:
         # fresh: the topology (or its cluster id) was made at this start, not found on disk.
         self.fresh = False
         self.topology = self._initial_topology()
-        self.clients: dict[str, NodeClient] = {}  # node id -> the router's client of it
+        self.clients: dict[str, ShardClient] = {}  # node id -> the router's client of it
         self._owners: dict[str, str] = {}
         self._owners_of: Partitioner = self.topology.partitioner
         self._owner_chars = 0  # characters of the keys in _owners
         self.moved_retries = 0
         self.sync = TopologySync(self)
         # Called with each client made for a member node (router/metrics.py observes it).
-        self.on_client: Callable[[NodeClient], None] | None = None
+        self.on_client: Callable[[ShardClient], None] | None = None
 
     def _initial_topology(self) -> Topology:
         stored = topo.load(self.path)
@@ -110,20 +111,26 @@ class ClusterView:
             return ()
         return partitioner_from_dict(migration["from"]).nodes
 
-    def client_for(self, spec: NodeSpec) -> NodeClient:
-        """A client of `spec` with this router's settings. Raises ValueError (bad URL)."""
-        return NodeClient(
-            spec,
-            self.cluster_token,
-            deadline_s=self.config.node_deadline_ms / 1000,
-            margin_s=self.config.deadline_margin_ms / 1000,
-            max_inflight=self.config.node_inflight,
-            queue_max=self.config.node_queue_max,
-            coalesce_max=self.config.coalesce_max,
-            coalesce_wait_s=self.config.coalesce_wait_us / 1_000_000,
-            on_epoch=self.sync.saw_epoch,
-            ssl_context=self.ssl_context,
-        )
+    def client_for(self, spec: NodeSpec) -> ShardClient:
+        """A client of `spec` (of each of its endpoints) with this router's settings.
+        Raises ValueError (bad URL)."""
+
+        def endpoint(url_spec: NodeSpec, on_state: Callable[[], None]) -> NodeClient:
+            return NodeClient(
+                url_spec,
+                self.cluster_token,
+                deadline_s=self.config.node_deadline_ms / 1000,
+                margin_s=self.config.deadline_margin_ms / 1000,
+                max_inflight=self.config.node_inflight,
+                queue_max=self.config.node_queue_max,
+                coalesce_max=self.config.coalesce_max,
+                coalesce_wait_s=self.config.coalesce_wait_us / 1_000_000,
+                on_epoch=self.sync.saw_epoch,
+                ssl_context=self.ssl_context,
+                on_state=on_state,
+            )
+
+        return ShardClient(spec, endpoint)
 
     def build_clients(self) -> None:
         """A client of each node of the topology (and of a running migration's previous
@@ -206,6 +213,7 @@ class ClusterView:
             return not (
                 isinstance(outcome, NodeUnavailable)
                 and outcome.reason is Reason.TIMEOUT
+                and not outcome.endpoint_down
                 and self.clients[node_id].state == "up"
             )
         return not isinstance(outcome, wire.Moved | wire.Expired)
@@ -225,7 +233,7 @@ class ClusterView:
             try:
                 result = await attempt.future
             except NodeUnavailable as exc:
-                if exc.reason is not Reason.TIMEOUT or client.state != "up":
+                if exc.reason is not Reason.TIMEOUT or exc.endpoint_down or client.state != "up":
                     raise
                 if resends >= MAX_RESENDS:
                     raise

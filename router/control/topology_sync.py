@@ -17,6 +17,7 @@ from cluster.model.nodes import NodeSpec
 from cluster.model.topology import Topology
 from router.channel.background import cancel
 from router.channel.node_client import NodeClient
+from router.channel.shard_client import ShardClient
 from router.errors import NodeUnavailable
 
 log = logging.getLogger("shardlimit.router")
@@ -30,7 +31,7 @@ class View(Protocol):
     topology: Topology
     # The topology was made at this start, not found on disk.
     fresh: bool
-    clients: dict[str, NodeClient]
+    clients: dict[str, ShardClient]
 
     def member_ids(self) -> list[str]: ...
 
@@ -193,14 +194,24 @@ class TopologySync:
                 f"node {node_id} answers for another cluster ({self.foreign[node_id]})"
             )
             return False
-        try:
-            await client.post(
-                wire.TOPOLOGY_PATH, view.topology.to_dict(), method="PUT", timeout_s=10.0
-            )
-        except NodeUnavailable as exc:
+        # Every endpoint of the shard takes it, but one marked down: a shard's Redis keeps
+        # the newest epoch, and an endpoint behind it applies nothing until it took the
+        # topology the Redis keeps (node/topology/kept.py).
+        body = view.topology.to_dict()
+        endpoints = [e for e in client.each() if e.state == "up"] or [client.active]
+
+        async def push(endpoint: NodeClient) -> NodeUnavailable | None:
+            try:
+                await endpoint.post(wire.TOPOLOGY_PATH, body, method="PUT", timeout_s=10.0)
+            except NodeUnavailable as exc:
+                return exc
+            return None
+
+        failed = [e for e in await asyncio.gather(*(push(e) for e in endpoints)) if e]
+        if failed:
             epoch = view.topology.epoch
-            log.warning("could not push topology epoch %s to %s: %s", epoch, node_id, exc)
-            self.push_failures[node_id] = str(exc)
+            log.warning("could not push topology epoch %s to %s: %s", epoch, node_id, failed[0])
+            self.push_failures[node_id] = str(failed[0])
             return False
         self.push_failures.pop(node_id, None)
         return True

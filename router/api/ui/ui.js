@@ -183,8 +183,9 @@ function updateCard(n, counts, leaving) {
   const q = (sel) => c.querySelector(sel);
   q(".badge").textContent = state;
   q(".badge").className = `badge ${state}`;
-  q(".url").textContent = n.url;
-  q(".url").title = n.url;
+  const url = endpointsText(n);
+  q(".url").textContent = url.text;
+  q(".url").title = url.title;
   q(".keys").textContent = fmt(n.keys);
   q(".share").textContent = pct(n.share);
   q(".load").textContent = pct(n.load_share);
@@ -200,6 +201,18 @@ function updateCard(n, counts, leaving) {
   c.dataset.replicas = redis.marker;
   q(".error").textContent = n.state === "down" && n.last_error ? n.last_error : "";
   return c;
+}
+
+// A shard served from several endpoints: the one this router sends to, and how many are up.
+function endpointsText(n) {
+  const endpoints = n.endpoints || [];
+  if (endpoints.length < 2) return { text: n.url, title: n.url };
+  const active = endpoints.find((e) => e.active) || endpoints[0];
+  const up = endpoints.filter((e) => e.state === "up").length;
+  return {
+    text: `${active.url} (${up}/${endpoints.length} endpoints up)`,
+    title: endpoints.map((e) => `${e.active ? "* " : ""}${e.url} ${e.state}`).join("\n"),
+  };
 }
 
 // The shard's Redis: its primary and how many of its replicas are live. A shard whose
