@@ -10,6 +10,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlencode
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -155,14 +156,19 @@ def _finish(args: argparse.Namespace, started: Any) -> int:
 
 
 def cmd_node_add(args: argparse.Namespace) -> int:
-    body: dict[str, Any] = {"url": args.url, "weight": args.weight}
+    body: dict[str, Any] = {"url": args.url}
+    if args.weight is not None:
+        body["weight"] = args.weight
     if args.id:
         body["id"] = args.id
     return _finish(args, call(args, "POST", "/v1/cluster/nodes", body))
 
 
 def cmd_node_remove(args: argparse.Namespace) -> int:
-    return _finish(args, call(args, "DELETE", f"/v1/cluster/nodes/{args.node_id}"))
+    path = f"/v1/cluster/nodes/{args.node_id}"
+    if args.url:
+        path += "?" + urlencode({"url": args.url})
+    return _finish(args, call(args, "DELETE", path))
 
 
 def cmd_reshard(args: argparse.Namespace) -> int:
@@ -198,16 +204,23 @@ NO_WAIT_HELP = "return once the migration starts instead of following it to the 
 def add_arguments(sub: Any, router_args: Any) -> None:
     node = sub.add_parser("node", help="add or remove a counter node (a live reshard)")
     membership = node.add_subparsers(dest="node_action", required=True, metavar="{add,remove}")
-    add = membership.add_parser("add", help="add a node by URL and move its keys to it")
+    add = membership.add_parser(
+        "add",
+        help="add a node by URL and move its keys to it; with the --id of a node already in "
+        "the cluster, add another endpoint of that node (no key moves)",
+    )
     add.add_argument("url", help="the running node's URL (e.g. http://127.0.0.1:7004)")
     add.add_argument("--id", help="its id (default: the one the node reports)")
     add.add_argument(
-        "--weight", type=int, default=1, help="its share of keys, relative (default 1)"
+        "--weight", type=int, default=None, help="its share of keys, relative (default 1)"
     )
     add.add_argument("--no-wait", dest="wait", action="store_false", help=NO_WAIT_HELP)
     router_args(add)
     remove = membership.add_parser("remove", help="move a node's keys away and remove it")
     remove.add_argument("node_id", help="the id of the node to remove (see `shardlimit status`)")
+    remove.add_argument(
+        "--url", help="remove only this endpoint of the node (its keys stay on the node)"
+    )
     remove.add_argument("--no-wait", dest="wait", action="store_false", help=NO_WAIT_HELP)
     router_args(remove)
     reshard = sub.add_parser("reshard", help="plan|apply|status|resume|abort a reshard")

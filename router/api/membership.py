@@ -4,6 +4,7 @@ itself is router/control/resharding.py."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -28,17 +29,13 @@ NODE_PROBE_S = 2.0  # how long a node being added has to answer each probe
 async def add_node(request: web.Request) -> web.Response:
     router = router_of(request)
     body = await json_body(request)
-    nodes = list(router.view.topology.nodes)
-    spec, dry_run = new_node(body, {n.id for n in nodes})
-    if router.config.tls_ca is not None and not spec.url.startswith("https://"):
-        raise invalid(
-            [
-                FieldError(
-                    "url",
-                    "must be https://: this router verifies nodes' certificates (router.tls_ca)",
-                )
-            ]
-        )
+    shards = {n.id: n for n in router.view.topology.nodes}
+    named = body.get("id") if isinstance(body, dict) else None
+    shard = shards.get(named) if isinstance(named, str) else None
+    if shard is not None:
+        return await _add_endpoint(router, shard, body)
+    spec, dry_run = new_node(body, set(shards))
+    _require_https(router, spec)
     if not dry_run:
         try:
             await _require_reachable(router.view, spec)
@@ -53,6 +50,52 @@ async def add_node(request: web.Request) -> web.Response:
         if spec.id in {n.id for n in current}:
             raise ReshardError(f"node {spec.id} already exists")
         return [*current, spec]
+
+    return await _reshard(router, add, dry_run)
+
+
+def _require_https(router: Router, spec: NodeSpec) -> None:
+    if router.config.tls_ca is not None and not spec.url.startswith("https://"):
+        message = "must be https://: this router verifies nodes' certificates (router.tls_ca)"
+        raise invalid([FieldError("url", message)])
+
+
+async def _add_endpoint(router: Router, shard: NodeSpec, body: dict[str, Any]) -> web.Response:
+    """Another endpoint of the shard `shard`: a node process started with the shard's id
+    on the shard's Redis (its kept topology names this cluster). No key moves."""
+    spec, dry_run = new_node({"weight": shard.weight, **body}, set())
+    _require_https(router, spec)
+    if spec.url in shard.urls:
+        raise Problem(
+            409, "endpoint-already-member", f"{spec.url} is already an endpoint of {shard.id}"
+        )
+    if spec.weight != shard.weight:
+        raise invalid(
+            [FieldError("weight", f"an endpoint serves {shard.id} at its weight, {shard.weight}")]
+        )
+    if not dry_run:
+        try:
+            await _require_reachable(router.view, spec)
+            stats = await authenticated_stats(router.view, spec)
+            if (
+                stats.get("node") != shard.id
+                or stats.get("cluster_id") != router.view.topology.cluster_id
+            ):
+                raise JoinRefused(
+                    "endpoint-not-of-shard",
+                    409,
+                    f"the node at {spec.url} is not an endpoint of {shard.id}: it was started as "
+                    f"{stats.get('node')!r} on a Redis holding cluster {stats.get('cluster_id')}, "
+                    f"not on {shard.id}'s Redis (give it {shard.id}'s Sentinel URL and id)",
+                )
+        except JoinRefused as exc:
+            raise Problem(exc.status, exc.kind, f"{exc}; nothing was changed") from None
+
+    def add(current: list[NodeSpec]) -> list[NodeSpec]:
+        return [
+            replace(n, more_urls=(*n.more_urls, spec.url)) if n.id == shard.id else n
+            for n in current
+        ]
 
     return await _reshard(router, add, dry_run)
 
@@ -241,6 +284,9 @@ async def remove_node(request: web.Request) -> web.Response:
     if len(nodes) == 1:
         raise Problem(409, "last-node", "cannot remove the last node")
     dry_run = request.query.get("dry_run") in ("1", "true")
+    url = request.query.get("url")
+    if url is not None:
+        return await _remove_endpoint(router, node_id, url.rstrip("/"), dry_run)
 
     def remove(current: list[NodeSpec]) -> list[NodeSpec]:
         if node_id not in {n.id for n in current}:
@@ -249,6 +295,31 @@ async def remove_node(request: web.Request) -> web.Response:
             raise ReshardError("cannot remove the last node", "last-node")
         return [n for n in current if n.id != node_id]
 
+    return await _reshard(router, remove, dry_run)
+
+
+async def _remove_endpoint(router: Router, node_id: str, url: str, dry_run: bool) -> web.Response:
+    """One endpoint of a shard leaves it; the shard and its keys stay."""
+
+    def remove(current: list[NodeSpec]) -> list[NodeSpec]:
+        shard = next((n for n in current if n.id == node_id), None)
+        if shard is None:
+            raise ReshardError(f"no node {node_id} in the topology", "unknown-node")
+        if url not in shard.urls:
+            raise ReshardError(f"{url} is not an endpoint of {node_id}", "unknown-endpoint")
+        urls = [u for u in shard.urls if u != url]
+        if not urls:
+            raise ReshardError(
+                f"{url} is {node_id}'s last endpoint: remove the node instead", "last-endpoint"
+            )
+        kept = NodeSpec(node_id, urls[0], shard.weight, tuple(urls[1:]))
+        return [kept if n.id == node_id else n for n in current]
+
+    try:
+        remove(list(router.view.topology.nodes))
+    except ReshardError as exc:
+        status = 404 if exc.slug in ("unknown-node", "unknown-endpoint") else 409
+        raise Problem(status, exc.slug, str(exc)) from None
     return await _reshard(router, remove, dry_run)
 
 

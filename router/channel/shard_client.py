@@ -30,14 +30,32 @@ class ShardClient:
 
     def __init__(self, spec: NodeSpec, make_endpoint: EndpointFactory) -> None:
         self.spec = spec
-        self.endpoints = [
-            make_endpoint(NodeSpec(spec.id, url, spec.weight), self._endpoint_state)
-            for url in spec.urls
-        ]
+        self.make_endpoint = make_endpoint
+        self.endpoints = [self._endpoint(url) for url in spec.urls]
         self.active = self.endpoints[0]
         self.switches = 0  # times the active endpoint changed
         self.expired = 0  # ops the shard answered `expired` (counted by the cluster view)
         self._bind()
+
+    def _endpoint(self, url: str) -> NodeClient:
+        return self.make_endpoint(
+            NodeSpec(self.spec.id, url, self.spec.weight), self._endpoint_state
+        )
+
+    def respec(self, spec: NodeSpec) -> list[NodeClient]:
+        """Take the shard's new list of endpoints, keeping the client (and what it knows:
+        up or down, batches in flight) of each endpoint still listed. Returns the clients
+        of endpoints no longer listed, for the caller to close."""
+        kept = {endpoint.spec.url: endpoint for endpoint in self.endpoints}
+        self.spec = spec
+        self.endpoints = [
+            kept.pop(url) if url in kept else self._endpoint(url) for url in spec.urls
+        ]
+        if self.active not in self.endpoints:
+            self.active = self.endpoints[0]
+            self._endpoint_state()
+            self._bind()
+        return list(kept.values())
 
     def _bind(self) -> None:
         # The hot path calls the active endpoint's queue directly: no call of ours per op.
@@ -88,7 +106,7 @@ class ShardClient:
             try:
                 return await endpoint.post(path, payload, method, timeout_s)
             except NodeUnavailable as exc:
-                if not _refused(exc):
+                if not never_reached(exc):
                     raise
         return await last.post(path, payload, method, timeout_s)
 
@@ -176,7 +194,7 @@ class ShardClient:
         ]
 
 
-def _refused(error: NodeUnavailable) -> bool:
+def never_reached(error: NodeUnavailable) -> bool:
     """The call never reached the endpoint's process (refused, reset, unreachable)."""
     cause = error.__cause__
     return isinstance(cause, OSError) and not isinstance(cause, TimeoutError)

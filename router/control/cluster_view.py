@@ -64,6 +64,9 @@ class ClusterView:
         self.fresh = False
         self.topology = self._initial_topology()
         self.clients: dict[str, ShardClient] = {}  # node id -> the router's client of it
+        # Clients of endpoints no longer listed: closed with the view (answers of their
+        # batches in flight still arrive meanwhile).
+        self._retired: list[NodeClient] = []
         self._owners: dict[str, str] = {}
         self._owners_of: Partitioner = self.topology.partitioner
         self._owner_chars = 0  # characters of the keys in _owners
@@ -134,13 +137,23 @@ class ClusterView:
 
     def build_clients(self) -> None:
         """A client of each node of the topology (and of a running migration's previous
-        layout) that has none yet, or whose address changed."""
+        layout) that has none yet; a node whose endpoints changed keeps its client, which
+        takes the topology's list (a node of both layouts: the current one's)."""
+        seen: set[str] = set()
         for spec in (*self.topology.nodes, *self.previous_nodes()):
-            if spec.id in self.clients and self.clients[spec.id].spec == spec:
+            if spec.id in seen:
                 continue
-            self.clients[spec.id] = self.client_for(spec)
-            if self.on_client is not None:
-                self.on_client(self.clients[spec.id])
+            seen.add(spec.id)
+            client = self.clients.get(spec.id)
+            if client is None:
+                self.clients[spec.id] = client = self.client_for(spec)
+                if self.on_client is not None:
+                    self.on_client(client)
+            elif client.spec != spec:
+                for gone in client.respec(spec):
+                    self._retired.append(gone)
+                if self.on_client is not None:
+                    self.on_client(client)
 
     def _owner_cache(self, room: int = 1) -> dict[str, str]:
         """The owners cache with room for `room` more keys, emptied when the partitioner
@@ -275,6 +288,8 @@ class ClusterView:
         await self.sync.close()
         for client in self.clients.values():
             await client.close()
+        for endpoint in self._retired:
+            await endpoint.close()
 
 
 def layout_cluster_id(part: Partitioner) -> str:

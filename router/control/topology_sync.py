@@ -17,7 +17,7 @@ from cluster.model.nodes import NodeSpec
 from cluster.model.topology import Topology
 from router.channel.background import cancel
 from router.channel.node_client import NodeClient
-from router.channel.shard_client import ShardClient
+from router.channel.shard_client import ShardClient, never_reached
 from router.errors import NodeUnavailable
 
 log = logging.getLogger("shardlimit.router")
@@ -207,7 +207,15 @@ class TopologySync:
                 return exc
             return None
 
-        failed = [e for e in await asyncio.gather(*(push(e) for e in endpoints)) if e]
+        errors = await asyncio.gather(*(push(e) for e in endpoints))
+        if any(error is None for error in errors):
+            # Taken by the shard: an endpoint that could not be reached is down, and takes
+            # the topology the shard's Redis keeps before it serves again.
+            for endpoint, error in zip(endpoints, errors, strict=True):
+                if error is not None and never_reached(error):
+                    endpoint.watchdog.mark_down(str(error))
+            errors = [e for e in errors if e is None or not never_reached(e)]
+        failed = [error for error in errors if error is not None]
         if failed:
             epoch = view.topology.epoch
             log.warning("could not push topology epoch %s to %s: %s", epoch, node_id, failed[0])
