@@ -204,7 +204,12 @@ class NodeQueue:
             try:
                 results, epoch = self._read_outcome(ops, started, outcome)
             except NodeUnavailable as exc:
-                fail_runs(batch, functools.partial(NodeUnavailable, str(exc), exc.reason))
+                fail_runs(
+                    batch,
+                    functools.partial(
+                        NodeUnavailable, str(exc), exc.reason, endpoint_down=exc.endpoint_down
+                    ),
+                )
             else:
                 if self.on_epoch is not None:
                     self.on_epoch(self.node_id, epoch)

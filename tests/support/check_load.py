@@ -5,8 +5,8 @@
 
 Each of `workers` asyncio tasks checks the keys in turn, one check at a time, for
 `seconds`, with a pause of `--pause-ms` between two checks. It prints one JSON object:
-every answer as [sent at (CLOCK_MONOTONIC, shared by every process of the host), key,
-allowed (0/1), degraded (0/1)], and any error. A test compares the admitted checks of
+every answer as [sent at, answered at (both CLOCK_MONOTONIC, shared by every process of
+the host), key, allowed (0/1), degraded (0/1)], and any error. A test compares the admitted checks of
 each key with what the cluster holds for it afterwards.
 
 Tests start it with `start_checks` and read its report with `checks_report`.
@@ -41,7 +41,8 @@ async def _worker(
             body = await resp.json()
         if resp.status not in (200, 429, 503):
             raise AssertionError(f"check of {key}: {resp.status} {body}")
-        answers.append([sent, key, int(bool(body["allowed"])), int(bool(body.get("degraded")))])
+        allowed, degraded = int(bool(body["allowed"])), int(bool(body.get("degraded")))
+        answers.append([sent, time.monotonic(), key, allowed, degraded])
         await asyncio.sleep(args.pause_ms / 1000)  # the load's pace
 
 
