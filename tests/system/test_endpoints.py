@@ -11,6 +11,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import redis as sync_redis
 
 from cluster.local.cluster import LocalCluster, node_process, scratch_cluster
 from cluster.local.ports import free_port
@@ -130,3 +131,75 @@ async def test_an_endpoint_added_serves_when_the_first_dies_and_is_removed_again
         finally:
             second.stop()
             stranger.stop()
+
+
+STOCK = [{"algorithm": "quota", "limit": 1000}]
+KEYS = [f"sku:{i}" for i in range(3000)]
+# Slow enough to interrupt: a step examines 50 keys, the copy moves 150 keys/s.
+SLOW_COPY = {"reshard_step_keys": 50, "reshard_rate": 150}
+
+
+async def _fill(http: aiohttp.ClientSession, router: str) -> dict[str, int]:
+    used = {key: 1 + index % 3 for index, key in enumerate(KEYS)}
+    for start in range(0, len(KEYS), 500):
+        checks = [{"key": k, "limits": STOCK, "cost": used[k]} for k in KEYS[start : start + 500]]
+        async with http.post(router + "/v1/check/batch", json={"checks": checks}) as resp:
+            body = await resp.json()
+        assert resp.status == 200, body
+        assert all(r["allowed"] and not r.get("degraded") for r in body["results"]), body
+    return used
+
+
+async def test_a_migration_whose_copying_endpoint_dies_completes_from_the_other(
+    tmp_path: Path,
+) -> None:
+    with scratch_cluster(
+        3, admin_token=ADMIN, data_dir=tmp_path / "c", endpoints=2, router_settings=SLOW_COPY
+    ) as local:
+        router = local.router_url
+        async with aiohttp.ClientSession() as http:
+            used = await _fill(http, router)
+            # Removing n3 moves its keys to n1 and n2: n3's endpoint copies them.
+            async with http.delete(router + "/v1/cluster/nodes/n3", headers=HEADERS) as resp:
+                assert resp.status == 202, await resp.text()
+
+            async def midway() -> bool:
+                migration = (await _cluster(http, router))["migration"] or {}
+                return int(migration.get("keys_moved", 0)) >= 150
+
+            await eventually(midway, within=30)
+            assert (await _cluster(http, router))["migration"]["phase"] == "copying"
+            local.endpoints[2][0].kill()
+            resumed = 0
+
+            async def done() -> bool:
+                nonlocal resumed
+                migration = (await _cluster(http, router))["migration"] or {}
+                if migration.get("phase") == "done" and not migration.get("running"):
+                    return True
+                if migration and not migration.get("running"):  # paused: a step failed 5 times
+                    resumed += 1
+                    async with http.post(
+                        router + "/v1/cluster/migration/resume", headers=HEADERS
+                    ) as resp:
+                        assert resp.status == 202, await resp.text()
+                return False
+
+            await eventually(done, within=90)
+            info = await _cluster(http, router)
+            assert [n["id"] for n in info["nodes"]] == ["n1", "n2"], info["nodes"]
+            print(f"{info['migration']['keys_moved']} keys moved, {resumed} resumes")
+            for start in range(0, len(KEYS), 500):
+                chunk = KEYS[start : start + 500]
+                checks = [{"key": k, "limits": STOCK, "cost": 0} for k in chunk]
+                async with http.post(router + "/v1/check/batch", json={"checks": checks}) as resp:
+                    body = await resp.json()
+                for key, result in zip(chunk, body["results"], strict=True):
+                    assert not result.get("degraded"), (key, result)
+                    assert result["limits"][0]["remaining"] == 1000 - used[key], key
+            # Nothing is left on n3's Redis: every counter moved exactly once.
+            leftover = sync_redis.Redis(port=local.redis[2].port)
+            try:
+                assert [k for k in leftover.scan_iter(match="c*", count=1000)] == []
+            finally:
+                leftover.close()
