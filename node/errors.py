@@ -4,7 +4,7 @@ the node. Redis' own errors stay redis-py's: the HTTP app answers them at one bo
 
 from __future__ import annotations
 
-__all__ = ["BadOp", "NodeError", "PeerError"]
+__all__ = ["BadOp", "NodeError", "PeerError", "ShardMovedOn"]
 
 
 class NodeError(Exception):
@@ -21,3 +21,12 @@ class PeerError(NodeError):
 
 class BadOp(NodeError, ValueError):
     """An op of a batch that cannot be run: answered as a failed result."""
+
+
+class ShardMovedOn(NodeError):
+    """Another endpoint of this node's shard adopted a newer topology, `epoch`, than the
+    one the work was placed by: nothing of it was applied."""
+
+    def __init__(self, epoch: int) -> None:
+        super().__init__(f"the shard moved on to topology epoch {epoch}")
+        self.epoch = epoch

@@ -93,7 +93,13 @@ class NodeState:
         self.records = CoordinatorRecords(self.current, self.store, self.peers)
         # All-or-nothing holds: swept, settled where their key lives (node/holds/keeper.py).
         self.holds = HoldKeeper(
-            self.current, self.store, self.migrator, self.peers, self.gate, self.records
+            self.current,
+            self.store,
+            self.migrator,
+            self.peers,
+            self.gate,
+            self.records,
+            self.kept.catch_up,
         )
         self.lease_script = self.redis.register_script(read_lua("lease.lua"))
         self.rules_script = self.redis.register_script(read_lua("rules.lua"))

@@ -16,6 +16,9 @@ Lease:    sl|lease|<name>                   topology or rules change lease
 Marker:   sl|i|<migration id>|<redis key>   a key already imported by a migration
 Rules:    sl|rules                          the cluster's rules: version, document
 Topology: sl|topology                       the node's last topology (JSON), its cluster id
+Epoch:    sl|epoch                          the newest topology epoch an endpoint of the
+                                           shard adopted: writes placed by an older one
+                                           are refused (the shard's epoch fence)
 Fence:    sl|d-fence                        decisions handed to a successor: refuse new ones
 Expired:  sl|leases-expired                 leases pruned unrenewed (a count, for metrics)
 
@@ -53,12 +56,21 @@ DECISION_PREFIX = "sl|d|"  # + batch id
 PENDING_PREFIX = "sl|dp|"  # + batch id: a set of hold ids (see hold_id)
 RULES_KEY = "sl|rules"  # a hash: version, doc (JSON)
 TOPOLOGY_KEY = "sl|topology"  # the node's topology (JSON), kept across restarts
+# The newest topology epoch any endpoint of the shard adopted (an integer), raised with
+# TOPOLOGY_KEY; counter scripts placed by an older epoch refuse to run against it.
+SHARD_EPOCH_KEY = "sl|epoch"
 DECISION_FENCE_KEY = "sl|d-fence"  # set once a leaving coordinator handed its records over
 # Leases of concurrency limits that expired unrenewed, pruned here (a count, for metrics;
 # node/store/lua/concurrency.lua spells it too).
 LEASES_EXPIRED_KEY = "sl|leases-expired"
 # One of each per node, kept for good: not keys the node holds for limits.
-NODE_SINGLETONS = (RULES_KEY, TOPOLOGY_KEY, DECISION_FENCE_KEY, LEASES_EXPIRED_KEY)
+NODE_SINGLETONS = (
+    RULES_KEY,
+    TOPOLOGY_KEY,
+    SHARD_EPOCH_KEY,
+    DECISION_FENCE_KEY,
+    LEASES_EXPIRED_KEY,
+)
 LEASES = ("topology", "rules")
 
 

@@ -5,6 +5,11 @@ Nothing is applied after the batch's deadline (cluster/wire.py): a batch that ar
 late is answered `Expired` untouched; the batch script refuses once Redis' clock is past
 it; and checks whose results are ready only after it are taken back before the answer
 says `Expired`.
+
+Nothing is applied either once another endpoint of the shard adopted a newer topology
+than the one the batch was placed by (the shard's epoch fence, node/store/lua/common.lua):
+the scripts refuse, this node adopts the topology the shard keeps, and the refused ops
+are answered `Moved` with its epoch, as ops for keys it does not own are.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final
 
+from redis.exceptions import RedisError
+
 from cluster import wire
 from cluster.wire import OpKind
 from node.batch.ops import CHECK, Op, parse_op
@@ -26,6 +33,7 @@ from node.store.counter_store import (
     adjust_result,
     check_result,
     commit_result,
+    fenced_epoch,
     lease_result,
     refund_result,
 )
@@ -45,7 +53,16 @@ def _now_ms() -> int:
 class _Prepared:
     """A batch checked against this node's topology: what is left to run in Redis."""
 
-    __slots__ = ("deadline_ms", "epoch", "imports", "ownership", "results", "runnable", "slots")
+    __slots__ = (
+        "deadline_ms",
+        "epoch",
+        "imports",
+        "moved_on",
+        "ownership",
+        "results",
+        "runnable",
+        "slots",
+    )
 
     def __init__(self, deadline_ms: int, size: int, ownership: Ownership | None) -> None:
         self.deadline_ms = deadline_ms
@@ -55,6 +72,7 @@ class _Prepared:
         self.runnable: list[Op] = []
         self.slots: list[int] = []
         self.imports: dict[str, list[str]] | None = None
+        self.moved_on = 0  # the shard's newer epoch, when its Redis refused some op
 
 
 def _prepare(
@@ -143,8 +161,20 @@ async def _outputs_in(state: NodeState, batch: _Prepared, outputs: Awaitable[lis
 
 
 async def _settle(state: NodeState, batch: _Prepared, outputs: list[Any]) -> None:
+    batch.moved_on = max(map(fenced_epoch, outputs), default=0)
     if not _fill(batch, outputs):
         await _too_late(state, batch, outputs)
+
+
+async def _catch_up(state: NodeState, batch: _Prepared) -> None:
+    """Some ops were refused: the shard is at a newer topology. Adopt it before the
+    `Moved` answers go out (the router asks this node for it next). Called once the
+    batch no longer counts as work of its epoch: the adoption waits for that work."""
+    try:
+        await state.kept.catch_up()
+    except (RedisError, OSError) as exc:
+        epoch = batch.moved_on
+        log.warning("the shard is at epoch %d; could not adopt its topology: %s", epoch, exc)
 
 
 async def run_batch(state: NodeState, deadline_ms: int, ops: list[wire.Op]) -> list[wire.Result]:
@@ -156,6 +186,8 @@ async def run_batch(state: NodeState, deadline_ms: int, ops: list[wire.Op]) -> l
         return batch
     async with state.gate.hold(batch.epoch):
         await _run(state, batch)
+    if batch.moved_on:
+        await _catch_up(state, batch)
     return batch.results
 
 
@@ -176,7 +208,7 @@ async def _run(state: NodeState, batch: _Prepared) -> None:
                 batch.results[index] = wire.Moved(batch.epoch)
             return
     acks = _replica_acks(state, batch)
-    outputs = await state.store.run(batch.runnable, batch.deadline_ms, acks)
+    outputs = await state.store.run(batch.runnable, batch.deadline_ms, acks, batch.epoch)
     if acks is not None and acks.missing:
         state.metrics.replica_timeouts.inc()
         state.replicas.fell_short(acks.acked)
@@ -209,7 +241,7 @@ def start_batch(
         return
     store, gate, epoch = state.store, state.gate, batch.epoch
     fast = batch.imports is None and not store.replicated  # a replica's WAIT: run_batch's way
-    plan = store.plan(batch.runnable, deadline_ms) if fast else None
+    plan = store.plan(batch.runnable, deadline_ms, epoch) if fast else None
     gate.enter(epoch)
 
     def replied(raw: list[Any] | Exception) -> None:
@@ -250,6 +282,8 @@ def _spawn(
             outcome = exc
         finally:
             state.gate.leave(batch.epoch)
+        if batch.moved_on:
+            await _catch_up(state, batch)
         answer(outcome)
 
     task = asyncio.get_running_loop().create_task(finish())
@@ -280,6 +314,9 @@ def _result(op: Op, out: Any) -> wire.Result:
         return check_result(out)
     if isinstance(out, Exception):
         return wire.Failed(str(out))
+    moved_on = fenced_epoch(out)
+    if moved_on:
+        return wire.Moved(moved_on)
     return _RESULTS[op.kind](out)
 
 

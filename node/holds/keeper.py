@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -28,7 +28,7 @@ from redis.exceptions import RedisError
 
 from cluster import wire
 from cluster.model.keys import HOLDS_KEY, hold_id_of, limit_key_of
-from node.errors import PeerError
+from node.errors import NodeError, PeerError, ShardMovedOn
 from node.holds.coordinator_records import CoordinatorRecords
 from node.migration.migrator import Migrator
 from node.migration.peer_client import PeerClient
@@ -71,6 +71,7 @@ class HoldKeeper:
         peers: PeerClient,
         gate: EpochGate,
         records: CoordinatorRecords,
+        catch_up: Callable[[], Awaitable[None]],
     ) -> None:
         self.current = current
         self.store = store
@@ -78,12 +79,22 @@ class HoldKeeper:
         self.peers = peers
         self.gate = gate
         self.records = records
+        # Adopts the topology the shard keeps, when a settle was refused for an older one.
+        self.catch_up = catch_up
         self.settled_here = 0  # holds settled on this node's Redis
         self.settled_elsewhere = 0  # holds settled on the node their key moved to
 
     async def settle_here(self, entry: dict[str, Any], decision: str) -> bool:
         """Settle one hold on this node if it serves the key (importing it first when
-        the key is moving here); False if another node serves it."""
+        the key is moving here); False if another node serves it. Placed by the shard's
+        topology: when another endpoint of it adopted a newer one, by that one."""
+        try:
+            return await self._settle_here(entry, decision)
+        except ShardMovedOn:
+            await self.catch_up()
+        return await self._settle_here(entry, decision)
+
+    async def _settle_here(self, entry: dict[str, Any], decision: str) -> bool:
         ownership = self.current.ownership
         record = entry["k"][0]
         limit_key = limit_key_of(record)
@@ -91,8 +102,9 @@ class HoldKeeper:
         role, source = ownership.role(limit_key) if ownership else (Role.OWN, None)
         if role is Role.MOVED:
             return False
+        epoch = self.current.epoch
         # Counted like a batch: no topology change is acknowledged while it runs.
-        async with self.gate.hold(self.current.epoch):
+        async with self.gate.hold(epoch):
             if role is Role.IMPORT and source is not None and ownership is not None:
                 spec = ownership.node_spec(source)
                 if spec is None:
@@ -100,9 +112,9 @@ class HoldKeeper:
                 await self.migrator.pull(ownership, spec.url, list(entry["k"]))
             store = self.store
             if decision == "commit":
-                await store.commit_script(keys=[record, HOLDS_KEY], args=[])
+                await store.commit_hold(record, epoch)
             else:
-                await store.refund_hold(entry["k"], entry["a"])
+                await store.refund_hold(entry["k"], entry["a"], epoch)
         self.settled_here += 1
         return True
 
@@ -179,7 +191,7 @@ class HoldKeeper:
             try:
                 while await self.sweep() > 0:
                     pass
-            except (RedisError, OSError, PeerError) as exc:
+            except (RedisError, OSError, NodeError) as exc:
                 log.warning("hold sweep failed, will retry: %s", exc)
             await asyncio.sleep(SWEEP_EVERY_S)  # sweep cadence
 
@@ -192,7 +204,13 @@ class HoldKeeper:
                 return "each hold is [entry, decision]"
             if item[1] not in ("commit", "abort"):
                 return "decision must be 'commit' or 'abort'"
-        return [await self.settle_here(entry, decision) for entry, decision in holds]
+        done: list[bool] = []
+        for entry, decision in holds:
+            try:
+                done.append(await self.settle_here(entry, decision))
+            except ShardMovedOn:  # the shard kept moving on: its sender sends it again
+                done.append(False)
+        return done
 
     async def hand_over(self, moving_to: Callable[[str], str | None]) -> int:
         """After a source's copy: give the holds of keys that moved away to their new

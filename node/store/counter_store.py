@@ -22,6 +22,7 @@ from cluster.model.keys import (
 )
 from cluster.model.keys import HOLDS_KEY as HOLDS_KEY  # re-exported: tests read the holds set
 from cluster.wire import OpKind
+from node.errors import ShardMovedOn
 from node.store.redispy_pipe import RedisPyPipe
 from node.store.replies import (
     SKEWED_REPLY,
@@ -29,13 +30,21 @@ from node.store.replies import (
     assemble,
     check_result,
     commit_result,
+    fenced_epoch,
     is_expired,
     lease_result,
     refund_result,
     undo_entries,
 )
 from node.store.resp import RespPipe
-from node.store.script_calls import CHECK, Plan, ScriptCall, ScriptCalls, evalsha_commands
+from node.store.script_calls import (
+    CHECK,
+    NO_FENCE,
+    Plan,
+    ScriptCall,
+    ScriptCalls,
+    evalsha_commands,
+)
 from node.store.scripts import ScriptBook
 from node.store.store_op import StoreOp
 
@@ -47,6 +56,7 @@ __all__ = [
     "adjust_result",
     "check_result",
     "commit_result",
+    "fenced_epoch",
     "is_expired",
     "lease_result",
     "refund_result",
@@ -110,7 +120,6 @@ class CounterStore:
         )
         self.scripts = ScriptBook(client)
         self.calls = ScriptCalls(self.scripts, default_record_ttl_ms)
-        self.commit_script = self.scripts.commit
         self.decision_ttl_ms = DECISION_TTL_MS
         # Redis clock minus local clock, for computing calendar bounds close to Redis time.
         self.skew_ms = 0
@@ -151,12 +160,21 @@ class CounterStore:
             keys.append(_RECORD_KEY.get(op.kind, record_key)(op.scope, op.request_id, op.key))
         return keys
 
-    async def refund_hold(self, keys: list[str], limit_args: list[int]) -> Any:
+    async def refund_hold(self, keys: list[str], limit_args: list[int], epoch: int) -> Any:
         """Give back a hold that will not be committed (a hold entry, node/holds/keeper.py:
-        its record then its counters, and LIMIT_ARGS ints per counter). refund.lua acts
-        only on a record still held, so this is safe to repeat. Its raw reply."""
-        script, keys, args = self.calls.refund_call(keys, limit_args, void=True, only_held=True)
-        return await script(keys=keys, args=args)
+        its record then its counters, and LIMIT_ARGS ints per counter), placed by topology
+        `epoch`. refund.lua acts only on a record still held, so this is safe to repeat.
+        Its raw reply; raises ShardMovedOn (nothing done) when the shard is past `epoch`."""
+        script, keys, args = self.calls.refund_call(
+            keys, limit_args, void=True, only_held=True, epoch=epoch
+        )
+        return _unless_fenced(await script(keys=keys, args=args))
+
+    async def commit_hold(self, record: str, epoch: int) -> Any:
+        """Make a held decision final (commit.lua on its record key), placed by topology
+        `epoch`; raises ShardMovedOn as refund_hold does."""
+        script, keys, args = self.calls.commit_call(record, epoch)
+        return _unless_fenced(await script(keys=keys, args=args))
 
     async def decide(self, batch: str, decision: str, holds: Sequence[str] = ()) -> str:
         """Record a batch's decision unless one exists; the decision that stands.
@@ -177,17 +195,23 @@ class CounterStore:
         return left
 
     async def run(
-        self, ops: Sequence[StoreOp], deadline_ms: int = 0, acks: ReplicaAcks | None = None
+        self,
+        ops: Sequence[StoreOp],
+        deadline_ms: int = 0,
+        acks: ReplicaAcks | None = None,
+        epoch: int = NO_FENCE,
     ) -> list[Any]:
         """Raw results in order, from ONE pipeline: one batch.lua call for all checks,
         renewals and releases, one call per refund or commit. A script error becomes an
         exception object in its op's slot. A check reaching Redis after `deadline_ms`
         (real Unix ms, 0 = none) is not applied: its raw result is EXPIRED_REPLY. With
-        `acks`, each pipeline waits for a replica (ReplicaAcks)."""
-        plan = self.plan(ops, deadline_ms)
+        `acks`, each pipeline waits for a replica (ReplicaAcks). Ops placed by topology
+        `epoch` are not applied once an endpoint of the shard adopted a newer one: their
+        raw result is then FENCED's (replies.fenced_epoch)."""
+        plan = self.plan(ops, deadline_ms, epoch)
         return await self.complete(plan, await self._evalsha_all(plan.calls, acks), acks)
 
-    def plan(self, ops: Sequence[StoreOp], deadline_ms: int) -> Plan:
+    def plan(self, ops: Sequence[StoreOp], deadline_ms: int, epoch: int = NO_FENCE) -> Plan:
         """The script calls of run()."""
         now_ms = self._estimated_now_ms()
         batched: list[int] = []
@@ -196,11 +220,13 @@ class CounterStore:
             kind = op.kind
             (batched if kind is CHECK or kind in BATCHED_KINDS else others).append(i)
         calls = self.calls
-        planned = [calls.by_kind[ops[i].kind](ops[i], now_ms) for i in others] if others else []
+        planned = (
+            [calls.by_kind[ops[i].kind](ops[i], now_ms, epoch) for i in others] if others else []
+        )
         if batched:
             inline = ops if not others else [ops[i] for i in batched]
-            planned.insert(0, calls.batch_call(inline, now_ms, deadline_ms))
-        return Plan(ops, deadline_ms, batched, others, planned)
+            planned.insert(0, calls.batch_call(inline, now_ms, deadline_ms, epoch))
+        return Plan(ops, deadline_ms, epoch, batched, others, planned)
 
     def send_now(self, plan: Plan, replied: Callable[[list[Any] | Exception], None]) -> bool:
         """The plan's pipeline written at once, without a task; `replied` gets the raw
@@ -219,8 +245,9 @@ class CounterStore:
     @staticmethod
     def results_now(plan: Plan, replies: list[Any]) -> list[Any] | None:
         """run()'s results from the plan's replies, or None when some call must be sent
-        again first (Redis lost its scripts, or a clock estimate was off): complete()."""
-        if any(isinstance(r, NoScriptError) for r in replies):
+        again first (Redis lost its scripts, or a clock estimate was off), or when the
+        shard refused a call (an endpoint adopted a newer topology): complete()."""
+        if any(isinstance(r, NoScriptError) or fenced_epoch(r) for r in replies):
             return None
         results = assemble(plan, replies)
         return None if SKEWED_REPLY in results else results
@@ -236,20 +263,21 @@ class CounterStore:
         if skewed:
             # Our estimate of Redis time was more than a period off: re-measure, retry those.
             await self.measure_skew()
-            retry = await self.run([ops[i] for i in skewed], plan.deadline_ms, acks)
+            retry = await self.run([ops[i] for i in skewed], plan.deadline_ms, acks, plan.epoch)
             for i, r in zip(skewed, retry, strict=True):
                 results[i] = r
         return results
 
     async def undo(self, done: Sequence[tuple[StoreOp, Any]]) -> int:
         """Take back checks that consumed (their raw results carry undo entries), in one
-        pipeline: the answer to them is going out too late to count. How many."""
+        pipeline: the answer to them is going out too late to count. How many. Whatever
+        the shard's epoch now: what this node applied, it takes back where it applied it."""
         now_ms = self._estimated_now_ms()
         calls: list[ScriptCall] = []
         for op, raw in done:
             packed = undo_entries(op, raw)
             if packed is not None:
-                calls.append(self.calls.undo_call(op, packed, now_ms))
+                calls.append(self.calls.undo_call(op, packed, now_ms, NO_FENCE))
         if not calls:
             return 0
         results = await self._evalsha_all(calls)
@@ -288,3 +316,10 @@ class CounterStore:
         for i, r in zip(missing, retried, strict=True):
             replies[i] = r
         return replies
+
+
+def _unless_fenced(reply: Any) -> Any:
+    epoch = fenced_epoch(reply)
+    if epoch:
+        raise ShardMovedOn(epoch)
+    return reply

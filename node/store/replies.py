@@ -14,6 +14,7 @@ from cluster.wire import (
     Leased,
     LeaseStatus,
     LimitRow,
+    Moved,
     Refunded,
     RefundStatus,
     Reused,
@@ -23,12 +24,14 @@ from node.store.store_op import StoreOp
 
 __all__ = [
     "EXPIRED_REPLY",
+    "FENCED",
     "REUSED_REPLY",
     "SKEWED_REPLY",
     "adjust_result",
     "assemble",
     "check_result",
     "commit_result",
+    "fenced_epoch",
     "is_expired",
     "lease_result",
     "refund_result",
@@ -38,6 +41,10 @@ __all__ = [
 EXPIRED_REPLY = [-1]  # batch.lua: the deadline had passed, nothing applied
 SKEWED_REPLY = [-2]  # batch.lua: a calendar period did not contain Redis' clock
 REUSED_REPLY = [-3]  # batch.lua: the request_id names another request, nothing applied
+# Any counter script: {FENCED, epoch} when an endpoint of the shard adopted a newer
+# topology than the one the call's ops were placed by (common.lua `fenced`): nothing
+# applied; the ops are answered Moved with that epoch.
+FENCED = -4
 # A check's reply: allowed, stored, n, then one row of ROW ints per limit (a LimitRow),
 # then perhaps its packed undo entries.
 _HEAD = 3
@@ -49,17 +56,27 @@ def assemble(plan: Plan, replies: list[Any]) -> list[Any]:
     object) of batch.lua stands for each of its ops."""
     if not plan.others:  # the common case: one batch.lua call
         batch = replies[0]
-        return [batch] * len(plan.ops) if isinstance(batch, Exception) else list(batch)
+        if isinstance(batch, Exception) or fenced_epoch(batch):
+            return [batch] * len(plan.ops)
+        return list(batch)
     results: list[Any] = [None] * len(plan.ops)
     at = 0
     if plan.batched:
         reply = replies[0]
+        whole = isinstance(reply, Exception) or fenced_epoch(reply) > 0
         at = 1
         for position, i in enumerate(plan.batched):
-            results[i] = reply if isinstance(reply, Exception) else reply[position]
+            results[i] = reply if whole else reply[position]
     for i, reply in zip(plan.others, replies[at:], strict=True):
         results[i] = reply
     return results
+
+
+def fenced_epoch(reply: Any) -> int:
+    """The shard's newer epoch when a script refused to run (FENCED), else 0."""
+    if type(reply) is list and len(reply) == 2 and reply[0] == FENCED:
+        return int(reply[1])
+    return 0
 
 
 def is_expired(raw: Any) -> bool:
@@ -84,13 +101,15 @@ _EXPIRED = Expired()
 _REUSED = Reused()
 
 
-def check_result(raw: list[Any]) -> Checked | Reused | Expired:
+def check_result(raw: list[Any]) -> Checked | Reused | Expired | Moved:
     """batch.lua's reply for one check -> its wire result (with its undo entries)."""
-    if len(raw) == 1:
+    if len(raw) <= 2:
         if raw == EXPIRED_REPLY:
             return _EXPIRED
         if raw == REUSED_REPLY:
             return _REUSED
+        if raw[0] == FENCED:
+            return Moved(raw[1])
     n = raw[2]
     if n == 1:  # the common case: one limit, its row and perhaps its undo entries
         undo = raw[11] if len(raw) > 11 and isinstance(raw[11], bytes) else None

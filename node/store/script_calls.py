@@ -1,7 +1,11 @@
 """Ops -> the EVALSHA calls that run them: one batch.lua call for every check, renewal
 and release of a batch, one call per refund, commit, undo or adjust. Both ways of sending
 them (the lean pipe, node/store/resp.py, and redis-py's pipeline,
-node/store/redispy_pipe.py) send what `evalsha_commands` makes of them."""
+node/store/redispy_pipe.py) send what `evalsha_commands` makes of them.
+
+Every call ends with the shard's epoch fence: SHARD_EPOCH_KEY as its last KEY and the
+topology epoch its ops were placed by as its last ARGV (node/store/lua/common.lua
+`fenced`). NO_FENCE passes any fence: for taking back what this node applied itself."""
 
 from __future__ import annotations
 
@@ -13,20 +17,27 @@ import orjson
 from redis.commands.core import AsyncScript
 
 from cluster.model.algorithms import BY_NAME
-from cluster.model.keys import HOLDS_KEY, adjust_record_key, counter_key, record_key
+from cluster.model.keys import (
+    HOLDS_KEY,
+    SHARD_EPOCH_KEY,
+    adjust_record_key,
+    counter_key,
+    record_key,
+)
 from cluster.wire import OpKind
 from node.store.limit_args import LIMIT_ARGS, Rule, RuleCache, limit_args, op_limit_args
 from node.store.nonces import Nonces
 from node.store.scripts import ScriptBook
 from node.store.store_op import StoreOp
 
-__all__ = ["CHECK", "Plan", "ScriptCall", "ScriptCalls", "evalsha_commands"]
+__all__ = ["CHECK", "NO_FENCE", "Plan", "ScriptCall", "ScriptCalls", "evalsha_commands"]
 
 # One EVALSHA: the script, its KEYS, its ARGV.
 ScriptCall = tuple[AsyncScript, list[str], list[int | str | bytes]]
 # A global name is cheaper to reach than an enum attribute (`op.kind is CHECK`).
 CHECK: Final = OpKind.CHECK
 RELEASE: Final = OpKind.RELEASE
+NO_FENCE: Final = 2**53 - 1  # an epoch no fence is newer than (Lua's numbers hold it exactly)
 
 
 class Plan(NamedTuple):
@@ -35,6 +46,7 @@ class Plan(NamedTuple):
 
     ops: Sequence[StoreOp]
     deadline_ms: int
+    epoch: int  # the topology epoch the ops were placed by (the shard's fence)
     batched: list[int]
     others: list[int]
     calls: list[ScriptCall]
@@ -70,16 +82,18 @@ class ScriptCalls:
         self.offset_ms = 0
         self._batch_scripts: dict[frozenset[int], AsyncScript] = {}
         # The call of each kind of op but a check (the checks of a batch share one call).
-        self.by_kind: dict[OpKind, Callable[[StoreOp, int], ScriptCall]] = {
+        self.by_kind: dict[OpKind, Callable[[StoreOp, int, int], ScriptCall]] = {
             OpKind.REFUND: self._refund_call,
             OpKind.COMMIT: self._commit_call,
             OpKind.UNDO: self._undo_op_call,
             OpKind.ADJUST: self._adjust_call,
         }
 
-    def batch_call(self, ops: Sequence[StoreOp], now_ms: int, deadline_ms: int) -> ScriptCall:
+    def batch_call(
+        self, ops: Sequence[StoreOp], now_ms: int, deadline_ms: int, epoch: int
+    ) -> ScriptCall:
         """ONE EVALSHA for every check, renewal and release of a batch
-        (node/store/lua/batch.lua)."""
+        (node/store/lua/batch.lua), placed by topology `epoch`."""
         keys: list[str] = []
         entries: list[list[Any]] = []
         codes: frozenset[int] = frozenset()
@@ -119,10 +133,12 @@ class ScriptCalls:
             if rule is not last:
                 assert rule is not None
                 codes, last = codes | rule.codes, rule
+        keys.append(SHARD_EPOCH_KEY)
         args: list[int | str | bytes] = [
             self.offset_ms * 1000,
             deadline_ms,
             msgspec.msgpack.encode(entries),
+            epoch,
         ]
         script = self._batch_scripts.get(codes)
         if script is None:
@@ -168,39 +184,46 @@ class ScriptCalls:
     def _script(self, entry: str, op: StoreOp) -> AsyncScript:
         return self.scripts.assembled(entry, {BY_NAME[spec.algorithm].code for spec in op.limits})
 
-    def undo_call(self, op: StoreOp, packed: bytes, now_ms: int) -> ScriptCall:
+    def undo_call(self, op: StoreOp, packed: bytes, now_ms: int, epoch: int) -> ScriptCall:
         """undo.lua: take back what a check consumed, as its undo entries say."""
         keys = [counter_key(op.scope, spec.shape, op.key) for spec in op.limits]
         has_record = op.request_id is not None
         if op.request_id is not None:
             keys += [record_key(op.scope, op.request_id, op.key), HOLDS_KEY]
+        keys.append(SHARD_EPOCH_KEY)
         args: list[int | str | bytes] = [
             self.offset_ms * 1000,
             len(op.limits),
             int(has_record),
             *op_limit_args(op, now_ms),
             packed,
+            epoch,
         ]
         return self._script("undo.lua", op), keys, args
 
-    def _undo_op_call(self, op: StoreOp, now_ms: int) -> ScriptCall:
+    def _undo_op_call(self, op: StoreOp, now_ms: int, epoch: int) -> ScriptCall:
         assert op.undo is not None
-        return self.undo_call(op, op.undo, now_ms)
+        return self.undo_call(op, op.undo, now_ms, epoch)
 
-    def _commit_call(self, op: StoreOp, _now_ms: int) -> ScriptCall:
+    def commit_call(self, record: str, epoch: int) -> ScriptCall:
+        """commit.lua: a held decision (its record key) made final."""
+        return self.scripts.commit, [record, HOLDS_KEY, SHARD_EPOCH_KEY], [epoch]
+
+    def _commit_call(self, op: StoreOp, _now_ms: int, epoch: int) -> ScriptCall:
         assert op.request_id is not None
-        return self.scripts.commit, [record_key(op.scope, op.request_id, op.key), HOLDS_KEY], []
+        return self.commit_call(record_key(op.scope, op.request_id, op.key), epoch)
 
-    def _refund_call(self, op: StoreOp, now_ms: int) -> ScriptCall:
+    def _refund_call(self, op: StoreOp, now_ms: int, epoch: int) -> ScriptCall:
         assert op.request_id is not None
         keys = [
             record_key(op.scope, op.request_id, op.key),
             *(counter_key(op.scope, spec.shape, op.key) for spec in op.limits),
         ]
-        return self.refund_call(keys, op_limit_args(op, now_ms), void=op.void, only_held=False)
+        limit_args = op_limit_args(op, now_ms)
+        return self.refund_call(keys, limit_args, void=op.void, only_held=False, epoch=epoch)
 
     def refund_call(
-        self, keys: list[str], limit_args: list[int], *, void: bool, only_held: bool
+        self, keys: list[str], limit_args: list[int], *, void: bool, only_held: bool, epoch: int
     ) -> ScriptCall:
         """refund.lua on a record (keys[0]) and its counters; `limit_args` holds
         LIMIT_ARGS ints per counter."""
@@ -210,17 +233,19 @@ class ScriptCalls:
             int(void),
             *limit_args,
             int(only_held),
+            epoch,
         ]
         script = self.scripts.assembled("refund.lua", limit_args[0::LIMIT_ARGS])
-        return script, keys, args
+        return script, [*keys, SHARD_EPOCH_KEY], args
 
-    def _adjust_call(self, op: StoreOp, now_ms: int) -> ScriptCall:
+    def _adjust_call(self, op: StoreOp, now_ms: int, epoch: int) -> ScriptCall:
         """adjust.lua: a quota restock, once per request_id."""
         assert op.request_id is not None and op.adjust is not None
         spec = op.limits[0]
         keys = [
             counter_key(op.scope, spec.shape, op.key),
             adjust_record_key(op.scope, op.request_id, op.key),
+            SHARD_EPOCH_KEY,
         ]
         ttl = op.record_ttl_ms or self.default_record_ttl_ms
         args: list[int | str | bytes] = [
@@ -228,6 +253,7 @@ class ScriptCalls:
             ttl,
             *limit_args(spec, 0, now_ms, op.quota_ttl_ms),
             *op.adjust,
+            epoch,
         ]
         return self._script("adjust.lua", op), keys, args
 

@@ -1,5 +1,10 @@
 """A node's topology: adopted from routers, kept in its own Redis across restarts, and
-never taken from a router of another cluster."""
+never taken from a router of another cluster.
+
+A shard may be served by several endpoints (node processes on one Redis). Adopting a
+topology raises the shard's epoch fence (SHARD_EPOCH_KEY) with the kept topology, in one
+script: counter scripts placed by an older epoch then refuse to run, whichever endpoint
+sends them, and an endpoint they refuse adopts the topology the shard keeps (catch_up)."""
 
 from __future__ import annotations
 
@@ -13,9 +18,10 @@ import orjson
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from cluster.model.keys import DECISION_FENCE_KEY, TOPOLOGY_KEY
+from cluster.model.keys import DECISION_FENCE_KEY, SHARD_EPOCH_KEY, TOPOLOGY_KEY
 from cluster.model.topology import Topology
 from node.errors import PeerError
+from node.store.scripts import read_lua
 from node.topology.current import CurrentTopology
 from node.topology.epoch_gate import EpochGate
 
@@ -39,6 +45,7 @@ class KeptTopology:
         self.gate = gate
         self.lock = asyncio.Lock()  # one install at a time
         self.loaded = False  # the kept topology was read (it is read once)
+        self.keep_script = client.register_script(read_lua("keep_topology.lua"))
 
     async def load_persisted(self) -> None:
         """Take the topology this node's Redis kept, once (at start, or at the first push
@@ -54,13 +61,21 @@ class KeptTopology:
         current = self.current
         if raw is None or current.topology is not None:
             return
-        try:
-            current.adopt(Topology.from_dict(orjson.loads(raw)))
-        except (ValueError, TypeError, KeyError, orjson.JSONDecodeError) as exc:
-            log.error("the kept topology in %s is unreadable, ignored: %s", TOPOLOGY_KEY, exc)
+        kept = _readable(raw)
+        if kept is None:
             return
-        cluster_id = current.topology.cluster_id if current.topology else None
-        log.info("topology epoch %d of cluster %s restored", current.epoch, cluster_id)
+        current.adopt(kept)
+        log.info("topology epoch %d of cluster %s restored", kept.epoch, kept.cluster_id)
+
+    async def catch_up(self) -> None:
+        """Another endpoint of the shard adopted a newer topology (a script refused work
+        of this one's epoch): adopt the one the shard keeps, as a push would be. Raises
+        RedisError or OSError."""
+        kept = _readable(await self.client.get(TOPOLOGY_KEY))
+        if kept is not None and kept.epoch > self.current.epoch:
+            refused = await self.install(kept)
+            if refused is None:
+                log.info("topology epoch %d adopted from the shard's Redis", kept.epoch)
 
     def refusal(self, topology: Topology) -> Refused | None:
         current = self.current.topology
@@ -88,19 +103,40 @@ class KeptTopology:
                 or topology.epoch > current.epoch
                 or (current.cluster_id is None and topology.cluster_id is not None)
             ):
-                self.current.adopt(topology)
-                await self._persist(topology)
-                node_id = self.current.node_id
-                if topology.node(node_id) is not None and node_id not in topology.successors:
-                    await self._unfence()  # a member again (re-added under its old id)
+                newer = await self._keep(topology)
+                if newer is not None:
+                    # Another endpoint of the shard is ahead: take what it took instead.
+                    if self.refusal(newer) is None:
+                        await self._adopt(newer)
+                    return Refused("stale-epoch", f"the shard has epoch {newer.epoch}")
+                await self._adopt(topology)
         await self.gate.drained(topology.epoch)
         return None
 
-    async def _persist(self, topology: Topology) -> None:
+    async def _adopt(self, topology: Topology) -> None:
+        self.current.adopt(topology)
+        node_id = self.current.node_id
+        if topology.node(node_id) is not None and node_id not in topology.successors:
+            await self._unfence()  # a member again (re-added under its old id)
+
+    async def _keep(self, topology: Topology) -> Topology | None:
+        """Keep the topology in the shard's Redis and raise its epoch fence; the topology
+        the shard keeps instead when an endpoint of it adopted a newer one."""
         try:
-            await self.client.set(TOPOLOGY_KEY, orjson.dumps(topology.to_dict()))
+            reply = await self.keep_script(
+                keys=[TOPOLOGY_KEY, SHARD_EPOCH_KEY],
+                args=[topology.epoch, orjson.dumps(topology.to_dict())],
+            )
         except (RedisError, OSError) as exc:
             log.warning("topology epoch %d adopted but not kept in Redis: %s", topology.epoch, exc)
+            return None
+        if reply[0] == 1:
+            return None
+        newer = _readable(reply[2]) if len(reply) > 2 else None
+        if newer is None or newer.epoch <= topology.epoch:
+            log.error("the shard is at epoch %d but keeps no readable topology", reply[1])
+            return None
+        return newer
 
     @contextlib.asynccontextmanager
     async def moves_of_epoch(self, epoch: int) -> AsyncIterator[None]:
@@ -118,3 +154,14 @@ class KeptTopology:
             await self.client.delete(DECISION_FENCE_KEY)
         except (RedisError, OSError) as exc:
             log.warning("could not lift the decisions fence: %s", exc)
+
+
+def _readable(raw: bytes | str | None) -> Topology | None:
+    """A kept topology, or None (nothing kept, or unreadable: logged)."""
+    if raw is None:
+        return None
+    try:
+        return Topology.from_dict(orjson.loads(raw))
+    except (ValueError, TypeError, KeyError, orjson.JSONDecodeError) as exc:
+        log.error("the kept topology in %s is unreadable, ignored: %s", TOPOLOGY_KEY, exc)
+        return None

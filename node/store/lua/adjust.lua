@@ -6,6 +6,9 @@
 -- (-1 for "none"); status 1 applied, 2 the same adjustment was already applied (its
 -- first answer), 3 the request_id was used for another adjustment (or a check),
 -- 4 the quota is over (expires_at passed), nothing applied.
+-- Last KEY and ARGV: the shard's epoch fence (common.lua `fenced`, which answers instead).
+local moved_on = fenced()
+if moved_on then return moved_on end
 local offset = tonumber(ARGV[1])
 local record_ttl = tonumber(ARGV[2])
 local code = tonumber(ARGV[3])

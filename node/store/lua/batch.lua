@@ -3,17 +3,20 @@
 -- script as a whole is atomic too. TIME is read once for the batch.
 -- KEYS: per check, its counter key per limit, then (when it has a record) its
 --       idempotency record key, then (when it holds) the node's holds set.
+--       Last, the shard's epoch fence (common.lua `fenced`).
 -- ARGV: offset_us, deadline_ms (real Unix ms; 0 = none), then the checks packed
 --       with msgpack: a list of {nkeys, cost, dry_run (0/1), record_ttl_ms,
 --       hold_ms, hold_entry or "", fingerprint or "", n, then per limit its
 --       algorithm code, amount (minor units), p1..p6}: one flat list per check, as
---       unpacking nested lists costs Redis more than reading the values.
+--       unpacking nested lists costs Redis more than reading the values. Last, the
+--       topology epoch the node placed the ops by.
 -- A check of one limit without a record goes to its algorithm's `alone` when it has
 -- one (the same reply, built without the tables below).
 -- A renewal or release of a lease (concurrency.lua's `held`) is an entry of its own,
 -- {-1, code, action, member, ttl_ms, keep_ms} with one key, run whatever the deadline
 -- (it consumes nothing); its reply is `held`'s {status, now_ms, ttl_ms}.
--- Returns one reply per check, in order:
+-- Returns `fenced`'s reply, applying nothing, when an endpoint of the shard adopted a
+-- newer topology; else one reply per check, in order:
 --   {allowed, replayed, n, then per limit: ok, limit, remaining, reset_after_ms,
 --    retry_after_ms, delay_ms, max_amount, amount_remaining} with -1 for "none",
 --   followed, when the check consumed, by its undo entries packed with cmsgpack
@@ -23,6 +26,8 @@
 --   estimate of it was off: it re-measures and sends the check again);
 --   {-3} when the check's record was made for another request (its fingerprint
 --   differs): the request_id is reused, nothing is applied or replayed.
+local moved_on = fenced()
+if moved_on then return moved_on end
 local offset = tonumber(ARGV[1])
 local deadline = tonumber(ARGV[2])
 local checks = cmsgpack.unpack(ARGV[3])

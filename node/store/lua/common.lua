@@ -34,3 +34,14 @@ local function params(base)
   end
   return p
 end
+
+-- The shard's epoch fence: a counter script's last KEY is SHARD_EPOCH_KEY
+-- (cluster/model/keys.py), the newest topology epoch an endpoint of the shard adopted,
+-- and its last ARGV the epoch its caller placed the keys by. Once another endpoint
+-- adopted a newer topology the script must apply nothing: its reply is then this
+-- {-4, the shard's epoch} (node/store/replies.py FENCED), else nil.
+local function fenced()
+  local shard = redis.call('GET', KEYS[#KEYS])
+  if shard and tonumber(shard) > tonumber(ARGV[#ARGV]) then return { -4, tonumber(shard) } end
+  return nil
+end

@@ -6,6 +6,9 @@
 -- Returns {status, n, then per limit: count given back, amount given back};
 -- status 1 refunded, 0 no such decision, 2 already refunded, 3 consumed nothing,
 -- 4 not held (committed) and only_held was asked.
+-- Last KEY and ARGV: the shard's epoch fence (common.lua `fenced`, which answers instead).
+local moved_on = fenced()
+if moved_on then return moved_on end
 local offset = tonumber(ARGV[1])
 local n = tonumber(ARGV[2])
 local void = ARGV[3] == '1'

@@ -7,6 +7,9 @@
 -- ARGV: offset_us, n, has_record (0/1), then per limit 8 values (algorithm code, amount, p1..p6),
 --       then the undo entries batch.lua returned (cmsgpack).
 -- Returns the number of counters given back to.
+-- Last KEY and ARGV: the shard's epoch fence (common.lua `fenced`, which answers instead).
+local moved_on = fenced()
+if moved_on then return moved_on end
 local offset = tonumber(ARGV[1])
 local n = tonumber(ARGV[2])
 local undo = cmsgpack.unpack(ARGV[4 + n * 8])
