@@ -10,13 +10,16 @@ admin API (an inline check carries no `durability`).
    the same rule with `durability: primary` (fixed_window 10^9 per 1h). Twice `rounds`
    rounds of half `seconds` each alternate which rule goes first; the ratio replica ÷
    primary is the median over rounds of each round's back-to-back pair.
-2. Failover: while `bench.durability_load` (its own process, paced closed loop: 16
-   connections, at most 1,000 checks/s) checks 20 keys of one shard under a `replica`
-   and 20 under a `primary` quota rule (interleaved), the shard's current primary
-   (Sentinel's answer, mapped to its process by port) is SIGKILLed `--kills` times. Once
-   every Sentinel names the promoted replica, the killed process is started again (as a
-   supervisor would) and awaited until it is a replica with its link up and every
-   Sentinel counts it, so the next kill has a replica to promote. Per kill and rule: from
+2. Host loss: each shard spans 1 + replicas hosts, each running one of its Redis and one
+   of its node processes (endpoints). While `bench.durability_load` (its own process,
+   paced closed loop: 16 connections, at most 1,000 checks/s) checks 20 keys of one shard
+   under a `replica` and 20 under a `primary` quota rule (interleaved), the host of the
+   shard's current primary (Sentinel's answer, mapped to its process by port) is lost
+   `--kills` times: the primary and the endpoint beside it SIGKILLed together (when that
+   endpoint is the one the router sends to, the router moves to another). Once every
+   Sentinel names the promoted replica, both are started again (as a supervisor would)
+   and the Redis awaited until it is a replica with its link up and every Sentinel counts
+   it, so the next kill has a replica to promote. Per kill and rule: from
    the SIGKILL to the first normal (not degraded) answer to a check sent after it; the
    shard's figure is the earlier of the two (its first normal answer), and Sentinel's
    own log gives when it promoted (`promoted_after_s`). Two replicas by default: with
@@ -44,7 +47,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from statistics import mean, median
@@ -57,7 +60,7 @@ from bench.http import request
 from bench.progress import note
 from bench.wrk import LIMITS_JSON, batch_script, check_script, run_wrk
 from cluster.local.cluster import LocalCluster, scratch_cluster
-from cluster.local.procs import child_preexec
+from cluster.local.procs import ChildProcess, child_preexec
 from cluster.local.redis_proc import RedisProcess
 from cluster.local.sentinel_proc import DOWN_AFTER_MS, FAILOVER_TIMEOUT_MS, ask, sentinel_master
 
@@ -340,7 +343,10 @@ def one_kill(
     primary = _agreed_primary(local, shard)
     assert primary is not None
     victim = by_port[primary[1]]
+    beside = host_endpoint(local, shard, victim)
+    was_active = endpoint_active(local.router_url, shard, beside.url)
     victim.kill()
+    beside.process.kill()
     killed = time.monotonic()
     killed_wall = time.time()
     load.say(f"kill {killed!r}")
@@ -354,6 +360,7 @@ def one_kill(
     promoted = _agreed_primary(local, shard)
     assert local.replication is not None
     local.replication.respawn(shard, victim)  # as `shardlimit up` does: a replica now
+    beside.process.start(30)
     victim.wait_ready(10)
     restarted = time.monotonic()
     _poll(
@@ -372,6 +379,8 @@ def one_kill(
         "kill": number + 1,
         "killed_at_unix": round(killed_wall, 3),
         "killed_port": victim.port,
+        "killed_endpoint": beside.url,
+        "killed_endpoint_was_active": was_active,
         "promoted_port": None if promoted is None else promoted[1],
         "first_normal_s": {side: recovered.get(side) for side in SIDES},
         "seconds": min(seconds) if seconds else None,
@@ -379,12 +388,36 @@ def one_kill(
         "rejoined_as_replica_after_s": round(restarted - killed + rejoined, 3),
     }
     note(
-        f"durability: kill {number + 1}: :{victim.port} -> :{kill['promoted_port']}, "
+        f"durability: kill {number + 1}: :{victim.port} and {beside.url}"
+        f"{' (active)' if was_active else ''} -> :{kill['promoted_port']}, "
         f"first normal answer after {kill['first_normal_s']} s, the killed one "
         f"restarted after {kill['restarted_after_s']} s and a replica again after "
         f"{kill['rejoined_as_replica_after_s']} s"
     )
     return kill
+
+
+@dataclass
+class Endpoint:
+    url: str
+    process: ChildProcess
+
+
+def host_endpoint(local: LocalCluster, shard: str, redis: RedisProcess) -> Endpoint:
+    """The node process on the host of `redis`: host 0 runs the shard's first Redis and
+    first endpoint, host k its k-th replica and (k+1)-th endpoint."""
+    index = [spec.id for spec in local.members].index(shard)
+    assert local.replication is not None
+    hosts = [local.redis[index], *local.replication.shards[shard]]
+    host = next(i for i, process in enumerate(hosts) if process is redis)
+    return Endpoint(local.members[index].urls[host], local.endpoints[index][host])
+
+
+def endpoint_active(router: str, shard: str, url: str) -> bool:
+    """Whether the router sends `shard`'s checks to the endpoint at `url`."""
+    nodes = request(f"{router}/v1/cluster")["nodes"]
+    endpoints = next(n["endpoints"] for n in nodes if n["id"] == shard)
+    return any(e["url"] == url and e["active"] for e in endpoints)
 
 
 def read_held(router: str, rule: str, keys: list[str], within: float = 15.0) -> dict[str, int]:
@@ -529,13 +562,22 @@ def durability(
                 admin_token=ADMIN,
                 data_dir=root / "cluster",
                 replicas=replicas,
+                endpoints=1 + replicas,
                 log_level="WARNING",
             )
         )
-        note(f"durability: {nodes} nodes, {replicas} replica(s) each, 3 Sentinels")
+        note(
+            f"durability: {nodes} nodes, {replicas} replica(s) and {1 + replicas} endpoints "
+            "each, 3 Sentinels"
+        )
         put_rules(local.router_url)
         out: dict[str, Any] = {
-            "cluster": {"nodes": nodes, "replicas_per_node": replicas, "sentinels": 3},
+            "cluster": {
+                "nodes": nodes,
+                "replicas_per_node": replicas,
+                "endpoints_per_node": 1 + replicas,
+                "sentinels": 3,
+            },
             "rules": {
                 _rule(kind, d): {"limits": limits, "durability": d}
                 for kind, limits in (("thr", THROUGHPUT_LIMITS), ("fo", FAILOVER_LIMITS))

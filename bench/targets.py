@@ -154,8 +154,9 @@ TARGETS: dict[str, tuple[str, tuple[str, ...], str, float, str]] = {
         ("failover", "max_s"),
         "<=",
         3.0,
-        "SIGKILL of a shard's primary to the first normal answer for a key of that shard, "
-        "worst of 5 kills (the spec's bound with down-after-milliseconds 1000)",
+        "a host lost (SIGKILL of a shard's primary Redis and the node process beside it) "
+        "to the first normal answer for a key of that shard, worst of 5 kills (the spec's "
+        "bound with down-after-milliseconds 1000)",
     ),
     "durability_failover_replica_rule_max_s": (
         "durability",
