@@ -10,11 +10,15 @@ replicated shards are checked the same way: each node's redis+sentinel:// URL na
 own id as the master and the Sentinel pods as the Sentinels, the Sentinels monitor every
 node's shard (quorum 2) at its Redis StatefulSet's pod 0, each shard has a replica, and
 the start scripts are the ones compose/redis/ holds (tests/unit/test_compose_sentinel.py
-runs them).
+runs them). Each shard is served by at least two node processes (endpoints), the pods
+of its own node StatefulSet, which a required pod anti-affinity keeps on different hosts:
+every pod runs with the shard's --id and --redis, and every URL cluster.yaml lists for
+the shard resolves, through the headless Service, to one of those pods and its port.
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 import importlib
 import re
@@ -22,6 +26,7 @@ import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
@@ -83,25 +88,51 @@ def deployment() -> Doc:
     return one("Deployment", "shardlimit-router")
 
 
-def statefulset() -> Doc:
-    return one("StatefulSet", "shardlimit-node")
-
-
 def sentinels() -> Doc:
     return one("StatefulSet", "shardlimit-sentinel")
 
 
-def redis_statefulsets() -> dict[str, Doc]:
-    """The Redis StatefulSet of each shard, by the node id it serves (its label)."""
+def shard_statefulsets(component: str) -> dict[str, Doc]:
+    """The StatefulSet of each shard of a component, by the node id it serves (its label)."""
     found = [
         d
         for d in all_docs()
         if d["kind"] == "StatefulSet"
-        and d["metadata"]["labels"]["app.kubernetes.io/component"] == "redis"
+        and d["metadata"]["labels"]["app.kubernetes.io/component"] == component
     ]
     by_shard = {d["metadata"]["labels"]["shardlimit/shard"]: d for d in found}
-    assert len(by_shard) == len(found), "one Redis StatefulSet per shard"
+    assert len(by_shard) == len(found), f"one {component} StatefulSet per shard"
     return by_shard
+
+
+def redis_statefulsets() -> dict[str, Doc]:
+    """The Redis StatefulSet of each shard, by the node id it serves."""
+    return shard_statefulsets("redis")
+
+
+def node_statefulsets() -> dict[str, Doc]:
+    """The node StatefulSet of each shard (its pods are the shard's endpoints), by node id."""
+    return shard_statefulsets("node")
+
+
+def node_workloads() -> list[Doc]:
+    return list(node_statefulsets().values())
+
+
+def node_args(sts: Doc, pod: str) -> argparse.Namespace:
+    """The command line a node pod runs, parsed by the real `shardlimit` parser."""
+    return build_parser().parse_args(expanded_args(container(sts, "node"), pod))
+
+
+def pod_dns() -> dict[str, tuple[Doc, str]]:
+    """Every StatefulSet pod's stable DNS name: (its StatefulSet, the pod name)."""
+    names: dict[str, tuple[Doc, str]] = {}
+    for sts in statefulsets():
+        for pod in pod_names(sts):
+            host = pod_host(sts, pod)
+            assert host not in names, f"two pods named {host}"
+            names[host] = (sts, pod)
+    return names
 
 
 def statefulsets() -> list[Doc]:
@@ -400,9 +431,11 @@ def test_inventory_namespace_and_kustomization() -> None:
         ("Service", "shardlimit-redis"),
         ("Service", "shardlimit-router"),
         ("Service", "shardlimit-sentinel"),
-        ("StatefulSet", "shardlimit-node"),
+        ("StatefulSet", "shardlimit-node-0"),
         ("StatefulSet", "shardlimit-node-0-redis"),
+        ("StatefulSet", "shardlimit-node-1"),
         ("StatefulSet", "shardlimit-node-1-redis"),
+        ("StatefulSet", "shardlimit-node-2"),
         ("StatefulSet", "shardlimit-node-2-redis"),
         ("StatefulSet", "shardlimit-sentinel"),
     ]
@@ -429,13 +462,15 @@ def test_no_tls_settings_are_referenced() -> None:
 def test_shardlimit_containers_run_the_image_entrypoint() -> None:
     dockerfile = (ROOT / "compose" / "Dockerfile").read_text()
     assert re.search(r'^ENTRYPOINT \["shardlimit"\]$', dockerfile, re.MULTILINE)
-    for c in (container(deployment(), "router"), container(statefulset(), "node")):
+    nodes = node_workloads()
+    for c in (container(deployment(), "router"), *(container(n, "node") for n in nodes)):
         assert "command" not in c, "args go to the image's `shardlimit` entrypoint"
         assert c["image"] == f"shardlimit:{image_version()}"
     assert [c["name"] for c in pod_spec(deployment())["containers"]] == ["router"]
-    assert [c["name"] for c in pod_spec(statefulset())["containers"]] == ["node"]
-    # The node pod holds no data: its shard's counters are in the Redis StatefulSets.
-    assert "volumeClaimTemplates" not in statefulset()["spec"]
+    for sts in nodes:
+        assert [c["name"] for c in pod_spec(sts)["containers"]] == ["node"]
+        # A node pod holds no data: its shard's counters are in the Redis StatefulSets.
+        assert "volumeClaimTemplates" not in sts["spec"]
 
 
 def test_router_command_line_and_ports(tmp_path: Path) -> None:
@@ -455,30 +490,34 @@ def test_router_command_line_and_ports(tmp_path: Path) -> None:
     service = one("Service", "shardlimit-router")
     assert [named_port(router, p["targetPort"]) for p in service["spec"]["ports"]] == [port]
     assert selects(service["spec"]["selector"], pod_labels(deployment()))
-    assert not selects(service["spec"]["selector"], pod_labels(statefulset()))
+    for sts in node_workloads():
+        assert not selects(service["spec"]["selector"], pod_labels(sts))
 
 
 def test_node_command_line_ports_and_redis() -> None:
-    sts = statefulset()
-    node = container(sts, "node")
-    args = build_parser().parse_args(expanded_args(node, "shardlimit-node-1"))
-    assert (args.command, args.service) == ("serve", "node")
-    assert args.id == "shardlimit-node-1"  # the pod name: stable, as in cluster.yaml
-    assert (args.host, args.port) == ("0.0.0.0", 7001)
-    assert not args.test_clock and args.cluster_token_file is None
-    assert [(p["name"], p["containerPort"]) for p in node["ports"]] == [("http", args.port)]
-    probe_ports = {named_port(node, node[p]["httpGet"]["port"]) for p in PROBES}
-    assert probe_ports == {args.port}
     service = one("Service", "shardlimit-nodes")
-    assert [named_port(node, p["targetPort"]) for p in service["spec"]["ports"]] == [args.port]
-    assert [p["port"] for p in service["spec"]["ports"]] == [args.port]
-
-    # The node's Redis is its shard's primary, found through the Sentinels.
-    assert parse_sentinel_url(args.redis).master == args.id
+    for shard, sts in node_statefulsets().items():
+        node = container(sts, "node")
+        for pod in pod_names(sts):
+            args = node_args(sts, pod)
+            assert (args.command, args.service) == ("serve", "node")
+            # Every endpoint runs as the shard: the id the topology gives its keys to.
+            assert args.id == shard == sts["metadata"]["name"]
+            assert (args.host, args.port) == ("0.0.0.0", 7001)
+            assert not args.test_clock and args.cluster_token_file is None
+            assert [(p["name"], p["containerPort"]) for p in node["ports"]] == [("http", args.port)]
+            probe_ports = {named_port(node, node[p]["httpGet"]["port"]) for p in PROBES}
+            assert probe_ports == {args.port}
+            assert [named_port(node, p["targetPort"]) for p in service["spec"]["ports"]] == [
+                args.port
+            ]
+            assert [p["port"] for p in service["spec"]["ports"]] == [args.port]
+            # The node's Redis is its shard's primary, found through the Sentinels.
+            assert parse_sentinel_url(args.redis).master == args.id
 
 
 def test_each_node_finds_its_own_shard_through_the_sentinel_pods() -> None:
-    sts, sentinel_sts = statefulset(), sentinels()
+    sentinel_sts = sentinels()
     sentinel = container(sentinel_sts, "sentinel")
     sentinel_port = named_port(sentinel, "sentinel")
     conf_port = [int(d[1]) for d in sentinel_conf() if d[0] == "port"]
@@ -492,12 +531,49 @@ def test_each_node_finds_its_own_shard_through_the_sentinel_pods() -> None:
         (pod_host(sentinel_sts, pod), sentinel_port) for pod in pod_names(sentinel_sts)
     )
     assert len(expected) == 3
-    for pod in pod_names(sts):
-        args = build_parser().parse_args(expanded_args(container(sts, "node"), pod))
-        url = parse_sentinel_url(args.redis)
-        assert args.id == url.master == pod
-        assert url.sentinels == expected
-        assert (url.db, url.username, url.password) == (0, None, None)
+    shards = node_statefulsets()
+    assert sorted(shards) == sorted(redis_statefulsets())
+    for shard, sts in shards.items():
+        for pod in pod_names(sts):
+            args = node_args(sts, pod)
+            url = parse_sentinel_url(args.redis)
+            assert args.id == url.master == shard
+            assert url.sentinels == expected
+            assert (url.db, url.username, url.password) == (0, None, None)
+
+
+def test_each_shard_has_two_endpoints_on_different_hosts() -> None:
+    shards = node_statefulsets()
+    assert len(shards) == 3
+    others = [*redis_statefulsets().values(), sentinels(), deployment()]
+    for shard, sts in shards.items():
+        assert sts["metadata"]["name"] == shard
+        assert sts["spec"]["replicas"] >= 2, f"{shard}: one lost host must leave an endpoint"
+        assert sts["spec"]["serviceName"] == "shardlimit-nodes"
+        assert sts["spec"]["podManagementPolicy"] == "Parallel"
+        labels = pod_labels(sts)
+        assert labels["shardlimit/shard"] == shard
+        assert selects(sts["spec"]["selector"]["matchLabels"], labels)
+        for other in [*shards.values(), *others]:
+            if other is not sts:
+                assert not selects(sts["spec"]["selector"]["matchLabels"], pod_labels(other))
+        # Required, on the host: no two endpoints of the shard are ever placed together.
+        affinity = pod_spec(sts)["affinity"]
+        assert set(affinity) == {"podAntiAffinity"}
+        anti = affinity["podAntiAffinity"]
+        assert set(anti) == {"requiredDuringSchedulingIgnoredDuringExecution"}
+        terms = _list(anti["requiredDuringSchedulingIgnoredDuringExecution"])
+        assert len(terms) == 1
+        # No namespaces / namespaceSelector: the term applies in the pod's own namespace.
+        assert set(terms[0]) == {"topologyKey", "labelSelector"}
+        assert terms[0]["topologyKey"] == "kubernetes.io/hostname"
+        assert set(terms[0]["labelSelector"]) == {"matchLabels"}
+        repelled = terms[0]["labelSelector"]["matchLabels"]
+        assert selects(repelled, labels)
+        # Only its own shard's endpoints: 3 shards of 2 fit on 2 hosts.
+        for other in [*shards.values(), *others]:
+            if other is not sts:
+                assert not selects(repelled, pod_labels(other))
 
 
 def test_the_sentinels_watch_every_shard_with_quorum_2(tmp_path: Path) -> None:
@@ -630,12 +706,12 @@ def test_redis_data_is_on_the_volume_claim_template() -> None:
 def test_every_env_variable_is_read_by_the_code() -> None:
     read = env_names_read_by_code()
     assert {ADMIN_TOKEN_ENV, CLUSTER_TOKEN_ENV, LOG_LEVEL_ENV} <= read
-    expected = {
-        "router": (deployment(), {ADMIN_TOKEN_ENV, CLUSTER_TOKEN_ENV, LOG_LEVEL_ENV}, set()),
-        # POD_NAME only feeds `$(POD_NAME)` in the args (Kubernetes expands it): --id.
-        "node": (statefulset(), {CLUSTER_TOKEN_ENV, LOG_LEVEL_ENV}, {"POD_NAME"}),
-    }
-    for name, (workload, for_the_code, for_args) in expected.items():
+    expected: list[tuple[str, Doc, set[str], set[str]]] = [
+        ("router", deployment(), {ADMIN_TOKEN_ENV, CLUSTER_TOKEN_ENV, LOG_LEVEL_ENV}, set()),
+        # The shard's id is spelled in each node StatefulSet's args: nothing to expand.
+        *(("node", sts, {CLUSTER_TOKEN_ENV, LOG_LEVEL_ENV}, set()) for sts in node_workloads()),
+    ]
+    for name, workload, for_the_code, for_args in expected:
         c = container(workload, name)
         env = env_of(c)
         assert len(env) == len(c.get("env", [])), f"{name}: duplicate env names"
@@ -659,17 +735,21 @@ def test_tokens_come_from_the_secret() -> None:
     text = (K8S / "secret.yaml").read_text()
     assert "openssl rand -hex 32" in text
     wanted = {
-        ("router", ADMIN_TOKEN_ENV): "admin-token",
-        ("router", CLUSTER_TOKEN_ENV): "cluster-token",
-        ("node", CLUSTER_TOKEN_ENV): "cluster-token",
+        ("shardlimit-router", ADMIN_TOKEN_ENV): "admin-token",
+        ("shardlimit-router", CLUSTER_TOKEN_ENV): "cluster-token",
+        **{
+            (sts["metadata"]["name"], CLUSTER_TOKEN_ENV): "cluster-token"
+            for sts in node_workloads()
+        },
     }
     found: dict[tuple[str, str], str] = {}
-    for workload, name in ((deployment(), "router"), (statefulset(), "node")):
+    workloads = [(deployment(), "router"), *((sts, "node") for sts in node_workloads())]
+    for workload, name in workloads:
         for env_name, entry in env_of(container(workload, name)).items():
             ref = entry.get("valueFrom", {}).get("secretKeyRef")
             if ref is not None:
                 assert ref["name"] == "shardlimit-tokens"
-                found[(name, env_name)] = ref["key"]
+                found[(workload["metadata"]["name"], env_name)] = ref["key"]
     assert found == wanted
 
 
@@ -680,16 +760,17 @@ def test_probe_paths_are_registered_get_routes() -> None:
     router_routes = registered_routes(ROOT / "router" / "app.py")
     node_routes = registered_routes(ROOT / "node" / "app.py")
     router_probes = http_probe_paths(container(deployment(), "router"))
-    node_probes = http_probe_paths(container(statefulset(), "node"))
     # The router's /readyz is cluster-wide (503 while any node is down): not a pod signal.
     assert router_probes == {p: "/healthz" for p in PROBES}
-    assert node_probes == {
-        "startupProbe": wire.HEALTH_PATH,
-        "readinessProbe": wire.READY_PATH,
-        "livenessProbe": wire.HEALTH_PATH,
-    }
     assert {("GET", p) for p in router_probes.values()} <= router_routes
-    assert {("GET", p) for p in node_probes.values()} <= node_routes
+    for sts in node_workloads():
+        node_probes = http_probe_paths(container(sts, "node"))
+        assert node_probes == {
+            "startupProbe": wire.HEALTH_PATH,
+            "readinessProbe": wire.READY_PATH,
+            "livenessProbe": wire.HEALTH_PATH,
+        }
+        assert {("GET", p) for p in node_probes.values()} <= node_routes
     assert ("GET", "/readyz") in router_routes  # it exists, deliberately unused
     for sts, name in [
         *((s, "redis") for s in redis_statefulsets().values()),
@@ -703,24 +784,39 @@ def test_probe_paths_are_registered_get_routes() -> None:
 # ---------------------------------------------------------------- ConfigMap
 
 
-def test_cluster_yaml_loads_and_names_the_statefulset_pods(tmp_path: Path) -> None:
+def test_cluster_yaml_lists_every_endpoint_of_every_shard(tmp_path: Path) -> None:
     config = router_config(tmp_path)
-    sts = statefulset()
+    shards = node_statefulsets()
     service = one("Service", "shardlimit-nodes")
-    node_args = build_parser().parse_args(expanded_args(container(sts, "node"), "x"))
-    replicas = sts["spec"]["replicas"]
-    assert replicas == 3
-    assert sts["spec"]["serviceName"] == service["metadata"]["name"] == "shardlimit-nodes"
     assert service["spec"]["clusterIP"] == "None"
     assert service["spec"]["publishNotReadyAddresses"] is True
-    assert selects(service["spec"]["selector"], pod_labels(sts))
     assert not selects(service["spec"]["selector"], pod_labels(deployment()))
-    assert selects(sts["spec"]["selector"]["matchLabels"], pod_labels(sts))
-    pods = [f"{sts['metadata']['name']}-{i}" for i in range(replicas)]
-    domain = f"{service['metadata']['name']}.{NAMESPACE}.svc.cluster.local"
-    assert [(n.id, n.url, n.weight) for n in config.nodes] == [
-        (pod, f"http://{pod}.{domain}:{node_args.port}", 1) for pod in pods
-    ]
+    # Written with `urls`, the form that lists several endpoints.
+    raw = yaml.safe_load(config_data()["cluster.yaml"])["cluster"]["nodes"]
+    assert [set(n) for n in raw] == [{"id", "urls", "weight"}] * len(raw)
+    assert [n.id for n in config.nodes] == sorted(shards) == sorted(redis_statefulsets())
+    dns = pod_dns()
+    for node in config.nodes:
+        sts = shards[node.id]
+        assert sts["spec"]["serviceName"] == service["metadata"]["name"]
+        assert selects(service["spec"]["selector"], pod_labels(sts))
+        assert node.weight == 1
+        # Every endpoint of the shard is listed, pod 0 first, and nothing else.
+        assert len(node.urls) == len(pod_names(sts)) >= 2
+        for url, pod in zip(node.urls, pod_names(sts), strict=True):
+            parts = urlsplit(url)
+            assert parts.scheme == "http" and parts.path == "" and not parts.query, url
+            assert parts.hostname is not None and parts.hostname in dns, f"{url}: no such pod"
+            owner, resolved = dns[parts.hostname]
+            assert owner["metadata"]["name"] == node.id and resolved == pod, (
+                f"{url}: a pod of {owner['metadata']['name']}"
+            )
+            args = node_args(sts, pod)
+            assert args.id == node.id and parse_sentinel_url(args.redis).master == node.id
+            # The Service port the URL names reaches the port the node binds.
+            node_port = [p for p in service["spec"]["ports"] if p["port"] == parts.port]
+            assert len(node_port) == 1, url
+            assert named_port(container(sts, "node"), node_port[0]["targetPort"]) == args.port
     assert config.partitioner == "ring"
     assert config.rules_file == Path("/config/rules.yaml")
     assert config.data_dir == Path("/data/router")
@@ -781,7 +877,8 @@ def test_router_scaling_and_resources() -> None:
 
 def test_disruption_budgets_cover_every_workload() -> None:
     workloads = {
-        "shardlimit-node": [statefulset()],
+        # One budget over every shard's node pods: a drain never takes both of a shard.
+        "shardlimit-node": node_workloads(),
         "shardlimit-router": [deployment()],
         "shardlimit-sentinel": [sentinels()],
         # One budget over every shard's Redis pods: a drain never takes both of a shard.
