@@ -242,6 +242,7 @@ async def stats(request: web.Request, state: NodeState, body: Any) -> web.Respon
             "redis": address,
             "replication": replication,
             "live": state.liveness.port,
+            "singleton": state.sweeper_lease.held,  # this endpoint sweeps the shard's holds
             "expired_batches": state.expired_batches,
             "undone_checks": state.undone_checks,
             "rules_version": rules_version,

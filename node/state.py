@@ -4,11 +4,13 @@ metrics, and their start and close. The handlers are in node/app.py."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 import aiohttp
 from redis.exceptions import RedisError
 
+from cluster.model.keys import SWEEPER_LEASE_KEY
 from cluster.model.sentinel_url import is_sentinel_url, parse_sentinel_url
 from cluster.model.topology import Topology
 from node.config import NodeConfig
@@ -16,6 +18,7 @@ from node.health.liveness import LivenessResponder
 from node.health.metrics import NodeMetrics
 from node.holds.coordinator_records import CoordinatorRecords
 from node.holds.keeper import HoldKeeper
+from node.holds.singleton import SingletonLease
 from node.migration.migrator import Migrator
 from node.migration.peer_client import PeerClient
 from node.store.connect import redis_client, sentinel_pool
@@ -101,6 +104,8 @@ class NodeState:
             self.records,
             self.kept.catch_up,
         )
+        # One endpoint of the shard sweeps its holds at a time.
+        self.sweeper_lease = SingletonLease(self.redis, SWEEPER_LEASE_KEY)
         self.lease_script = self.redis.register_script(read_lua("lease.lua"))
         self.rules_script = self.redis.register_script(read_lua("rules.lua"))
         self.sweeper: asyncio.Task[None] | None = None
@@ -150,12 +155,17 @@ class NodeState:
         except (RedisError, OSError):
             log.warning("redis not reachable at start-up; clock skew assumed 0")
         await self.kept.load_persisted()
-        self.sweeper = asyncio.get_running_loop().create_task(self.holds.run_forever())
+        self.sweeper = asyncio.get_running_loop().create_task(
+            self.sweeper_lease.run(self.holds.run_forever)
+        )
         self.liveness.start()
 
     async def close(self) -> None:
         if self.sweeper is not None:
             self.sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.sweeper
+            await self.sweeper_lease.release()
         if self.primary_watch is not None:
             await self.primary_watch.close()
         await self.replicas.close()

@@ -12,7 +12,8 @@ Node-local keys (never migrated; they start with "sl|", outside DATA_KEYS_PATTER
 Holds:    sl|holds                          all-or-nothing holds, for the sweeper
 Decision: sl|d|<batch id>                   an all-or-nothing batch's commit/abort
 Pending:  sl|dp|<batch id>                  holds of a committed batch not yet settled
-Lease:    sl|lease|<name>                   topology or rules change lease
+Lease:    sl|lease|<name>                   topology or rules change lease; the shard's
+                                           sweeper lease (one endpoint sweeps its holds)
 Marker:   sl|i|<migration id>|<redis key>   a key already imported by a migration
 Rules:    sl|rules                          the cluster's rules: version, document
 Topology: sl|topology                       the node's last topology (JSON), its cluster id
@@ -59,6 +60,8 @@ TOPOLOGY_KEY = "sl|topology"  # the node's topology (JSON), kept across restarts
 # The newest topology epoch any endpoint of the shard adopted (an integer), raised with
 # TOPOLOGY_KEY; counter scripts placed by an older epoch refuse to run against it.
 SHARD_EPOCH_KEY = "sl|epoch"
+# Held by the one endpoint of a shard that sweeps its holds (node/holds/singleton.py).
+SWEEPER_LEASE_KEY = "sl|lease|sweeper"
 DECISION_FENCE_KEY = "sl|d-fence"  # set once a leaving coordinator handed its records over
 # Leases of concurrency limits that expired unrenewed, pruned here (a count, for metrics;
 # node/store/lua/concurrency.lua spells it too).
@@ -68,6 +71,7 @@ NODE_SINGLETONS = (
     RULES_KEY,
     TOPOLOGY_KEY,
     SHARD_EPOCH_KEY,
+    SWEEPER_LEASE_KEY,
     DECISION_FENCE_KEY,
     LEASES_EXPIRED_KEY,
 )
