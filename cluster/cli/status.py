@@ -78,12 +78,14 @@ def redis_cell(redis: dict[str, Any] | None) -> str:
 
 
 def endpoints_cell(endpoints: list[dict[str, Any]] | None) -> str | None:
-    """A shard of several endpoints: each URL with its state, `*` on the one this router
-    sends to (None for a shard of one endpoint: its url says it all)."""
+    """A shard of several endpoints: one URL a line, `*` before the one this router sends
+    to, `(down)` after one marked down (None for a shard of one endpoint: its url says
+    it all)."""
     if not endpoints or len(endpoints) < 2:
         return None
     return "\n".join(
-        f"{'*' if endpoint.get('active') else ' '} {endpoint.get('url')} {endpoint.get('state')}"
+        f"{'*' if endpoint.get('active') else ' '} {endpoint.get('url')}"
+        + (" (down)" if endpoint.get("state") == "down" else "")
         for endpoint in endpoints
     )
 
