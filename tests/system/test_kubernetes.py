@@ -8,7 +8,7 @@ the one the command line binds, every HTTP probe path is a registered route, and
 ConfigMap's cluster.yaml and rules.yaml load with the project's own loaders. The
 replicated shards are checked the same way: each node's redis+sentinel:// URL names its
 own id as the master and the Sentinel pods as the Sentinels, the Sentinels monitor every
-node's shard (quorum 2) at its Redis StatefulSet's pod 0, each shard has a replica, and
+node's shard (quorum 2) at its Redis StatefulSet's pod 0, each shard has two replicas, and
 the start scripts are the ones compose/redis/ holds (tests/unit/test_compose_sentinel.py
 runs them). Each shard is served by at least two node processes (endpoints), the pods
 of its own node StatefulSet, which a required pod anti-affinity keeps on different hosts:
@@ -631,7 +631,7 @@ def test_the_sentinel_config_is_written_where_the_sentinel_reads_it() -> None:
     assert {c["image"] for c in (sentinel, init[0])} == {"redis:7.2-alpine"}
 
 
-def test_each_shard_has_a_primary_and_a_replica() -> None:
+def test_each_shard_has_a_primary_and_two_replicas() -> None:
     sentinel_sts = sentinels()
     sentinel_addresses = [
         f"{pod_host(sentinel_sts, p)}:{named_port(container(sentinel_sts, 'sentinel'), 'sentinel')}"
@@ -639,7 +639,9 @@ def test_each_shard_has_a_primary_and_a_replica() -> None:
     ]
     for node_id, sts in redis_statefulsets().items():
         assert sts["metadata"]["name"] == f"{node_id}-redis"
-        assert sts["spec"]["replicas"] >= 2  # a primary and at least one replica
+        # A primary and two replicas: one host lost, the promoted replica still has a
+        # replica to acknowledge `durability: replica` checks.
+        assert sts["spec"]["replicas"] >= 3
         assert sts["spec"]["podManagementPolicy"] == "Parallel"
         assert sts["spec"]["serviceName"] == "shardlimit-redis"
         assert selects(sts["spec"]["selector"]["matchLabels"], pod_labels(sts))
