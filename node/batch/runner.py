@@ -327,5 +327,5 @@ async def _pull(state: NodeState, ownership: Ownership, imports: dict[str, list[
         spec = ownership.node_spec(source)
         if spec is None:
             raise PeerError(f"previous owner {source} unknown")
-        pulled = await state.migrator.pull(ownership, spec.url, sorted(set(keys)))
+        pulled = await state.migrator.pull(ownership, spec.urls, sorted(set(keys)))
         state.metrics.keys_pulled.inc(pulled)

@@ -41,7 +41,12 @@ class CoordinatorRecords:
         self.peers = peers
 
     async def hand_over(self, heir: str, heir_url: str) -> int:
-        """Fence this node's decisions, then copy every record to `heir`; how many."""
+        """Fence this node's decisions, then copy every record to `heir` (at `heir_url`,
+        else its other endpoints); how many."""
+        ownership = self.current.ownership
+        spec = ownership.node_spec(heir) if ownership is not None else None
+        others = spec.urls if spec is not None else ()
+        heir_endpoints = (heir_url, *(url for url in others if url != heir_url))
         client = self.store.client
         await client.set(DECISION_FENCE_KEY, heir)
         handed = 0
@@ -53,7 +58,10 @@ class CoordinatorRecords:
                 entries = await self._dump(names[start : start + CHUNK])
                 if entries:
                     await self.peers.post(
-                        heir_url + wire.DECISIONS_ADOPT_PATH, {"entries": entries}, timeout_s=30.0
+                        heir_endpoints,
+                        wire.DECISIONS_ADOPT_PATH,
+                        {"entries": entries},
+                        timeout_s=30.0,
                     )
                 handed += len(entries)
         return handed
@@ -110,7 +118,7 @@ class CoordinatorRecords:
             return "abort"
         try:
             body = await self.peers.post(
-                spec.url + wire.DECISION_PATH, {"batch": batch, "decision": "abort"}, timeout_s=1.0
+                spec.urls, wire.DECISION_PATH, {"batch": batch, "decision": "abort"}, timeout_s=1.0
             )
         except PeerError:
             return None

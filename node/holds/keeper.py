@@ -109,7 +109,7 @@ class HoldKeeper:
                 spec = ownership.node_spec(source)
                 if spec is None:
                     raise PeerError(f"previous owner {source} unknown")
-                await self.migrator.pull(ownership, spec.url, list(entry["k"]))
+                await self.migrator.pull(ownership, spec.urls, list(entry["k"]))
             store = self.store
             if decision == "commit":
                 await store.commit_hold(record, epoch)
@@ -132,7 +132,7 @@ class HoldKeeper:
             return False
         try:
             body = await self.peers.post(
-                spec.url + wire.HOLDS_SETTLE_PATH, {"holds": [[entry, decision]]}, timeout_s=5.0
+                spec.urls, wire.HOLDS_SETTLE_PATH, {"holds": [[entry, decision]]}, timeout_s=5.0
             )
         except PeerError as exc:
             log.warning("hold of %s: its owner %s cannot settle it now: %s", limit_key, owner, exc)
@@ -153,7 +153,7 @@ class HoldKeeper:
             return True  # the coordinator left long ago: nobody keeps its record
         try:
             await self.peers.post(
-                spec.url + wire.DECISION_PATH, {"batch": batch, "settled": [hold]}, timeout_s=1.0
+                spec.urls, wire.DECISION_PATH, {"batch": batch, "settled": [hold]}, timeout_s=1.0
             )
         except PeerError:
             return False
@@ -234,7 +234,7 @@ class HoldKeeper:
             if spec is None:
                 continue
             await self.peers.post(
-                spec.url + wire.HOLDS_ADOPT_PATH, {"holds": [list(e) for e in entries]}
+                spec.urls, wire.HOLDS_ADOPT_PATH, {"holds": [list(e) for e in entries]}
             )
             await client.zrem(HOLDS_KEY, *[member for member, _ in entries])
             given += len(entries)

@@ -14,7 +14,7 @@ from cluster import wire
 from node.errors import PeerError
 from node.migration.copy_step import MIGRATE_CHUNK
 from node.migration.durable import target_gone
-from node.migration.peer_client import PeerClient
+from node.migration.peer_client import Endpoints, PeerClient
 
 __all__ = ["LANDED_GROUP", "DirectMover"]
 
@@ -33,7 +33,7 @@ class DirectMover:
         # Direct connections to target Redis (the MIGRATE address), for _drop_if_there.
         self._target_clients: dict[tuple[str, int, int], aioredis.Redis] = {}
 
-    async def move(self, target_url: str, keys: list[str]) -> list[str]:
+    async def move(self, target: Endpoints, keys: list[str]) -> list[str]:
         """Redis-to-Redis MIGRATE (TTL kept, never REPLACE), MIGRATE_CHUNK keys a call;
         returns the keys still here (for the import endpoint).
 
@@ -47,20 +47,20 @@ class DirectMover:
         address, and the keys go through the target node's import endpoint, which
         writes to its current primary, or fails the step while it has none.
         """
-        address = await self.peers.redis_address(target_url)
+        address = await self.peers.redis_address(target)
         if address is None:
             return keys
-        durable = self.peers.replicated.get(target_url, True)  # unknown: as if it had
+        durable = self.peers.replicated.get(target, True)  # unknown: as if it had
         left: list[str] = []
         for start in range(0, len(keys), MIGRATE_CHUNK):
             chunk = keys[start : start + MIGRATE_CHUNK]
             done = await self._migrate(address, chunk, copy=durable)
             if done is None:
-                await self._forget(target_url, address)
+                await self._forget(target, address)
                 return left + await self._still_here(keys if durable else keys[start:])
             if not done and not durable:
                 left += await self._drop_if_there(address, await self._still_here(chunk))
-        return await self._drop_landed(target_url, address, keys) if durable else left
+        return await self._drop_landed(target, address, keys) if durable else left
 
     async def _migrate(
         self, address: tuple[str, int, int], keys: list[str], copy: bool
@@ -87,28 +87,28 @@ class DirectMover:
         return [key for key, here in zip(keys, present, strict=True) if here]
 
     async def _drop_landed(
-        self, target_url: str, address: tuple[str, int, int], keys: list[str]
+        self, target: Endpoints, address: tuple[str, int, int], keys: list[str]
     ) -> list[str]:
         """After MIGRATE COPY: drop here the keys the target's primary holds, answered
         once a replica of it holds them too; returns the others (to be imported). A
         target of an older version (no such endpoint) has no replica barrier: its Redis
         is asked directly, as for a target without replicas."""
         try:
-            answer = await self.peers.post(target_url + wire.LANDED_PATH, {"keys": keys})
+            answer = await self.peers.post(target, wire.LANDED_PATH, {"keys": keys})
         except PeerError as exc:
             if exc.status != 404:
                 raise
-            self.peers.replicated[target_url] = False
+            self.peers.replicated[target] = False
             return await self._drop_if_there(address, keys)
-        self.peers.replicated[target_url] = bool(answer.get("replicated", True))
+        self.peers.replicated[target] = bool(answer.get("replicated", True))
         missing = set(answer.get("missing", keys))
         drop = [key for key in keys if key not in missing]
         if drop:
             await self.client.delete(*drop)
         return [key for key in keys if key in missing]
 
-    async def _forget(self, target_url: str, address: tuple[str, int, int]) -> None:
-        self.peers.forget_redis(target_url)
+    async def _forget(self, target: Endpoints, address: tuple[str, int, int]) -> None:
+        self.peers.forget_redis(target)
         client = self._target_clients.pop(address, None)
         if client is not None:
             await client.aclose()

@@ -19,7 +19,7 @@ from node.errors import PeerError
 from node.migration.copy_step import MIGRATE_CHUNK, Budget, Finder, copy_step
 from node.migration.direct import LANDED_GROUP, DirectMover
 from node.migration.durable import held
-from node.migration.peer_client import PeerClient
+from node.migration.peer_client import Endpoints, PeerClient
 from node.store.scripts import read_lua
 from node.topology.ownership import Ownership
 
@@ -143,7 +143,7 @@ class Migrator:
         found = await pipe.execute()
         return [key for key, present in zip(keys, found, strict=True) if not present]
 
-    async def pull(self, ownership: Ownership, source_url: str, keys: Sequence[str]) -> int:
+    async def pull(self, ownership: Ownership, source: Endpoints, keys: Sequence[str]) -> int:
         """Import `keys` from their previous owner unless already imported."""
         migration_id = ownership.migration_id
         assert migration_id is not None
@@ -152,7 +152,7 @@ class Migrator:
         if not missing:
             return 0
         payload = {"keys": missing, "topology": ownership.topology.to_dict()}
-        body = await self.peers.post(source_url + wire.EXPORT_PATH, payload, timeout_s=5.0)
+        body = await self.peers.post(source, wire.EXPORT_PATH, payload, timeout_s=5.0)
         entries = decode_entries(body["entries"])
         return await self.import_entries(migration_id, entries, replace=reverting)
 
@@ -205,9 +205,9 @@ class Migrator:
             if spec is None:
                 raise PeerError(f"target {target} is not in the topology")
             if ownership.reverts is not None:
-                return await self._send_dumps(spec.url, migration_id, keys)
-            left = await self.direct.move(spec.url, keys)
-            return await self._send_dumps(spec.url, migration_id, left) if left else 0
+                return await self._send_dumps(spec.urls, migration_id, keys)
+            left = await self.direct.move(spec.urls, keys)
+            return await self._send_dumps(spec.urls, migration_id, left) if left else 0
 
         async def move(target: str, keys: list[str]) -> int:
             if guard is None:
@@ -217,7 +217,7 @@ class Migrator:
 
         def chunk(target: str) -> int:
             spec = ownership.node_spec(target)
-            durable = spec is None or self.peers.replicated.get(spec.url, True)
+            durable = spec is None or self.peers.replicated.get(spec.urls, True)
             return LANDED_GROUP if durable and ownership.reverts is None else MIGRATE_CHUNK
 
         step = await copy_step(finder, move, cursor, count, budget or Budget(), chunk=chunk)
@@ -249,10 +249,11 @@ class Migrator:
     async def close(self) -> None:
         await self.direct.close()
 
-    async def _send_dumps(self, target_url: str, migration_id: str, keys: list[str]) -> int:
+    async def _send_dumps(self, target: Endpoints, migration_id: str, keys: list[str]) -> int:
         entries = await self.export(keys)
         answer = await self.peers.post(
-            target_url + wire.IMPORT_PATH,
+            target,
+            wire.IMPORT_PATH,
             {"migration": migration_id, "entries": encode_entries(entries)},
             timeout_s=30.0,
         )

@@ -1,5 +1,14 @@
 """Node-to-node control calls (HTTP, JSON, the cluster token): migrations, hold settles and
-hand-overs, and coordinators' decisions. Every failure becomes a PeerError."""
+hand-overs, and coordinators' decisions. Every failure becomes a PeerError.
+
+A peer is a shard, addressed by its endpoints (NodeSpec.urls: node processes on the
+shard's one Redis, any of which serves any call). A call tries them in order, starting
+with the one that answered last, and moves on past one it cannot reach (connection
+refused or reset, or no answer in time); an endpoint that answers, even with an error,
+is the shard's answer. Every call here is safe to send again (reads, or writes that act
+once: first-wins records, ZADD NX, imports marked per migration, settles of held
+decisions), so a call that timed out on one endpoint may go to the next.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +21,13 @@ import orjson
 from cluster import wire
 from node.errors import PeerError
 
-__all__ = ["PeerClient"]
+__all__ = ["Endpoints", "PeerClient"]
+
+Endpoints = tuple[str, ...]  # a shard's node URLs, its first endpoint first (NodeSpec.urls)
+
+
+class _Unreachable(Exception):
+    """This endpoint could not be reached: the call goes to the shard's next one."""
 
 
 class PeerClient:
@@ -20,21 +35,59 @@ class PeerClient:
         self, session_factory: Callable[[], aiohttp.ClientSession], cluster_token: str | None
     ) -> None:
         self._session_factory = session_factory  # the node's one session, made when needed
-        self._redis_addresses: dict[str, tuple[str, int, int]] = {}
-        # Per node URL: whether its shard has replicas, as its LANDED_PATH answer said
+        self._redis_addresses: dict[Endpoints, tuple[str, int, int]] = {}
+        # Per shard: whether it has replicas, as its LANDED_PATH answer said
         # (node/migration/durable.py); unknown until then. Forgotten with its address.
-        self.replicated: dict[str, bool] = {}
+        self.replicated: dict[Endpoints, bool] = {}
+        # Per shard of several endpoints: the one that answered last (tried first).
+        self._answering: dict[Endpoints, str] = {}
         self.headers = {"Content-Type": "application/json"}
         if cluster_token:
             self.headers["Authorization"] = f"Bearer {cluster_token}"
 
-    async def post(self, url: str, payload: Any, timeout_s: float = 10.0) -> Any:
-        """One node-to-node call with the cluster token; every failure becomes PeerError."""
+    async def post(
+        self, endpoints: Endpoints, path: str, payload: Any, timeout_s: float = 10.0
+    ) -> Any:
+        """POST `path` to the shard with the cluster token; its JSON answer. Raises
+        PeerError (with the HTTP status when an endpoint answered one)."""
+        return await self._call(endpoints, "POST", path, orjson.dumps(payload), timeout_s)
+
+    async def get(self, endpoints: Endpoints, path: str, timeout_s: float = 5.0) -> Any:
+        return await self._call(endpoints, "GET", path, None, timeout_s)
+
+    def order(self, endpoints: Endpoints) -> Endpoints:
+        """The shard's endpoints in the order a call tries them."""
+        first = self._answering.get(endpoints)
+        if first is None or first == endpoints[0]:
+            return endpoints
+        return (first, *(url for url in endpoints if url != first))
+
+    async def _call(
+        self, endpoints: Endpoints, method: str, path: str, data: bytes | None, timeout_s: float
+    ) -> Any:
+        if not endpoints:
+            raise PeerError("a peer without endpoints")
+        failures: list[str] = []
+        for url in self.order(endpoints):
+            try:
+                answer = await self._once(method, url + path, data, timeout_s)
+            except _Unreachable as exc:
+                failures.append(str(exc))
+                continue
+            if len(endpoints) > 1:
+                self._answering[endpoints] = url
+            return answer
+        raise PeerError("; ".join(failures))
+
+    async def _once(self, method: str, url: str, data: bytes | None, timeout_s: float) -> Any:
+        """One endpoint's answer. Raises _Unreachable, or PeerError for an answer that is
+        not a 200 with JSON."""
         session = self._session_factory()
         try:
-            async with session.post(
+            async with session.request(
+                method,
                 url,
-                data=orjson.dumps(payload),
+                data=data,
                 headers=self.headers,
                 timeout=aiohttp.ClientTimeout(total=timeout_s),
             ) as response:
@@ -44,31 +97,27 @@ class PeerClient:
                         f"{url} answered {response.status}: {body[:200]!r}", response.status
                     )
                 return orjson.loads(body)
-        except (aiohttp.ClientError, TimeoutError, OSError, orjson.JSONDecodeError) as exc:
+        except (aiohttp.ClientConnectionError, TimeoutError, OSError) as exc:
+            raise _Unreachable(f"{url}: {type(exc).__name__} {exc}") from exc
+        except (aiohttp.ClientError, orjson.JSONDecodeError) as exc:
             raise PeerError(f"{url}: {type(exc).__name__} {exc}") from exc
 
-    def forget_redis(self, node_url: str) -> None:
-        """A MIGRATE to the node's Redis address failed (a failover moved its primary, or
+    def forget_redis(self, endpoints: Endpoints) -> None:
+        """A MIGRATE to the shard's Redis address failed (a failover moved its primary, or
         it is down): the next redis_address() asks its stats again."""
-        self._redis_addresses.pop(node_url, None)
-        self.replicated.pop(node_url, None)
+        self._redis_addresses.pop(endpoints, None)
+        self.replicated.pop(endpoints, None)
 
-    async def redis_address(self, node_url: str) -> tuple[str, int, int] | None:
-        """(host, port, db) of a node's Redis primary as its stats say (kept per node
+    async def redis_address(self, endpoints: Endpoints) -> tuple[str, int, int] | None:
+        """(host, port, db) of a shard's Redis primary as its stats say (kept per shard
         until forget_redis()), or None when it cannot be learned now."""
-        address = self._redis_addresses.get(node_url)
+        address = self._redis_addresses.get(endpoints)
         if address is None:
-            session = self._session_factory()
             try:
-                async with session.get(
-                    node_url + wire.STATS_PATH,
-                    headers=self.headers,
-                    timeout=aiohttp.ClientTimeout(total=5),
-                ) as response:
-                    info = orjson.loads(await response.read())
+                info = await self.get(endpoints, wire.STATS_PATH)
                 redis_info = info.get("redis") or {}
                 address = (str(redis_info["host"]), int(redis_info["port"]), int(redis_info["db"]))
-            except (aiohttp.ClientError, TimeoutError, OSError, KeyError, ValueError, TypeError):
+            except (PeerError, AttributeError, KeyError, ValueError, TypeError):
                 return None
-            self._redis_addresses[node_url] = address
+            self._redis_addresses[endpoints] = address
         return address
