@@ -29,7 +29,7 @@ def test_compose_file_matches_the_compose_spec() -> None:
     shards = [f"redis{i}" for i in (1, 2, 3)]
     assert {
         "router",
-        *(f"node{i}" for i in (1, 2, 3)),
+        *(f"node{i}{endpoint}" for i in (1, 2, 3) for endpoint in ("", "-b")),
         *shards,
         *(f"{shard}-replica" for shard in shards),
         *(f"sentinel-{i}" for i in (1, 2, 3)),
@@ -38,7 +38,10 @@ def test_compose_file_matches_the_compose_spec() -> None:
 
 def test_compose_router_config_is_valid() -> None:
     config = load_config(ROOT / "compose" / "cluster.yaml")
-    assert [n.url for n in config.nodes] == [f"http://node{i}:700{i}" for i in (1, 2, 3)]
+    # Two endpoints per shard: nodeN and nodeN-b, the same node process on its own container.
+    assert [n.urls for n in config.nodes] == [
+        (f"http://node{i}:700{i}", f"http://node{i}-b:700{i}") for i in (1, 2, 3)
+    ]
 
 
 # -- the image's file ownership, from the Dockerfile (no Docker engine here) -------------

@@ -17,6 +17,7 @@ import stat
 import subprocess
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import jsonschema
 import pytest
@@ -72,7 +73,7 @@ def test_compose_file_matches_the_compose_spec_with_sentinels_and_replicas() -> 
     shards = [f"redis{i}{suffix}" for i in (1, 2, 3) for suffix in ("", "-replica")]
     assert set(doc["services"]) == {
         "router",
-        *(f"node{i}" for i in (1, 2, 3)),
+        *(f"node{i}{endpoint}" for i in (1, 2, 3) for endpoint in ("", "-b")),
         *shards,
         *(f"sentinel-{i}" for i in (1, 2, 3)),
     }
@@ -91,16 +92,41 @@ def test_each_node_finds_its_shard_through_the_three_sentinels() -> None:
     assert len(expected) == 3
     ids = node_ids()
     for i, node_id in enumerate(ids, start=1):
-        service = services()[f"node{i}"]
-        args = build_parser().parse_args(service["command"])
-        assert args.id == node_id
-        url = parse_sentinel_url(args.redis)
-        assert url.master == node_id
-        assert url.sentinels == expected
-        assert url.db == 0
-        assert service["depends_on"] == {
-            name: {"condition": "service_healthy"} for name in sentinel_services()
-        }
+        for endpoint in (f"node{i}", f"node{i}-b"):
+            service = services()[endpoint]
+            args = build_parser().parse_args(service["command"])
+            assert args.id == node_id
+            url = parse_sentinel_url(args.redis)
+            assert url.master == node_id
+            assert url.sentinels == expected
+            assert url.db == 0
+            assert service["depends_on"] == {
+                name: {"condition": "service_healthy"} for name in sentinel_services()
+            }
+
+
+def test_each_shard_has_two_endpoints_the_router_lists() -> None:
+    """Every URL cluster.yaml lists for a shard is a node service of this file, on the
+    port it binds, started with the shard's id and the shard's redis+sentinel:// URL; every
+    node service is listed, and each shard has two."""
+    nodes = load_config(COMPOSE / "cluster.yaml").nodes
+    listed: list[str] = []
+    for node in nodes:
+        assert len(node.urls) == 2
+        for url in node.urls:
+            parts = urlsplit(url)
+            assert parts.scheme == "http" and parts.path == "", url
+            assert parts.hostname in services(), f"{url}: no such service"
+            args = build_parser().parse_args(services()[parts.hostname]["command"])
+            assert (args.command, args.service) == ("serve", "node")
+            assert args.id == node.id == parse_sentinel_url(args.redis).master
+            assert (args.host, args.port) == ("0.0.0.0", parts.port)
+            listed.append(parts.hostname)
+    node_services = sorted(
+        name for name, s in services().items() if s.get("command", [])[:2] == ["serve", "node"]
+    )
+    assert sorted(listed) == node_services
+    assert services()["router"]["depends_on"] == listed
 
 
 def test_the_sentinels_watch_every_shard_with_quorum_2() -> None:
