@@ -112,3 +112,31 @@ async def test_an_endpoint_that_comes_back_serves_by_the_shards_epoch(
         assert await shard.push(a, 4) == (200, {"epoch": 4})
         await shard.endpoints[1].start_async()
         assert (await shard.stats(b))["epoch"] == 4
+
+
+async def test_a_refund_and_a_quota_restock_by_an_older_epoch_apply_nothing(
+    redis_servers: list[RedisProcess], tmp_path: Path
+) -> None:
+    async with shard_endpoints(redis_servers[0], tmp_path) as shard:
+        a, b = shard.urls
+        for url in (a, b):
+            assert await shard.push(url, 1) == (200, {"epoch": 1})
+        limits = [QUOTA.to_wire()]
+        recorded = wire.Op("check", "k", SCOPE, limits, [0], 2, "r1", record_ttl_ms=60_000)
+        first = await shard.batch(b, [recorded])
+        assert isinstance(first.results[0], wire.Checked) and first.results[0].allowed
+        assert await used(shard, "k") == b"2:0"
+
+        assert await shard.push(a, 2) == (200, {"epoch": 2})
+        before = await snapshot(shard)
+        refund = wire.Op("refund", "k", SCOPE, limits, [0], request_id="r1")
+        restock = wire.Op("adjust", "k", SCOPE, limits, [0], request_id="a1", adjust=[1, 3, 0, 0])
+        reply = await shard.batch(b, [refund, restock])
+        assert reply.results == [wire.Moved(2), wire.Moved(2)]
+        assert await snapshot(shard) == before
+        assert (await shard.stats(b))["epoch"] == 2
+
+        # By the shard's epoch, the refund gives back exactly what the check took.
+        again = await shard.batch(b, [refund])
+        assert again.results == [wire.Refunded(wire.RefundStatus.REFUNDED, [(2, 0)])]
+        assert await used(shard, "k") == b"0:0"

@@ -38,9 +38,8 @@ class Shard:
         self.http = aiohttp.ClientSession()
 
     def topology(self, epoch: int) -> Topology:
-        """The shard alone in a cluster: it owns every key. (Its first endpoint only: the
-        topology's partitioner reads one url per node so far.)"""
-        spec = NodeSpec(NODE_ID, self.urls[0])
+        """The shard alone in a cluster, with every endpoint listed: it owns every key."""
+        spec = NodeSpec(NODE_ID, self.urls[0], more_urls=tuple(self.urls[1:]))
         return Topology(epoch, RingPartitioner([spec]), cluster_id="c-endpoints")
 
     async def push(self, url: str, epoch: int) -> tuple[int, Any]:
