@@ -106,6 +106,7 @@ class ChaosCluster:
         appendfsync: str = "always",
         node_deadline: str = "1s",
         aon_hold: str = "10s",
+        endpoints: int = 1,
     ) -> ChaosCluster:
         settings = {
             "rules_file": str(_write_rules(root)),
@@ -118,6 +119,7 @@ class ChaosCluster:
             appendfsync=appendfsync,
             log_level="WARNING",
             router_settings=settings,
+            endpoints=endpoints,
         )
         local = LocalCluster(options, ADMIN_TOKEN, CLUSTER_TOKEN)
         local.start()  # blocks this loop for a moment: no load runs yet
@@ -573,9 +575,12 @@ async def run_router_kill(
     clients: int = 32,
     per_node: int = 2,
     answered_before_kill: int = 150,
+    victim: ChildProcess | None = None,
 ) -> AonRun:
     """Clients flood the router with all_or_nothing batches (distinct keys, spanning every
-    node); SIGKILL it mid-flow; let the nodes give uncommitted holds back; restart it."""
+    node); SIGKILL it mid-flow; let the nodes give uncommitted holds back; restart it.
+    With `victim` (a node process: a coordinator's endpoint), that one is SIGKILLed
+    instead, and the router keeps running."""
     nodes = [cluster.node_id(i) for i in range(len(cluster.nodes))]
     batches: dict[int, list[str]] = {}
     answered: dict[int, bool] = {}
@@ -624,7 +629,7 @@ async def run_router_kill(
     try:
         await until(lambda: len(answered) >= answered_before_kill, 120, "batches answered")
         killed.set()  # from here on, an unreachable router is the expected outcome
-        cluster.router.kill()
+        (victim or cluster.router).kill()
         killed_at = now()
         held = await _holds(cluster)
     finally:
@@ -638,7 +643,8 @@ async def run_router_kill(
 
     await until(no_holds, 60, "every hold given back")
     given_back_s = now() - killed_at
-    await cluster.start_router()
+    if victim is None:
+        await cluster.start_router()
     keys = [k for ks in batches.values() for k in ks]
     usage = {k: (await cluster.usage(k, WINDOW))[0] for k in keys}
     owners = {k: cluster.owner(k) for k in keys}

@@ -170,3 +170,32 @@ async def test_router_sigkilled_mid_all_or_nothing_batches_leaves_no_partial_bat
         f"({dict(Counter(outcomes[b] for b in in_flight))}), {len(run.caught_mid_flight())} "
         f"of them with holds at the kill; all holds given back after {run.given_back_s:.2f} s"
     )
+
+
+@pytest.mark.timeout(120)
+async def test_a_coordinators_endpoint_sigkilled_mid_all_or_nothing_batches_settles_all_or_nothing(
+    tmp_path: Path,
+) -> None:
+    """Each node has two endpoints; the one the router sends n1's checks to, and with them
+    the decisions of the batches n1 coordinates, is SIGKILLed mid-flow. Decisions go on
+    through n1's other endpoint, on the same records; holds left behind are settled by
+    them: no batch is half applied, and every batch answered allowed is committed."""
+    cluster = await ChaosCluster.start(tmp_path / "aon", aon_hold="1s", endpoints=2)
+    try:
+        run = await run_router_kill(cluster, victim=cluster.local.endpoints[0][0])
+    finally:
+        await cluster.close()
+    assert run.problems == []
+    assert len(run.answered) >= 150
+    outcomes = {b: run.outcome(b) for b in run.batches}
+    partial = [b for b, o in outcomes.items() if o == "partial"]
+    assert partial == [], [(b, b in run.answered, run.explain(b)) for b in partial]
+    admitted = [b for b, allowed in run.answered.items() if allowed]
+    assert all(outcomes[b] == "committed" for b in admitted)
+    coordinated = [b for b in run.batches if run.owners[run.batches[b][0]] == "n1"]
+    print(
+        f"{len(run.batches)} batches ({len(coordinated)} coordinated by n1), "
+        f"{dict(Counter(outcomes.values()))}; {run.holds_at_kill} holds of "
+        f"{len(run.held_at_kill)} batches pending at the kill, all settled "
+        f"{run.given_back_s:.2f} s after it"
+    )
