@@ -4,7 +4,6 @@ metrics, and their start and close. The handlers are in node/app.py."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 import aiohttp
@@ -163,8 +162,7 @@ class NodeState:
     async def close(self) -> None:
         if self.sweeper is not None:
             self.sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.sweeper
+            await asyncio.wait({self.sweeper}, timeout=5.0)
             await self.sweeper_lease.release()
         if self.primary_watch is not None:
             await self.primary_watch.close()

@@ -70,11 +70,13 @@ class SingletonLease:
     async def _renewed(self, within_s: float) -> bool:
         """Acquire (or renew, when held) the lease; False when not held, or not known to
         be within `within_s`."""
+        # asyncio.timeout, not wait_for: 3.11's wait_for may swallow a cancellation that
+        # comes as the reply does, and run() would then never end.
         try:
-            reply = await asyncio.wait_for(
-                self.script(keys=[self.key], args=["acquire", self.token, self.ttl_ms]),
-                within_s,
-            )
+            async with asyncio.timeout(within_s):
+                reply = await self.script(
+                    keys=[self.key], args=["acquire", self.token, self.ttl_ms]
+                )
         except (RedisError, OSError, TimeoutError) as exc:
             if self.held:
                 log.warning("the shard's %s lease could not be renewed: %s", self.key, exc)
