@@ -166,6 +166,8 @@ async def import_keys(
     request: web.Request, state: NodeState, body: wire.ImportKeys
 ) -> web.Response:
     migration = body.migration
+    if state.ownership is None or state.ownership.migration_id != migration:
+        await state.kept.catch_up()  # another endpoint of the shard may be ahead
     if state.ownership is None:
         return problem(400, "bad-import", "this node is in no migration")
     if state.ownership.migration_id != migration:
@@ -206,6 +208,8 @@ async def migrate_step(
     """One background-copy step on a source node (driven by the orchestrator)."""
     migration, cursor, count = body.migration, body.cursor, body.count
     rate, busy_pct = body.rate, body.busy_pct
+    if state.ownership is None or state.ownership.migration_id != migration:
+        await state.kept.catch_up()  # another endpoint of the shard may be ahead
     ownership = state.ownership
     if ownership is None or ownership.migration_id != migration:
         return problem(409, "wrong-migration", "this node is not in that migration")

@@ -140,3 +140,19 @@ async def test_a_refund_and_a_quota_restock_by_an_older_epoch_apply_nothing(
         again = await shard.batch(b, [refund])
         assert again.results == [wire.Refunded(wire.RefundStatus.REFUNDED, [(2, 0)])]
         assert await used(shard, "k") == b"0:0"
+
+
+async def test_a_migration_call_to_an_endpoint_behind_its_shard_is_served(
+    redis_servers: list[RedisProcess], tmp_path: Path
+) -> None:
+    async with shard_endpoints(redis_servers[0], tmp_path) as shard:
+        a, b = shard.urls
+        for url in (a, b):
+            assert await shard.push(url, 1) == (200, {"epoch": 1})
+        assert await shard.push(a, 2, migration="m1") == (200, {"epoch": 2})
+        assert (await shard.stats(b))["epoch"] == 1
+        imported = await shard.post(b, wire.IMPORT_PATH, {"migration": "m1", "entries": []})
+        assert imported == (200, {"restored": 0, "received": 0})
+        assert (await shard.stats(b))["epoch"] == 2
+        status, _ = await shard.post(b, wire.IMPORT_PATH, {"migration": "m0", "entries": []})
+        assert status == 409

@@ -37,15 +37,23 @@ class Shard:
         self.urls = urls
         self.http = aiohttp.ClientSession()
 
-    def topology(self, epoch: int) -> Topology:
-        """The shard alone in a cluster, with every endpoint listed: it owns every key."""
+    def topology(self, epoch: int, migration: str | None = None) -> Topology:
+        """The shard alone in a cluster, with every endpoint listed: it owns every key.
+        With `migration`, in a migration of that id (from the same layout)."""
         spec = NodeSpec(NODE_ID, self.urls[0], more_urls=tuple(self.urls[1:]))
-        return Topology(epoch, RingPartitioner([spec]), cluster_id="c-endpoints")
+        ring = RingPartitioner([spec])
+        moving = {"id": migration, "from": ring.to_dict()} if migration else None
+        return Topology(epoch, ring, moving, cluster_id="c-endpoints")
 
-    async def push(self, url: str, epoch: int) -> tuple[int, Any]:
+    async def push(self, url: str, epoch: int, migration: str | None = None) -> tuple[int, Any]:
+        topology = self.topology(epoch, migration)
         async with self.http.put(
-            url + wire.TOPOLOGY_PATH, json=self.topology(epoch).to_dict(), headers=HEADERS
+            url + wire.TOPOLOGY_PATH, json=topology.to_dict(), headers=HEADERS
         ) as resp:
+            return resp.status, await resp.json()
+
+    async def post(self, url: str, path: str, body: Any) -> tuple[int, Any]:
+        async with self.http.post(url + path, json=body, headers=HEADERS) as resp:
             return resp.status, await resp.json()
 
     async def stats(self, url: str) -> dict[str, Any]:
