@@ -282,9 +282,11 @@ def _spawn(
             outcome = exc
         finally:
             state.gate.leave(batch.epoch)
-        if batch.moved_on:
-            await _catch_up(state, batch)
-        answer(outcome)
+        try:
+            if batch.moved_on:
+                await _catch_up(state, batch)
+        finally:
+            answer(outcome)
 
     task = asyncio.get_running_loop().create_task(finish())
     _background.add(task)

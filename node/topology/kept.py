@@ -46,6 +46,7 @@ class KeptTopology:
         self.lock = asyncio.Lock()  # one install at a time
         self.loaded = False  # the kept topology was read (it is read once)
         self.keep_script = client.register_script(read_lua("keep_topology.lua"))
+        self._catching_up: asyncio.Task[None] | None = None
 
     async def load_persisted(self) -> None:
         """Take the topology this node's Redis kept, once (at start, or at the first push
@@ -69,8 +70,13 @@ class KeptTopology:
 
     async def catch_up(self) -> None:
         """Another endpoint of the shard adopted a newer topology (a script refused work
-        of this one's epoch): adopt the one the shard keeps, as a push would be. Raises
-        RedisError or OSError."""
+        of this one's epoch): adopt the one the shard keeps, as a push would be. The many
+        batches refused at once share one read. Raises RedisError or OSError."""
+        if self._catching_up is None or self._catching_up.done():
+            self._catching_up = asyncio.get_running_loop().create_task(self._adopt_kept())
+        await asyncio.shield(self._catching_up)
+
+    async def _adopt_kept(self) -> None:
         kept = _readable(await self.client.get(TOPOLOGY_KEY))
         if kept is not None and kept.epoch > self.current.epoch:
             refused = await self.install(kept)
