@@ -101,7 +101,7 @@ class NodeState:
             self.peers,
             self.gate,
             self.records,
-            self.kept.catch_up,
+            self.kept.follow_shard,
         )
         # One endpoint of the shard sweeps its holds at a time.
         self.sweeper_lease = SingletonLease(self.redis, SWEEPER_LEASE_KEY)

@@ -79,7 +79,8 @@ class HoldKeeper:
         self.peers = peers
         self.gate = gate
         self.records = records
-        # Adopts the topology the shard keeps, when a settle was refused for an older one.
+        # Adopts the topology the shard keeps when another endpoint of it is ahead: before
+        # a sweep settles anything, and when a settle was refused for an older one.
         self.catch_up = catch_up
         self.settled_here = 0  # holds settled on this node's Redis
         self.settled_elsewhere = 0  # holds settled on the node their key moved to
@@ -165,6 +166,8 @@ class HoldKeeper:
         seconds, micros = await client.time()
         now_ms = seconds * 1000 + micros // 1000
         due = await client.zrangebyscore(HOLDS_KEY, "-inf", now_ms, start=0, num=SWEEP_BATCH)
+        if due:
+            await self.catch_up()  # settle by where the shard's topology places each key
         settled = 0
         for raw in due:
             assert isinstance(raw, bytes | str)

@@ -76,6 +76,13 @@ class KeptTopology:
             self._catching_up = asyncio.get_running_loop().create_task(self._adopt_kept())
         await asyncio.shield(self._catching_up)
 
+    async def follow_shard(self) -> None:
+        """catch_up() if an endpoint of the shard adopted a newer topology than this
+        one's: one GET of the shard's epoch when none did. Raises RedisError or OSError."""
+        shard_epoch = await self.client.get(SHARD_EPOCH_KEY)
+        if shard_epoch is not None and int(shard_epoch) > self.current.epoch:
+            await self.catch_up()
+
     async def _adopt_kept(self) -> None:
         kept = _readable(await self.client.get(TOPOLOGY_KEY))
         if kept is not None and kept.epoch > self.current.epoch:
