@@ -51,6 +51,4 @@ class NodeSpec:
             raise ValueError(f"node {data.get('id')} lists an endpoint twice")
         if "url" in data and "urls" in data and data["url"] != urls[0]:
             raise ValueError("a node's url, when given with urls, must be its first")
-        return cls(
-            id=str(data["id"]), url=str(urls[0]), weight=weight, more_urls=tuple(urls[1:])
-        )
+        return cls(id=str(data["id"]), url=str(urls[0]), weight=weight, more_urls=tuple(urls[1:]))
