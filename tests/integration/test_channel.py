@@ -59,7 +59,7 @@ async def test_checks_share_one_long_lived_connection_per_node(cluster: Cluster)
         assert status == 200 and body["degraded"] is False
     channels = cluster.router.view.clients.values()
     used = [c for c in channels if c.requests > 0]
-    assert used and all(c.link.connects == 1 for c in used)
+    assert used and all(c.active.link.connects == 1 for c in used)
     assert sum(c.ops for c in channels) == 30
 
 

@@ -93,10 +93,10 @@ async def test_a_late_answer_the_router_gave_up_on_releases_its_lease(cluster: C
     assert rule is not None
     channel = cluster.router.view.clients[cluster.router.view.owner(key)]
     check = WireOp("check", key, "exports", list(rule.wire), [0], cost=1)
-    results, epoch = await channel.queue.exchange([check])
+    results, epoch = await channel.active.queue.exchange([check])
     assert isinstance(results[0], Checked) and results[0].undo is not None
     late = encode(BatchReply(epoch, channel.spec.id, 0, results))
-    channel.late_undo.late_answer([check], 200, late)
+    channel.active.late_undo.late_answer([check], 200, late)
 
     async def taken_back() -> bool:
         return channel.late_undos == 1

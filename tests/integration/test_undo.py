@@ -165,10 +165,10 @@ async def test_a_late_answer_the_router_gave_up_on_is_taken_back(cluster: Cluste
         record_ttl_ms=60_000,
     )
     # What the node answers to a batch it applied; here the router has given up on it.
-    results, epoch = await channel.queue.exchange([check])
+    results, epoch = await channel.active.queue.exchange([check])
     assert isinstance(results[0], Checked) and results[0].undo is not None
     late = encode(BatchReply(epoch, channel.spec.id, 0, results))
-    channel.late_undo.late_answer([check], 200, late)
+    channel.active.late_undo.late_answer([check], 200, late)
 
     async def taken_back() -> bool:
         return channel.late_undos == 1
