@@ -80,6 +80,10 @@ class SingletonLease:
         except (RedisError, OSError, TimeoutError) as exc:
             if self.held:
                 log.warning("the shard's %s lease could not be renewed: %s", self.key, exc)
+            else:
+                log.warning(
+                    "the shard's %s lease could not be taken, will retry: %s", self.key, exc
+                )
             return False
         return bool(reply == 1)
 

@@ -13,7 +13,7 @@ from cluster.local.cluster import node_process
 from cluster.local.ports import free_port
 from tests.conftest import eventually
 
-SWEEP = "hold sweep failed, will retry"
+SWEEP = "lease could not be taken, will retry"
 
 
 @pytest.mark.timeout(60)
@@ -42,5 +42,5 @@ async def test_a_node_with_its_redis_down_rate_limits_its_warnings(tmp_path: Pat
     assert "repeated" not in lines[0]
     held = [re.search(r"\(repeated (\d+) more times in \d+ s\)$", line) for line in lines[1:]]
     assert all(held), lines  # never the same warning twice in a row without a count
-    # The sweeper retries every 0.25 s: a 1 s window holds back about 3 of each 4.
+    # The sweeper's lease is tried every 1/3 s: a 1 s window holds back about 2 of each 3.
     assert all(int(match.group(1)) >= 2 for match in held if match), lines
