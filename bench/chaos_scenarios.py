@@ -576,11 +576,13 @@ async def run_router_kill(
     per_node: int = 2,
     answered_before_kill: int = 150,
     victim: ChildProcess | None = None,
+    rule: str = WINDOW,
 ) -> AonRun:
     """Clients flood the router with all_or_nothing batches (distinct keys, spanning every
     node); SIGKILL it mid-flow; let the nodes give uncommitted holds back; restart it.
     With `victim` (a node process: a coordinator's endpoint), that one is SIGKILLed
-    instead, and the router keeps running."""
+    instead, and the router keeps running. `rule`: the batches' rule (a fail-open one
+    admits a check its node could not decide, unconsumed: not a half-applied batch)."""
     nodes = [cluster.node_id(i) for i in range(len(cluster.nodes))]
     batches: dict[int, list[str]] = {}
     answered: dict[int, bool] = {}
@@ -608,7 +610,7 @@ async def run_router_kill(
             batches[batch] = batch_keys(batch)
             body = {
                 "all_or_nothing": True,
-                "checks": [{"key": k, "rule": WINDOW} for k in batches[batch]],
+                "checks": [{"key": k, "rule": rule} for k in batches[batch]],
             }
             try:
                 async with cluster.http.post(
@@ -646,7 +648,7 @@ async def run_router_kill(
     if victim is None:
         await cluster.start_router()
     keys = [k for ks in batches.values() for k in ks]
-    usage = {k: (await cluster.usage(k, WINDOW))[0] for k in keys}
+    usage = {k: (await cluster.usage(k, rule))[0] for k in keys}
     owners = {k: cluster.owner(k) for k in keys}
     return AonRun(
         batches,

@@ -4,10 +4,13 @@
         --keys sku:1,sku:2 --workers 8 --seconds 10
 
 Each of `workers` asyncio tasks checks the keys in turn, one check at a time, for
-`seconds`, with a pause of `--pause-ms` between two checks. It prints one JSON object:
-every answer as [sent at, answered at (both CLOCK_MONOTONIC, shared by every process of
-the host), key, allowed (0/1), degraded (0/1)], and any error. A test compares the admitted checks of
-each key with what the cluster holds for it afterwards.
+`seconds`, with a pause of `--pause-ms` between two checks, each with a request_id of its
+own. It prints one JSON object: every answer as [sent at, answered at (both
+CLOCK_MONOTONIC, shared by every process of the host), key, allowed (0/1), degraded
+(0/1), request_id], and any error. A test compares the admitted checks of each key with
+what the cluster holds for it afterwards, once `admitted` sent each degraded check again
+under its request_id, as a client would: a check that did reach its counter before its
+node was lost is replayed, one that did not is decided now.
 
 Tests start it with `start_checks` and read its report with `checks_report`.
 """
@@ -16,8 +19,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +41,15 @@ async def _worker(
     while time.monotonic() < until:
         key = keys[turn % len(keys)]
         turn += 1
+        request_id = f"{os.getpid()}-{offset}-{turn}"
         sent = time.monotonic()
-        async with http.post(args.url + "/v1/check", json={"key": key, "rule": args.rule}) as resp:
+        check = {"key": key, "rule": args.rule, "request_id": request_id}
+        async with http.post(args.url + "/v1/check", json=check) as resp:
             body = await resp.json()
         if resp.status not in (200, 429, 503):
             raise AssertionError(f"check of {key}: {resp.status} {body}")
         allowed, degraded = int(bool(body["allowed"])), int(bool(body.get("degraded")))
-        answers.append([sent, time.monotonic(), key, allowed, degraded])
+        answers.append([sent, time.monotonic(), key, allowed, degraded, request_id])
         await asyncio.sleep(args.pause_ms / 1000)  # the load's pace
 
 
@@ -80,6 +87,24 @@ async def checks_report(proc: asyncio.subprocess.Process) -> dict[str, Any]:
         raise AssertionError(err.decode()[-3000:])
     report: dict[str, Any] = orjson.loads(out)
     return report
+
+
+async def admitted(
+    http: aiohttp.ClientSession, url: str, rule: str, answers: list[list[Any]]
+) -> Counter[str]:
+    """Admissions per key: the load's normal ones, and each degraded check sent again
+    under its request_id now that its node answers (replayed if it had been applied)."""
+    found: Counter[str] = Counter(a[2] for a in answers if a[3] and not a[4])
+    for _, _, key, _, degraded, request_id in answers:
+        if not degraded:
+            continue
+        check = {"key": key, "rule": rule, "request_id": request_id}
+        async with http.post(url + "/v1/check", json=check) as resp:
+            body = await resp.json()
+        if body.get("degraded"):
+            raise AssertionError(f"{key} still answered degraded: {body}")
+        found[key] += int(bool(body["allowed"]))
+    return found
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

@@ -182,7 +182,8 @@ async def test_a_coordinators_endpoint_sigkilled_mid_all_or_nothing_batches_sett
     them: no batch is half applied, and every batch answered allowed is committed."""
     cluster = await ChaosCluster.start(tmp_path / "aon", aon_hold="1s", endpoints=2)
     try:
-        run = await run_router_kill(cluster, victim=cluster.local.endpoints[0][0])
+        # A fail-closed rule: a check n1 could not decide denies its batch.
+        run = await run_router_kill(cluster, victim=cluster.local.endpoints[0][0], rule=QUOTA)
     finally:
         await cluster.close()
     assert run.problems == []
