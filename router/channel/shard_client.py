@@ -11,7 +11,7 @@ turn; a topology push goes to every endpoint (`each`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from cluster.model.nodes import NodeSpec
@@ -97,22 +97,26 @@ class ShardClient:
     async def post(
         self, path: str, payload: Any, method: str = "POST", timeout_s: float | None = None
     ) -> Any:
-        """A control call to the active endpoint, or, when its connection is refused or
-        reset, to the next endpoint that is up. Raises NodeUnavailable. A timeout or an
-        answer is never tried again elsewhere: the call may be running there."""
+        """A control call; raises NodeUnavailable (see `_first_reached`)."""
+        return await self._first_reached(lambda e: e.post(path, payload, method, timeout_s))
+
+    async def get(self, path: str, timeout_s: float | None = None) -> Any:
+        """A control call; raises NodeUnavailable (see `_first_reached`)."""
+        return await self._first_reached(lambda e: e.get(path, timeout_s))
+
+    async def _first_reached(self, call: Callable[[NodeClient], Awaitable[Any]]) -> Any:
+        """`call` on the active endpoint, or, when its connection is refused or reset, on
+        the next endpoint that is up. A timeout or an answer is never tried again
+        elsewhere: the call may be running there."""
         endpoints = [endpoint for endpoint in self.each() if endpoint.state == "up"]
         *others, last = endpoints or [self.active]
         for endpoint in others:
             try:
-                return await endpoint.post(path, payload, method, timeout_s)
+                return await call(endpoint)
             except NodeUnavailable as exc:
                 if not never_reached(exc):
                     raise
-        return await last.post(path, payload, method, timeout_s)
-
-    async def get(self, path: str, timeout_s: float | None = None) -> Any:
-        """A control call; raises NodeUnavailable."""
-        return await self.post(path, None, "GET", timeout_s)
+        return await call(last)
 
     async def close(self) -> None:
         for endpoint in self.endpoints:
