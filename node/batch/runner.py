@@ -56,6 +56,7 @@ class _Prepared:
     __slots__ = (
         "deadline_ms",
         "epoch",
+        "failovers",
         "imports",
         "moved_on",
         "ownership",
@@ -64,8 +65,11 @@ class _Prepared:
         "slots",
     )
 
-    def __init__(self, deadline_ms: int, size: int, ownership: Ownership | None) -> None:
+    def __init__(
+        self, deadline_ms: int, size: int, ownership: Ownership | None, failovers: int
+    ) -> None:
         self.deadline_ms = deadline_ms
+        self.failovers = failovers  # the node's count of followed promotions when it began
         self.ownership = ownership  # what the ops were placed by (imports come from it)
         self.epoch = ownership.epoch if ownership is not None else 0
         self.results: list[wire.Result] = [wire.Expired()] * size
@@ -87,7 +91,7 @@ def _prepare(
         state.expired_batches += 1
         return [wire.Expired()] * len(ops)
     ownership = state.current.ownership
-    batch = _Prepared(deadline_ms, len(ops), ownership)
+    batch = _Prepared(deadline_ms, len(ops), ownership, state.failovers)
     no_replica = state.store.replicated and state.replicas.absent
     results, runnable, slots = batch.results, batch.runnable, batch.slots
     placed = (
@@ -129,7 +133,10 @@ def _fill(batch: _Prepared, outputs: list[Any]) -> bool:
 
 async def _too_late(state: NodeState, batch: _Prepared, outputs: list[Any]) -> None:
     """The router may have given up on this answer: take back what it consumed."""
-    taken_back = await state.store.undo(list(zip(batch.runnable, outputs, strict=True)))
+    taken_back = await state.store.undo(
+        list(zip(batch.runnable, outputs, strict=True)),
+        recorded_only=state.failovers != batch.failovers,
+    )
     state.expired_batches += 1
     state.undone_checks += taken_back
     log.warning("batch finished past its deadline: %d checks taken back", taken_back)
@@ -144,7 +151,9 @@ async def _take_back_durable(state: NodeState, batch: _Prepared, outputs: list[A
     outputs of the rest are returned, and the batch keeps only them."""
     durable = [i for i, op in enumerate(batch.runnable) if op.durable and op.kind is CHECK]
     taken = [(batch.runnable[i], outputs[i]) for i in durable]
-    state.undone_checks += await state.store.undo(taken)
+    state.undone_checks += await state.store.undo(
+        taken, recorded_only=state.failovers != batch.failovers
+    )
     state.metrics.unreplicated.inc(len(durable))
     log.warning("batch not held by a replica in time: %d checks taken back", len(durable))
     for i in durable:

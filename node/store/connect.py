@@ -5,15 +5,30 @@ primary (a primary they see down is no primary: the call fails and the node answ
 503, consuming nothing) and checks its ROLE; a reply of READONLY (a demoted primary)
 drops the connection; and once the primary changes (node/store/primary_watch.py follows
 Sentinel's +switch-master), no command is sent on a connection to the old one.
+
+Every Sentinel is asked, and the primary named at the highest config epoch wins; the
+leader of a failover in progress is not asked (it names the old primary at the new
+epoch until the failover ends), and right after a +switch-master an answer naming
+another primary at no higher an epoch than before is stale. The first Sentinel to
+answer, what redis-py's own discovery takes, may be either; and a demoted primary that
+wakes believes itself a primary until Sentinel turns it into a replica, some seconds
+later: its ROLE check passes, and whatever is written to it meanwhile is lost when it
+resyncs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
+from redis.asyncio.sentinel import (
+    MasterNotFoundError,
+    Sentinel,
+    SentinelConnectionPool,
+    SentinelManagedConnection,
+)
 from redis.exceptions import ConnectionError, RedisError
 
 from cluster.model.sentinel_url import is_sentinel_url, parse_sentinel_url
@@ -28,7 +43,10 @@ __all__ = [
     "sentinel_replicas",
 ]
 
-SENTINEL_TIMEOUT_S = 0.25  # one Sentinel's answer; the next one is asked after it
+SENTINEL_TIMEOUT_S = 0.25  # one Sentinel's answer
+# A Sentinel that missed a promotion hears of it from another's hello (every 2 s).
+SWITCH_SEEN_WITHIN_S = 10.0
+FAILOVER_IN_PROGRESS = "failover_in_progress"  # a Sentinel's flag on a shard it fails over
 
 
 class PrimaryConnection(SentinelManagedConnection):
@@ -61,13 +79,65 @@ class FollowingPool(SentinelConnectionPool):
     checks that it answers ROLE as a master (PrimaryConnection)."""
 
     promoted: tuple[str, int] | None = None
+    newest: tuple[int, tuple[str, int]] | None = None  # (config epoch, primary) last named
+    # After a +switch-master to `address` the node has not seen named yet: until then (or
+    # `until`), an answer naming another primary at an epoch not above `epoch` is stale.
+    switch: tuple[tuple[str, int], int, float] | None = None
 
     async def get_master_address(self) -> tuple[str, int]:
         if self.promoted is not None:
             self.master_address = self.promoted
             return self.promoted
-        address: tuple[str, int] = await super().get_master_address()  # type: ignore[no-untyped-call]
+        address = await self._newest_primary()
+        if self.master_address != address:
+            self.master_address = address
+            await self.disconnect(inuse_connections=False)  # idle ones reconnect there
         return address
+
+    def switched(self, address: tuple[str, int]) -> None:
+        """Sentinel announced `address` as the new primary (+switch-master)."""
+        epoch, named = self.newest if self.newest is not None else (-1, None)
+        if named != address:
+            self.switch = (address, epoch, time.monotonic() + SWITCH_SEEN_WITHIN_S)
+
+    async def _newest_primary(self) -> tuple[str, int]:
+        manager = self.sentinel_manager
+        answers = await asyncio.gather(
+            *(sentinel.sentinel_masters() for sentinel in manager.sentinels),
+            return_exceptions=True,
+        )
+        best: tuple[int, tuple[str, int]] | None = None
+        for masters in answers:
+            if isinstance(masters, (RedisError, OSError)):
+                continue
+            if isinstance(masters, BaseException):
+                raise masters
+            state = masters.get(self.service_name)
+            if not state or not manager.check_master_state(state, self.service_name):
+                continue
+            if FAILOVER_IN_PROGRESS in _flags(state):
+                continue  # the leader names the old primary until its failover ends
+            epoch = int(state.get("config-epoch", 0))
+            if best is None or epoch > best[0]:
+                best = (epoch, (str(state["ip"]), int(state["port"])))
+        if best is None:
+            raise MasterNotFoundError(f"no Sentinel names a primary of {self.service_name!r}")
+        epoch, address = best
+        if self.switch is not None:
+            announced, before, until = self.switch
+            if address != announced and epoch <= before and time.monotonic() < until:
+                raise MasterNotFoundError(
+                    f"the Sentinels that answered have not heard of the promotion of "
+                    f"{announced[0]}:{announced[1]} yet"
+                )
+            self.switch = None
+        self.newest = best
+        return address
+
+
+def _flags(state: dict[str, Any]) -> set[str]:
+    flags = state.get("flags", "")
+    return set(flags) if isinstance(flags, (set, list)) else set(str(flags).split(","))
 
 
 def redis_client(url: str, **options: Any) -> aioredis.Redis:

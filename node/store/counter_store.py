@@ -268,13 +268,20 @@ class CounterStore:
                 results[i] = r
         return results
 
-    async def undo(self, done: Sequence[tuple[StoreOp, Any]]) -> int:
+    async def undo(
+        self, done: Sequence[tuple[StoreOp, Any]], *, recorded_only: bool = False
+    ) -> int:
         """Take back checks that consumed (their raw results carry undo entries), in one
         pipeline: the answer to them is going out too late to count. How many. Whatever
-        the shard's epoch now: what this node applied, it takes back where it applied it."""
+        the shard's epoch now: what this node applied, it takes back where it applied it.
+        A check with a request_id is given back only where its record is (undo.lua);
+        `recorded_only` leaves the others as they are (after a failover, this primary may
+        not hold them: counting one twice is the safe side, never losing one)."""
         now_ms = self._estimated_now_ms()
         calls: list[ScriptCall] = []
         for op, raw in done:
+            if recorded_only and op.request_id is None:
+                continue
             packed = undo_entries(op, raw)
             if packed is not None:
                 calls.append(self.calls.undo_call(op, packed, now_ms, NO_FENCE))
@@ -284,7 +291,7 @@ class CounterStore:
         failed = [r for r in results if isinstance(r, Exception)]
         if failed:
             raise failed[0]
-        return len(calls)
+        return sum(1 for r in results if isinstance(r, int) and r > 0)
 
     async def _execute(self, calls: list[ScriptCall], acks: ReplicaAcks | None) -> list[Any]:
         commands = evalsha_commands(calls)

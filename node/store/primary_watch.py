@@ -107,6 +107,7 @@ class PrimaryWatch:
             if address is not None:
                 for pool in self.pools:
                     pool.promoted = None  # Sentinel names it from now on
+                    pool.switched(address)
                 await self.follow(address)
             return
         address = promotion_of(data, master)

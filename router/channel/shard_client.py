@@ -10,14 +10,16 @@ turn; a topology push goes to every endpoint (`each`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from cluster.model.nodes import NodeSpec
+from cluster.wire import HEALTH_PATH
 from router.channel.breaker import Breaker
 from router.channel.node_client import NodeClient
-from router.errors import NodeUnavailable
+from router.errors import NodeUnavailable, Reason
 
 log = logging.getLogger("shardlimit.dispatch")
 
@@ -78,6 +80,9 @@ class ShardClient:
                 self.active = endpoint
                 self.switches += 1
                 self._bind()
+                # It may have been idle for long: one that hung meanwhile is found at once,
+                # not after the checks sent to it timed out.
+                endpoint.watchdog.check(f"node {self.spec.id}: {endpoint.spec.url} is silent")
                 return
 
     def each(self) -> Iterator[NodeClient]:
@@ -94,6 +99,15 @@ class ShardClient:
     def learn_liveness_port(self, port: Any) -> None:
         self.active.learn_liveness_port(port)
 
+    async def learn_liveness_ports(self) -> None:
+        """The liveness port of each endpoint that has not named it yet, from its
+        /healthz: one that never carried a check must be probed when it becomes active."""
+        for endpoint in self.endpoints:
+            if endpoint.liveness.live_port is None and endpoint.state == "up":
+                with contextlib.suppress(NodeUnavailable):
+                    health = await endpoint.get(HEALTH_PATH, timeout_s=1.0)
+                    endpoint.learn_liveness_port(health.get("live"))
+
     async def post(
         self, path: str, payload: Any, method: str = "POST", timeout_s: float | None = None
     ) -> Any:
@@ -107,16 +121,26 @@ class ShardClient:
     async def _first_reached(self, call: Callable[[NodeClient], Awaitable[Any]]) -> Any:
         """`call` on the active endpoint, or, when its connection is refused or reset, on
         the next endpoint that is up. A timeout or an answer is never tried again
-        elsewhere: the call may be running there."""
+        elsewhere: the call may be running there. After a timeout the endpoint's liveness
+        is probed: one that hung is marked down, and the next call goes elsewhere."""
         endpoints = [endpoint for endpoint in self.each() if endpoint.state == "up"]
         *others, last = endpoints or [self.active]
         for endpoint in others:
             try:
-                return await call(endpoint)
+                return await self._call(call, endpoint)
             except NodeUnavailable as exc:
                 if not never_reached(exc):
                     raise
-        return await call(last)
+        return await self._call(call, last)
+
+    @staticmethod
+    async def _call(call: Callable[[NodeClient], Awaitable[Any]], endpoint: NodeClient) -> Any:
+        try:
+            return await call(endpoint)
+        except NodeUnavailable as exc:
+            if exc.reason is Reason.TIMEOUT:
+                endpoint.watchdog.check(str(exc))
+            raise
 
     async def close(self) -> None:
         for endpoint in self.endpoints:
@@ -202,3 +226,9 @@ def never_reached(error: NodeUnavailable) -> bool:
     """The call never reached the endpoint's process (refused, reset, unreachable)."""
     cause = error.__cause__
     return isinstance(cause, OSError) and not isinstance(cause, TimeoutError)
+
+
+def unanswered(error: NodeUnavailable) -> bool:
+    """The endpoint's process gave no answer: never reached, or silent until the call's
+    timeout (hung, or cut off by a partition)."""
+    return never_reached(error) or error.reason is Reason.TIMEOUT

@@ -17,7 +17,7 @@ from cluster.model.nodes import NodeSpec
 from cluster.model.topology import Topology
 from router.channel.background import cancel
 from router.channel.node_client import NodeClient
-from router.channel.shard_client import ShardClient, never_reached
+from router.channel.shard_client import ShardClient, unanswered
 from router.errors import NodeUnavailable
 
 log = logging.getLogger("shardlimit.router")
@@ -120,6 +120,7 @@ class TopologySync:
         client = self.view.clients[node_id]
         stats = await client.get(wire.STATS_PATH, timeout_s=1.0)
         client.learn_liveness_port(stats.get("live"))
+        await client.learn_liveness_ports()
         self._note_cluster(node_id, stats.get("cluster_id"))
         for listener in self._stats_listeners:
             listener(node_id, stats)
@@ -209,12 +210,14 @@ class TopologySync:
 
         errors = await asyncio.gather(*(push(e) for e in endpoints))
         if any(error is None for error in errors):
-            # Taken by the shard: an endpoint that could not be reached is down, and takes
-            # the topology the shard's Redis keeps before it serves again.
+            # Taken by the shard: an endpoint that gave no answer (unreachable, or hung) is
+            # down, and takes the topology the shard's Redis keeps before it serves again.
+            # Nothing it still has in flight is waited for: the epoch the taking endpoint
+            # raised in the shard's Redis refuses every op of an older one.
             for endpoint, error in zip(endpoints, errors, strict=True):
-                if error is not None and never_reached(error):
+                if error is not None and unanswered(error):
                     endpoint.watchdog.mark_down(str(error))
-            errors = [e for e in errors if e is None or not never_reached(e)]
+            errors = [e for e in errors if e is None or not unanswered(e)]
         failed = [error for error in errors if error is not None]
         if failed:
             epoch = view.topology.epoch

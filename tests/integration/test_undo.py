@@ -121,6 +121,33 @@ async def test_undo_drops_the_record_and_hold_so_the_check_can_be_sent_again(
     assert again[0] == 1 and again[1] == 0
 
 
+async def test_a_check_is_given_back_only_where_its_record_is(
+    redis_servers: list[RedisProcess],
+) -> None:
+    """A batch ran on a primary that was then failed over before it replicated; its late
+    answer is taken back on the promoted one, which never held it: nothing is given back
+    there (counting it back would lose a check someone else was admitted for). A check
+    without a request_id cannot tell, and after a failover it is left as it is."""
+    limits = LIMITS["fixed_window"]
+    old_client, new_client = (aioredis.Redis(port=s.port) for s in redis_servers[:2])
+    try:
+        old, new = CounterStore(old_client), CounterStore(new_client)
+        for store in (old, new):  # what both held before the failover
+            await store.run([op(limits, 2)])
+        before = await state(new, limits)
+        held = op(limits, 1, request_id="req-2", record_ttl_ms=60_000)
+        bare = op(limits, 1)
+        raws = await old.run([held, bare])
+        assert await new.undo(list(zip([held, bare], raws, strict=True)), recorded_only=True) == 0
+        assert await state(new, limits) == before
+        # Where the record is, the check is given back.
+        assert await old.undo([(held, raws[0])], recorded_only=True) == 1
+        assert await state(old, limits) == [[before[0][0] - 1, before[0][1]]]
+    finally:
+        await old_client.aclose()
+        await new_client.aclose()
+
+
 async def test_nothing_to_undo_for_denials_dry_runs_and_replays(store: CounterStore) -> None:
     limits = LIMITS["fixed_window"]
     denied = op(limits, 11)  # over the limit

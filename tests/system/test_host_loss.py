@@ -111,21 +111,33 @@ async def _epoch(http: aiohttp.ClientSession, local: LocalCluster, url: str) -> 
         return int((await resp.json())["epoch"])
 
 
+@pytest.mark.parametrize("with_active", [True, False], ids=["the-active-endpoint", "the-other"])
 async def test_a_hung_host_is_routed_around_and_serves_nothing_stale_when_it_wakes(
-    tmp_path: Path,
+    tmp_path: Path, with_active: bool
 ) -> None:
+    """The host of the shard's primary Redis hangs with the endpoint the router sends to
+    on it, or with the other endpoint (the one the router sends to then writes through
+    the failover: never to the old primary, once it wakes still believing it is one)."""
     with scratch_cluster(
         2, admin_token=ADMIN, data_dir=tmp_path / "c", replicas=2, endpoints=2
     ) as local:
         assert local.replication is not None
         sentinels = local.replication.sentinels
         router = local.router_url
-        hung_node, hung_redis = local.endpoints[0][0], local.redis[0]
         async with aiohttp.ClientSession() as http:
             headers = {"Authorization": f"Bearer {ADMIN}"}
             async with http.put(f"{router}/v1/rules/stock", json=RATE, headers=headers) as resp:
                 assert resp.status in (200, 201), await resp.text()
             lost = [await key_on(http, router, "n1", f"sku{i}") for i in range(4)]
+            active = [e["active"] for e in await _endpoints(http, router, "n1")].index(True)
+            hung = active if with_active else 1 - active
+            hung_node, other_node = local.endpoints[0][hung], local.endpoints[0][1 - hung]
+            primary = sentinel_master(sentinels, "n1")
+            (hung_redis,) = [
+                r
+                for r in (local.redis[0], *local.replication.shards["n1"])
+                if (r.host, r.port) == primary
+            ]
             load = await start_checks(router, "stock", lost, workers=4, seconds=8)
             deadline = time.monotonic() + 30
             while not await _used(http, router, lost[0]):
@@ -184,16 +196,16 @@ async def test_a_hung_host_is_routed_around_and_serves_nothing_stale_when_it_wak
 
             # The router now sends to the woken endpoint only (the other one is killed):
             # it takes the current topology before it serves, and every count is exact.
-            local.endpoints[0][1].kill()
             current = await _epoch(http, local, local.node_url(1))
             assert current > epoch_before
+            other_node.kill()
 
             async def served() -> bool:
                 async with http.get(f"{router}/v1/usage?key={lost[0]}&rule=stock") as resp:
                     return not (await resp.json()).get("degraded")
 
             await eventually(served, within=10)
-            assert await _epoch(http, local, local.node_url(0)) == current
+            assert await _epoch(http, local, local.members[0].urls[hung]) == current
             held = await admitted(http, router, "stock", answers)
             for key in lost:
                 assert await _used(http, router, key) == held[key], key

@@ -1,7 +1,8 @@
 -- undo: take back a check whose answer the router may no longer be waiting for
 -- (its results were ready only after the batch's deadline). Nothing of it stays:
 -- the counters get back what it consumed and its idempotency record (with its
--- hold) is dropped, so the router may send the check again as a new decision.
+-- hold) is dropped, so the router may send the check again as a new decision. A check
+-- with a record is given back only where its record is.
 -- KEYS: counter key per limit, then (when has_record) the idempotency record key
 --       and the node's holds set.
 -- ARGV: offset_us, n, has_record (0/1), then per limit 8 values (algorithm code, amount, p1..p6),
@@ -12,6 +13,13 @@ local moved_on = fenced()
 if moved_on then return moved_on end
 local offset = tonumber(ARGV[1])
 local n = tonumber(ARGV[2])
+local stored = false
+if ARGV[3] == '1' then
+  -- The record is written with the counts, in one script: without it, this Redis never
+  -- held the check (it ran on a primary since failed over, before it replicated).
+  stored = redis.call('GET', KEYS[n + 1])
+  if not stored then return 0 end
+end
 local undo = cmsgpack.unpack(ARGV[4 + n * 8])
 local t = clock(offset)
 local given = 0
@@ -24,12 +32,9 @@ for i = 1, n do
     end
   end
 end
-if ARGV[3] == '1' then
-  local stored = redis.call('GET', KEYS[n + 1])
-  if stored then
-    local record = cmsgpack.unpack(stored)
-    if record.hold_entry then redis.call('ZREM', KEYS[n + 2], record.hold_entry) end
-    redis.call('DEL', KEYS[n + 1])
-  end
+if stored then
+  local record = cmsgpack.unpack(stored)
+  if record.hold_entry then redis.call('ZREM', KEYS[n + 2], record.hold_entry) end
+  redis.call('DEL', KEYS[n + 1])
 end
 return given
