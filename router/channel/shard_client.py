@@ -96,12 +96,10 @@ class ShardClient:
     def state(self) -> str:
         return self.active.state
 
-    def learn_liveness_port(self, port: Any) -> None:
-        self.active.learn_liveness_port(port)
-
     async def learn_liveness_ports(self) -> None:
-        """The liveness port of each endpoint that has not named it yet, from its
-        /healthz: one that never carried a check must be probed when it becomes active."""
+        """The liveness port of each endpoint that has not named it yet, from its own
+        /healthz (a batch's answer names it too): one that never carried a check must be
+        probed when it becomes active."""
         for endpoint in self.endpoints:
             if endpoint.liveness.live_port is None and endpoint.state == "up":
                 with contextlib.suppress(NodeUnavailable):

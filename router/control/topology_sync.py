@@ -115,11 +115,10 @@ class TopologySync:
             log.warning("could not fetch the topology from %s: %s", node_id, exc)
 
     async def _node_epoch(self, node_id: str) -> int:
-        """A node's epoch from its stats (which also tell its liveness port).
-        Raises NodeUnavailable."""
+        """A node's epoch from its stats; each of its endpoints learns its liveness port
+        on the way. Raises NodeUnavailable."""
         client = self.view.clients[node_id]
         stats = await client.get(wire.STATS_PATH, timeout_s=1.0)
-        client.learn_liveness_port(stats.get("live"))
         await client.learn_liveness_ports()
         self._note_cluster(node_id, stats.get("cluster_id"))
         for listener in self._stats_listeners:

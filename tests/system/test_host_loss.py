@@ -45,6 +45,12 @@ async def _used(http: aiohttp.ClientSession, router: str, key: str) -> int:
     return LIMIT - int(answer["limits"][0]["remaining"])
 
 
+async def _put_rule(http: aiohttp.ClientSession, router: str, rule: dict[str, Any]) -> None:
+    headers = {"Authorization": f"Bearer {ADMIN}"}
+    async with http.put(f"{router}/v1/rules/stock", json=rule, headers=headers) as resp:
+        assert resp.status in (200, 201), await resp.text()
+
+
 async def _endpoints(http: aiohttp.ClientSession, router: str, node: str) -> list[dict[str, Any]]:
     async with http.get(router + "/v1/cluster") as resp:
         nodes = {n["id"]: n for n in (await resp.json())["nodes"]}
@@ -58,9 +64,7 @@ async def test_a_whole_host_killed_is_routed_around_within_3_s(tmp_path: Path) -
     ) as local:
         router = local.router_url
         async with aiohttp.ClientSession() as http:
-            headers = {"Authorization": f"Bearer {ADMIN}"}
-            async with http.put(f"{router}/v1/rules/stock", json=RULE, headers=headers) as resp:
-                assert resp.status in (200, 201), await resp.text()
+            await _put_rule(http, router, RULE)
             lost = [await key_on(http, router, "n1", f"sku{i}") for i in range(4)]
             kept = [await key_on(http, router, "n2", f"sku{i}") for i in range(2)]
             before = await _endpoints(http, router, "n1")
@@ -126,8 +130,7 @@ async def test_a_hung_host_is_routed_around_and_serves_nothing_stale_when_it_wak
         router = local.router_url
         async with aiohttp.ClientSession() as http:
             headers = {"Authorization": f"Bearer {ADMIN}"}
-            async with http.put(f"{router}/v1/rules/stock", json=RATE, headers=headers) as resp:
-                assert resp.status in (200, 201), await resp.text()
+            await _put_rule(http, router, RATE)
             lost = [await key_on(http, router, "n1", f"sku{i}") for i in range(4)]
             active = [e["active"] for e in await _endpoints(http, router, "n1")].index(True)
             hung = active if with_active else 1 - active
