@@ -249,6 +249,8 @@ def _open_loop_pair(router: str, trivial: str, s: Settings, rate: float) -> dict
     floor = min(floors, key=lambda f: float("inf") if f["p99_ms"] is None else f["p99_ms"])
     cpu = cpu_per_check(router_result.get("cpu"), rate, SERVICE_ROLES)
     floor_cpu = cpu_per_check(floor.get("cpu"), rate, ("trivial aiohttp",))
+    woken = wakeups_per_check(router_result.get("cpu"), rate, SERVICE_ROLES)
+    floor_woken = wakeups_per_check(floor.get("cpu"), rate, ("trivial aiohttp",))
     return {
         "rate_per_s": rate,
         "p50_ms": router_result["p50_ms"],
@@ -268,6 +270,10 @@ def _open_loop_pair(router: str, trivial: str, s: Settings, rate: float) -> dict
         "cpu_vs_floor": _ratio_of(
             cpu["total"] if cpu else None, floor_cpu["total"] if floor_cpu else None
         ),
+        # What that CPU is made of: at this rate nothing batches, so each check wakes
+        # each process it crosses (bench.cpu counts the sleeps of their main threads).
+        "wakeups_per_check": woken,
+        "floor_wakeups_per_request": floor_woken,
         "degraded": router_result["degraded"],
         "router": router_result,
         "floor_trivial_aiohttp": floor,
@@ -294,6 +300,16 @@ def cpu_per_check(cpu: Any, rate: float, roles: tuple[str, ...]) -> dict[str, fl
     cores = cpu.get("cores", {})
     per_role = {role: round(cores.get(role, 0.0) * 1e6 / rate, 1) for role in roles}
     return {**per_role, "total": round(sum(per_role.values()), 1)}
+
+
+def wakeups_per_check(cpu: Any, rate: float, roles: tuple[str, ...]) -> dict[str, float] | None:
+    """Process wake-ups per check at an open-loop rate, by role and in total, from the
+    run's /proc window (bench.cpu `wakeups_per_s`) ÷ checks per second."""
+    if not isinstance(cpu, dict) or rate <= 0 or "wakeups_per_s" not in cpu:
+        return None
+    rates = cpu["wakeups_per_s"]
+    per_role = {role: round(rates.get(role, 0) / rate, 2) for role in roles}
+    return {**per_role, "total": round(sum(per_role.values()), 2)}
 
 
 def open_loop_latency(router: str, trivial: str, s: Settings) -> dict[str, Any]:

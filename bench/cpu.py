@@ -3,7 +3,10 @@
 `CpuWindow` samples every descendant of this process (router, nodes, Redis, wrk, ...)
 a few times a second and reports the cores each role used over the window, plus the
 machine's total busy time: what is left is load from outside this benchmark (the
-machine is shared), which makes a noisy run visible.
+machine is shared), which makes a noisy run visible. It also counts each role's
+wake-ups per second: the voluntary context switches of each process' main thread (one
+each time its event loop went to sleep with nothing to do and was woken by a peer),
+the unit a request's CPU cost is made of when nothing batches.
 
     with CpuWindow() as cpu:
         run_wrk(...)
@@ -47,6 +50,18 @@ def _stat(pid: int) -> tuple[int, int] | None:
         return None
     fields = raw[raw.rindex(")") + 2 :].split()
     return int(fields[1]), int(fields[11]) + int(fields[12])
+
+
+def voluntary_switches(pid: int) -> int | None:
+    """How many times `pid`'s main thread gave up the CPU to wait, None if it is gone."""
+    try:
+        status = (PROC / str(pid) / "status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("voluntary_ctxt_switches:"):
+            return int(line.split()[1])
+    return None
 
 
 def role_of(pid: int) -> str:
@@ -99,6 +114,8 @@ class CpuWindow:
     result: dict[str, Any] = field(default_factory=dict)
     _first: dict[int, int] = field(default_factory=dict)
     _last: dict[int, int] = field(default_factory=dict)
+    _switches_first: dict[int, int] = field(default_factory=dict)
+    _switches_last: dict[int, int] = field(default_factory=dict)
     _roles: dict[int, str] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -110,6 +127,9 @@ class CpuWindow:
             if pid not in self._roles:
                 self._roles[pid] = "bench driver" if pid == self.root else role_of(pid)
             self._last[pid] = ticks
+            switches = voluntary_switches(pid)
+            if switches is not None:
+                self._switches_last[pid] = switches
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
@@ -118,6 +138,7 @@ class CpuWindow:
     def __enter__(self) -> CpuWindow:
         self._sample()
         self._first = dict(self._last)
+        self._switches_first = dict(self._switches_last)
         self._machine = machine_busy_ticks()
         self._started = time.monotonic()
         self._thread = threading.Thread(target=self._loop, name="cpu-window", daemon=True)
@@ -141,6 +162,10 @@ class CpuWindow:
             used = ticks - self._first.get(pid, 0)
             role = self._roles[pid]
             per_role[role] = per_role.get(role, 0.0) + used / CLK_TCK
+        woken: dict[str, int] = {}
+        for pid, switches in self._switches_last.items():
+            role = self._roles[pid]
+            woken[role] = woken.get(role, 0) + switches - self._switches_first.get(pid, 0)
         ours = sum(per_role.values())
         cpus = os.cpu_count() or 1
         machine = (busy - self._machine[0]) / CLK_TCK
@@ -152,6 +177,9 @@ class CpuWindow:
                 role: round(used / span, 3)
                 for role, used in sorted(per_role.items(), key=lambda kv: -kv[1])
                 if used > 0
+            },
+            "wakeups_per_s": {
+                role: round(count / seconds) for role, count in woken.items() if count > 0
             },
             "machine_busy_cores": round(machine / span, 2),
             "outside_this_benchmark_cores": round(max(0.0, machine - ours) / span, 2),
