@@ -295,21 +295,27 @@ def _ratio_of(value: float | None, floor: float | None) -> float | None:
 def cpu_per_check(cpu: Any, rate: float, roles: tuple[str, ...]) -> dict[str, float] | None:
     """CPU microseconds per check at an open-loop rate, by role and in total, from the
     run's /proc window (bench.cpu): cores used ÷ checks per second."""
-    if not isinstance(cpu, dict) or rate <= 0:
+    if not isinstance(cpu, dict):
         return None
-    cores = cpu.get("cores", {})
-    per_role = {role: round(cores.get(role, 0.0) * 1e6 / rate, 1) for role in roles}
-    return {**per_role, "total": round(sum(per_role.values()), 1)}
+    return _per_check(cpu.get("cores", {}), 1e6, rate, roles, digits=1)
 
 
 def wakeups_per_check(cpu: Any, rate: float, roles: tuple[str, ...]) -> dict[str, float] | None:
     """Process wake-ups per check at an open-loop rate, by role and in total, from the
     run's /proc window (bench.cpu `wakeups_per_s`) ÷ checks per second."""
-    if not isinstance(cpu, dict) or rate <= 0 or "wakeups_per_s" not in cpu:
+    if not isinstance(cpu, dict) or "wakeups_per_s" not in cpu:
         return None
-    rates = cpu["wakeups_per_s"]
-    per_role = {role: round(rates.get(role, 0) / rate, 2) for role in roles}
-    return {**per_role, "total": round(sum(per_role.values()), 2)}
+    return _per_check(cpu["wakeups_per_s"], 1, rate, roles, digits=2)
+
+
+def _per_check(
+    per_s: dict[str, float], scale: float, rate: float, roles: tuple[str, ...], *, digits: int
+) -> dict[str, float] | None:
+    """`per_s[role] * scale` ÷ checks per second, by role and in total."""
+    if rate <= 0:
+        return None
+    per_role = {role: round(per_s.get(role, 0) * scale / rate, digits) for role in roles}
+    return {**per_role, "total": round(sum(per_role.values()), digits)}
 
 
 def open_loop_latency(router: str, trivial: str, s: Settings) -> dict[str, Any]:
