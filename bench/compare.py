@@ -3,8 +3,9 @@
 1. single checks through the router ÷ a trivial aiohttp handler (wrk, same settings);
 2. decisions/s through /v1/check/batch ÷ redis-benchmark EVALSHA on one bare Redis;
 3. the async SDK ÷ the `limits` library (64 concurrent callers each);
-4. open-loop latency at a fixed rate through the router, and the same generator's floor
-   against the trivial handler.
+4. open-loop latency at a fixed rate through the router, and the same generator against
+   the trivial handler (its floor) and against the same decision in one process over one
+   Redis (bench.one_redis).
 
 Rounds alternate which side goes first (ABBA) so a drift in the machine's load hits both
 sides alike; every measurement carries the CPU split of its window (`bench.cpu`).
@@ -24,6 +25,7 @@ import redis
 
 from bench.cpu import CpuWindow
 from bench.env import python_env
+from bench.one_redis import one_redis_server
 from bench.openloop import OpenLoopConfig
 from bench.peers import bare_redis
 from bench.progress import note
@@ -217,10 +219,13 @@ def sdk_vs_limits(router: str, s: Settings) -> dict[str, Any]:
 # --------------------------------------------------------------------------- 4. latency
 
 
-def _open_loop_pair(router: str, trivial: str, s: Settings, rate: float) -> dict[str, Any]:
-    """The router and the trivial handler (the generator's floor) at one offered rate.
+def _open_loop_pair(
+    router: str, trivial: str, one_redis: str, s: Settings, rate: float
+) -> dict[str, Any]:
+    """The router, the trivial handler (the generator's floor) and the one-Redis baseline
+    (bench.one_redis) at one offered rate.
 
-    The floor is measured before and after the router and the quieter of the two counts
+    The floor is measured before and after the others and the quieter of the two counts
     (the lower p99): a floor disturbed by other work on the shared machine would make
     the "over the floor" figures look better than they are."""
     config = OpenLoopConfig(url=router, rate=rate, seconds=s.seconds, keys=s.keys)
@@ -235,22 +240,26 @@ def _open_loop_pair(router: str, trivial: str, s: Settings, rate: float) -> dict
         str(s.keys),
     ]
     floors: list[dict[str, Any]] = []
-    router_result: dict[str, Any] = {}
-    for side, url in (("floor", trivial), ("router", router), ("floor", trivial)):
+    got_by_side: dict[str, dict[str, Any]] = {}
+    sides = (("floor", trivial), ("one-Redis", one_redis), ("router", router), ("floor", trivial))
+    for side, url in sides:
         got = with_cpu(partial(run_module_json, "bench.openloop", "--url", url, *args))
         note(
             f"latency at {rate:g}/s: {side}: p50 {got['p50_ms']} ms, p99 {got['p99_ms']} ms, "
             f"p999 {got['p999_ms']} ms ({got['degraded']} degraded)"
         )
-        if side == "router":
-            router_result = got
-        else:
+        if side == "floor":
             floors.append(got)
+        else:
+            got_by_side[side] = got
+    router_result, one = got_by_side["router"], got_by_side["one-Redis"]
     floor = min(floors, key=lambda f: float("inf") if f["p99_ms"] is None else f["p99_ms"])
     cpu = cpu_per_check(router_result.get("cpu"), rate, SERVICE_ROLES)
     floor_cpu = cpu_per_check(floor.get("cpu"), rate, ("trivial aiohttp",))
+    one_cpu = cpu_per_check(one.get("cpu"), rate, ONE_REDIS_ROLES)
     woken = wakeups_per_check(router_result.get("cpu"), rate, SERVICE_ROLES)
     floor_woken = wakeups_per_check(floor.get("cpu"), rate, ("trivial aiohttp",))
+    one_woken = wakeups_per_check(one.get("cpu"), rate, ONE_REDIS_ROLES)
     return {
         "rate_per_s": rate,
         "p50_ms": router_result["p50_ms"],
@@ -267,21 +276,38 @@ def _open_loop_pair(router: str, trivial: str, s: Settings, rate: float) -> dict
         "cpu_usec_per_check": cpu,
         "floor_cpu_usec_per_request": floor_cpu,
         # every process a check crosses ÷ the one process a trivial request crosses
-        "cpu_vs_floor": _ratio_of(
-            cpu["total"] if cpu else None, floor_cpu["total"] if floor_cpu else None
-        ),
+        "cpu_vs_floor": _ratio_of(_total(cpu), _total(floor_cpu)),
         # What that CPU is made of: at this rate nothing batches, so each check wakes
         # each process it crosses (bench.cpu counts the sleeps of their main threads).
         "wakeups_per_check": woken,
         "floor_wakeups_per_request": floor_woken,
+        # The same decision in one process over one Redis: the router ÷ it is what the
+        # router and node hops cost; it ÷ the floor is what one Redis round trip costs.
+        "one_redis_p50_ms": one["p50_ms"],
+        "one_redis_p99_ms": one["p99_ms"],
+        "one_redis_p999_ms": one["p999_ms"],
+        "one_redis_cpu_usec_per_check": one_cpu,
+        "one_redis_wakeups_per_check": one_woken,
+        "one_redis_p99_vs_floor": _ratio_of(one["p99_ms"], floor["p99_ms"]),
+        "one_redis_cpu_vs_floor": _ratio_of(_total(one_cpu), _total(floor_cpu)),
+        "p99_vs_one_redis": _ratio_of(router_result["p99_ms"], one["p99_ms"]),
+        "cpu_vs_one_redis": _ratio_of(_total(cpu), _total(one_cpu)),
         "degraded": router_result["degraded"],
         "router": router_result,
         "floor_trivial_aiohttp": floor,
+        "one_redis": one,
     }
 
 
 # The processes a check costs: the router, the nodes and their Redis (not the generator).
 SERVICE_ROLES = ("router", "nodes", "redis")
+ONE_REDIS_ROLES = ("one-Redis aiohttp", "one-Redis redis")
+# The raw runs of each rate, kept whole for the headline rate only.
+RAW_SIDES = ("router", "floor_trivial_aiohttp", "one_redis")
+
+
+def _total(per_check: dict[str, float] | None) -> float | None:
+    return per_check["total"] if per_check else None
 
 
 def _over(value: float | None, floor: float | None) -> float | None:
@@ -320,10 +346,11 @@ def _per_check(
 
 def open_loop_latency(router: str, trivial: str, s: Settings) -> dict[str, Any]:
     """The headline rate's figures at the top level; every rate under `by_rate`."""
-    by_rate = {
-        f"{rate:g}": _open_loop_pair(router, trivial, s, rate)
-        for rate in (s.rate, *[r for r in s.extra_rates if r != s.rate])
-    }
+    with one_redis_server() as one_redis:
+        by_rate = {
+            f"{rate:g}": _open_loop_pair(router, trivial, one_redis, s, rate)
+            for rate in (s.rate, *[r for r in s.extra_rates if r != s.rate])
+        }
     headline = by_rate[f"{s.rate:g}"]
     return {
         "load_generator": {
@@ -333,11 +360,10 @@ def open_loop_latency(router: str, trivial: str, s: Settings) -> dict[str, Any]:
             "seconds": s.seconds,
             "warmup_seconds": OpenLoopConfig(url=router).warmup,
         },
-        **{k: v for k, v in headline.items() if k not in ("router", "floor_trivial_aiohttp")},
-        "router": headline["router"],
-        "floor_trivial_aiohttp": headline["floor_trivial_aiohttp"],
+        **{k: v for k, v in headline.items() if k not in RAW_SIDES},
+        **{k: headline[k] for k in RAW_SIDES},
         "by_rate": {
-            rate: {k: v for k, v in got.items() if k not in ("router", "floor_trivial_aiohttp")}
+            rate: {k: v for k, v in got.items() if k not in RAW_SIDES}
             | {"router_cpu": got["router"].get("cpu")}
             for rate, got in by_rate.items()
         },

@@ -28,12 +28,14 @@ CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 # (substring of the command line, role); first match wins.
 ROLES = (
+    ("redis-server 127.0.0.2:", "one-Redis redis"),  # bench.one_redis' own
     ("redis-server", "redis"),
     ("redis-benchmark", "redis-benchmark"),
     ("cluster.cli serve router", "router"),
     ("cluster.cli serve node", "nodes"),
     ("cluster.cli up", "up supervisor"),
     ("bench.peers", "trivial aiohttp"),
+    ("bench.one_redis", "one-Redis aiohttp"),
     ("bench.openloop", "open-loop generator"),
     ("bench.sdk", "sdk/limits driver"),
     ("bench.quick", "quick probe"),
