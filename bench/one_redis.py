@@ -16,18 +16,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import orjson
 from aiohttp import web
 
-from bench.env import python_env
+from bench.peers import bare_redis, handler_process, healthz
 from cluster import wire
-from cluster.local.procs import ChildProcess, python_module
-from cluster.local.redis_proc import RedisProcess, free_port
 from cluster.model.errors import Problems
 from cluster.model.keys import INLINE_SCOPE
 from cluster.model.limits import parse_limits
@@ -78,9 +74,6 @@ def one_redis_app(redis_url: str) -> web.Application:
         answer = {"allowed": decision.allowed, "key": body["key"], "degraded": False}
         return web.Response(body=orjson.dumps(answer), content_type="application/json")
 
-    async def healthz(_request: web.Request) -> web.Response:
-        return web.Response(text="ok")
-
     app = web.Application()
     app.router.add_post("/v1/check", check)
     app.router.add_get("/healthz", healthz)
@@ -90,19 +83,11 @@ def one_redis_app(redis_url: str) -> web.Application:
 @contextlib.contextmanager
 def one_redis_server() -> Iterator[str]:
     """The baseline's redis-server and handler process, on free ports; yields its URL."""
-    with tempfile.TemporaryDirectory(prefix="sl-bench-one-redis-") as tmp:
-        server = RedisProcess(port=free_port(REDIS_HOST), data_dir=Path(tmp), host=REDIS_HOST)
-        try:
-            server.start()
-            port = free_port()
-            url = f"http://127.0.0.1:{port}"
-            args = python_module("bench.one_redis", "--port", str(port), "--redis", server.url)
-            with ChildProcess(
-                "one-Redis aiohttp", args, env=python_env(), ready_url=url + "/healthz"
-            ):
-                yield url
-        finally:
-            server.stop()
+    with (
+        bare_redis(aof=True, host=REDIS_HOST) as server,
+        handler_process("one-Redis aiohttp", "bench.one_redis", "--redis", server.url) as url,
+    ):
+        yield url
 
 
 def main() -> None:

@@ -39,20 +39,27 @@ def trivial_app() -> web.Application:
 
 
 @contextlib.contextmanager
-def trivial_server() -> Iterator[str]:
-    """A trivial handler process on a free port; yields its base URL."""
+def handler_process(role: str, module: str, *args: str) -> Iterator[str]:
+    """`python -m module --port P args` (an aiohttp app with /healthz) on a free port,
+    until the block ends; yields its base URL."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    args = python_module("bench.peers", "--port", str(port))
-    with ChildProcess("trivial aiohttp", args, env=python_env(), ready_url=url + "/healthz"):
+    command = python_module(module, "--port", str(port), *args)
+    with ChildProcess(role, command, env=python_env(), ready_url=url + "/healthz"):
         yield url
 
 
+def trivial_server() -> contextlib.AbstractContextManager[str]:
+    """A trivial handler process on a free port; yields its base URL."""
+    return handler_process("trivial aiohttp", "bench.peers")
+
+
 @contextlib.contextmanager
-def bare_redis() -> Iterator[RedisProcess]:
-    """A redis-server (the same binary the cluster uses), no persistence, free port."""
+def bare_redis(*, aof: bool = False, host: str = "127.0.0.1") -> Iterator[RedisProcess]:
+    """A redis-server (the same binary the cluster uses) on a free port of `host`; with
+    `aof`, the cluster's persistence (fsync every second), else none."""
     with tempfile.TemporaryDirectory(prefix="sl-bench-redis-") as tmp:
-        server = RedisProcess(port=free_port(), data_dir=Path(tmp), aof=False)
+        server = RedisProcess(port=free_port(host), data_dir=Path(tmp), aof=aof, host=host)
         try:
             server.start()
             yield server
