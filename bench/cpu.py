@@ -26,9 +26,12 @@ from typing import Any
 PROC = Path("/proc")
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
+# bench.one_redis' Redis listens here, to be told from the cluster's by its process title
+# (redis-server rewrites its command line to "redis-server HOST:PORT").
+ONE_REDIS_HOST = "127.0.0.2"
 # (substring of the command line, role); first match wins.
 ROLES = (
-    ("redis-server 127.0.0.2:", "one-Redis redis"),  # bench.one_redis' own
+    (f"redis-server {ONE_REDIS_HOST}:", "one-Redis redis"),
     ("redis-server", "redis"),
     ("redis-benchmark", "redis-benchmark"),
     ("cluster.cli serve router", "router"),

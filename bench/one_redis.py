@@ -22,28 +22,22 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from bench.cpu import ONE_REDIS_HOST
 from bench.peers import bare_redis, handler_process, healthz
 from cluster import wire
 from cluster.model.errors import Problems
 from cluster.model.keys import INLINE_SCOPE
 from cluster.model.limits import parse_limits
+from cluster.web.problem import invalid, problem
 from node.batch.ops import parse_op
 from node.errors import BadOp
 from node.store.connect import redis_client
 from node.store.counter_store import CounterStore
 from node.store.replies import check_result
 
-# bench.cpu tells this baseline's Redis from the cluster's by the address in its process
-# title (redis-server rewrites its command line to "redis-server HOST:PORT").
-REDIS_HOST = "127.0.0.2"
-
 
 def _bad(detail: str) -> web.Response:
-    return web.json_response(
-        {"type": "about:blank", "title": "bad check", "status": 400, "detail": detail},
-        status=400,
-        content_type="application/problem+json",
-    )
+    return problem(400, "validation", detail)
 
 
 def one_redis_app(redis_url: str) -> web.Application:
@@ -59,7 +53,7 @@ def one_redis_app(redis_url: str) -> web.Application:
         problems = Problems()
         limits = parse_limits(body.get("limits"), "limits", problems)
         if problems.errors:
-            return _bad(f"{problems.errors[0].path}: {problems.errors[0].message}")
+            return invalid(problems.errors).response()
         specs = [spec.to_wire() for spec in limits]
         try:
             op = parse_op(
@@ -84,7 +78,7 @@ def one_redis_app(redis_url: str) -> web.Application:
 def one_redis_server() -> Iterator[str]:
     """The baseline's redis-server and handler process, on free ports; yields its URL."""
     with (
-        bare_redis(aof=True, host=REDIS_HOST) as server,
+        bare_redis(aof=True, host=ONE_REDIS_HOST) as server,
         handler_process("one-Redis aiohttp", "bench.one_redis", "--redis", server.url) as url,
     ):
         yield url
