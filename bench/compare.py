@@ -29,9 +29,14 @@ from bench.one_redis import one_redis_server
 from bench.openloop import OpenLoopConfig
 from bench.peers import bare_redis
 from bench.progress import note
-from bench.redisbench import evalsha_benchmark
+from bench.redisbench import IN_FLIGHT, evalsha_benchmark
 from bench.wrk import WrkSettings, batch_script, check_script, run_wrk
 from cluster.local.procs import child_preexec, python_module
+
+BATCH_SIZE = 100  # checks per /v1/check/batch request
+# wrk connections of the batch piece: as many decisions in flight as redis-benchmark keeps
+# calls in flight on the other side (16 x 100 = 50 clients x 32 pipelined).
+BATCH_CONNECTIONS = -(-IN_FLIGHT // BATCH_SIZE)
 
 
 @dataclass(frozen=True)
@@ -41,8 +46,10 @@ class Settings:
     keys: int = 100_000
     warmup_seconds: float = 2.0
     single: WrkSettings = field(default_factory=lambda: WrkSettings(threads=1, connections=64))
-    batch: WrkSettings = field(default_factory=lambda: WrkSettings(threads=1, connections=2))
-    batch_size: int = 100
+    batch: WrkSettings = field(
+        default_factory=lambda: WrkSettings(threads=1, connections=BATCH_CONNECTIONS)
+    )
+    batch_size: int = BATCH_SIZE
     redis_requests: int = 2_000_000
     sdk_callers: int = 64
     rate: float = 1000.0  # the headline open-loop rate (target: p99 <= 2 ms)
@@ -161,6 +168,7 @@ def batch_vs_redis(router: str, s: Settings) -> dict[str, Any]:
             "batch": s.batch_size,
             "keys": s.keys,
         },
+        "in_flight": {"router": s.batch.connections * s.batch_size, "redis": IN_FLIGHT},
         "router_decisions_per_s": round(router_rate, 1),
         "redis_evalsha_per_s": round(redis_rate, 1),
         "ratio": ratio(router_rate, redis_rate),

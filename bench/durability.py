@@ -6,7 +6,7 @@ admin API (an inline check carries no `durability`).
 
 1. Throughput, side by side: single `/v1/check` (wrk, as the `single` piece: 64
    connections, one random key of 100,000 per request) and `/v1/check/batch` (as the
-   `batch` piece: 2 connections, batches of 100) with a rule of `durability: replica` and
+   `batch` piece: 16 connections, batches of 100) with a rule of `durability: replica` and
    the same rule with `durability: primary` (fixed_window 10^9 per 1h). Twice `rounds`
    rounds of half `seconds` each alternate which rule goes first; the ratio replica ÷
    primary is the median over rounds of each round's back-to-back pair.

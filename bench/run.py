@@ -52,7 +52,7 @@ from typing import Any
 from bench import compare
 from bench.burst import burst
 from bench.chart import draw
-from bench.compare import Settings, run_module_json
+from bench.compare import BATCH_CONNECTIONS, BATCH_SIZE, Settings, run_module_json
 from bench.durability import durability
 from bench.hotkey import hotkey
 from bench.leases import leases
@@ -121,7 +121,12 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--seconds", type=float, default=10.0, help="per measurement")
     parser.add_argument("--rounds", type=int, default=2, help="side-by-side rounds (ABBA)")
     parser.add_argument("--connections", type=int, default=64, help="wrk connections, single")
-    parser.add_argument("--batch-connections", type=int, default=2, help="wrk connections, batch")
+    parser.add_argument(
+        "--batch-connections",
+        type=int,
+        default=BATCH_CONNECTIONS,
+        help="wrk connections, batch (default: as many decisions in flight as redis-benchmark)",
+    )
     parser.add_argument("--rate", type=float, default=1000.0, help="open-loop checks/s")
     parser.add_argument(
         "--extra-rates",
@@ -372,7 +377,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             "seconds_per_measurement": args.seconds,
             "rounds": args.rounds,
             "wrk_single": {"threads": 1, "connections": args.connections},
-            "wrk_batch": {"threads": 1, "connections": args.batch_connections, "batch": 100},
+            "wrk_batch": {
+                "threads": 1,
+                "connections": args.batch_connections,
+                "batch": BATCH_SIZE,
+            },
             "sdk_callers": 64,
             "open_loop_rate_per_s": args.rate,
             "open_loop_extra_rates_per_s": list(args.extra_rates),
