@@ -5,8 +5,10 @@ Starts 4 Redis, 4 node processes and a router process (3 nodes in the ring, the
 Redis, measures check latency at a fixed offered rate before and during the
 migration, and compares keys moved per second with `MIGRATE ... KEYS` batches
 between two bare Redis instances in the same run; then removes the 4th node again (its
-keys all move back), and pools both moves' check latencies. Prints JSON; writes
-bench/runs/migration.json (`--out DIR` elsewhere).
+keys all move back). `--cycles` add-and-remove cycles run in turn: keys/s are pooled
+over each kind of move (keys moved ÷ seconds), and the checks of every move are pooled
+for the p99 during (one move's probe holds ~250 checks, so its p99 is its 3rd-slowest
+check). Prints JSON; writes bench/runs/migration.json (`--out DIR` elsewhere).
 
     python -m bench.migration --keys 200000 [--partitioner slots]
     python -m bench.migration --keys 1000000 --busy-pct 50   # the 1M-key cluster, 3 -> 4
@@ -185,6 +187,7 @@ async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         for i in range(1, 5)
     }
     procs: list[ChildProcess] = []
+    cycles: list[dict[str, dict[str, Any]]] = []
     try:
         for server in servers.values():
             server.start()
@@ -219,12 +222,17 @@ async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         async with aiohttp.ClientSession() as http:
             # Scaling up (3 -> 4: each source scans all its keys, a quarter of them move)
             # and back down (4 -> 3: every key of the one source moves).
-            moves = {
-                "add": await move(
-                    http, router, "POST", "/v1/cluster/nodes", specs[3].to_dict(), args
-                ),
-                "remove": await move(http, router, "DELETE", "/v1/cluster/nodes/n4", None, args),
-            }
+            for _ in range(args.cycles):
+                cycles.append(
+                    {
+                        "add": await move(
+                            http, router, "POST", "/v1/cluster/nodes", specs[3].to_dict(), args
+                        ),
+                        "remove": await move(
+                            http, router, "DELETE", "/v1/cluster/nodes/n4", None, args
+                        ),
+                    }
+                )
     finally:
         for proc in reversed(procs):
             proc.terminate()
@@ -234,27 +242,45 @@ async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             server.stop()
     raw_after = raw_migrate(args.keys, tmp, args.migrate_batch, "raw-after")
     raw = (raw_before + raw_after) / 2
-    during = pooled([t for m in moves.values() for t in m.pop("_latencies")])
-    added = moves["add"]
-    for figures in moves.values():
-        figures["ratio_vs_raw_migrate"] = round(figures["moved_keys_per_s"] / raw, 3)
+    during = pooled([t for c in cycles for m in c.values() for t in m.pop("_latencies")])
+    for cycle in cycles:
+        for figures in cycle.values():
+            figures["ratio_vs_raw_migrate"] = round(figures["moved_keys_per_s"] / raw, 3)
+    added, removed = (pooled_speed([c[kind] for c in cycles], raw) for kind in ("add", "remove"))
     return {
         "keys": args.keys,
         "partitioner": args.partitioner,
         "reshard_rate": args.reshard_rate,
         "busy_pct": args.busy_pct,
         "parallel": args.parallel,
+        "cycles": args.cycles,
         "raw_migrate_keys_per_s": round(raw),
         "raw_migrate_before_after": [round(raw_before), round(raw_after)],
         # The target: scaling up, the move that scans the most per key moved.
         "ratio_vs_raw_migrate": added["ratio_vs_raw_migrate"],
-        "ratio_remove_vs_raw_migrate": moves["remove"]["ratio_vs_raw_migrate"],
-        "moves": moves,
+        "ratio_remove_vs_raw_migrate": removed["ratio_vs_raw_migrate"],
+        "add": added,
+        "remove": removed,
+        "moves": cycles,
         "latency_before": before,
-        "latency_during": during,  # both moves' checks pooled
+        "latency_during": during,  # every move's checks pooled
         "p99_during_over_before": round(during["p99_ms"] / before["p99_ms"], 2)
         if during["p99_ms"] and before["p99_ms"]
         else None,
+    }
+
+
+def pooled_speed(moves: list[dict[str, Any]], raw: float) -> dict[str, Any]:
+    """Keys/s over moves of one kind (all their keys ÷ all their seconds), ÷ raw MIGRATE."""
+    keys = sum(m["keys_moved"] for m in moves)
+    seconds = sum(m["migration_seconds"] for m in moves)
+    rate = keys / seconds if seconds else 0.0
+    return {
+        "keys_moved": keys,
+        "migration_seconds": round(seconds, 3),
+        "moved_keys_per_s": round(rate),
+        "ratio_vs_raw_migrate": round(rate / raw, 3),
+        "ratio_by_move": [m["ratio_vs_raw_migrate"] for m in moves],
     }
 
 
@@ -272,7 +298,8 @@ def main() -> None:
     )
     parser.add_argument("--migrate-batch", type=int, default=1000)
     parser.add_argument("--rate", type=float, default=200.0)
-    parser.add_argument("--probe-seconds", type=float, default=3.0)
+    parser.add_argument("--probe-seconds", type=float, default=6.0, help="the probe before")
+    parser.add_argument("--cycles", type=int, default=3, help="add-and-remove cycles")
     parser.add_argument("--timeout", type=float, default=600.0, help="give up on the migration")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where migration.json goes")
     install_fast_loop()
