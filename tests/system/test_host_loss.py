@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,8 @@ RULE = {"limits": [{"algorithm": "quota", "limit": LIMIT}], "durability": "repli
 # of this rule (lost when Sentinel demotes it), which a `primary` rule would let show.
 RATE = {"limits": [{"algorithm": "fixed_window", "limit": LIMIT, "window": "1d"}]}
 NORMAL_WITHIN_S = 3.0
+# Answered this close to the hang (before or after): maybe not yet replicated (`primary`).
+HANG_WINDOW_S = 0.05
 
 
 async def _used(http: aiohttp.ClientSession, router: str, key: str) -> int:
@@ -210,5 +213,15 @@ async def test_a_hung_host_is_routed_around_and_serves_nothing_stale_when_it_wak
             await eventually(served, within=10)
             assert await _epoch(http, local, local.members[0].urls[hung]) == current
             held = await admitted(http, router, "stock", answers)
+            # A `primary` rule is acknowledged once the primary applied it: a decision
+            # answered as the host hung may not have reached a replica (the docs' "a
+            # failover can lose"). Only those may be missing; anything the woken primary
+            # served (seconds later) would be missing too, and is not excused.
+            at_hang = Counter(
+                a[2]
+                for a in answers
+                if a[3] and not a[4] and a[0] < stopped <= a[1] + HANG_WINDOW_S
+            )
             for key in lost:
-                assert await _used(http, router, key) == held[key], key
+                used = await _used(http, router, key)
+                assert held[key] - at_hang[key] <= used <= held[key], (key, at_hang[key])
