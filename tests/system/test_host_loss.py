@@ -10,7 +10,10 @@ serves nothing, and its node process takes the topology that moved on meanwhile 
 serves. Nothing acknowledged under `durability: replica` is lost: what each key holds
 afterwards is exactly what the load, from another process, was told was admitted, once
 each check answered degraded was sent again under its request_id, as a client does (a
-check the killed endpoint applied just before it died is replayed, not counted twice)."""
+check the killed endpoint applied just before it died is replayed, not counted twice).
+The hang uses a `durability: primary` rule: there, only decisions answered as the host
+hung may be missing (acknowledged by the primary, maybe not yet replicated), and nothing
+is ever counted twice."""
 
 from __future__ import annotations
 
