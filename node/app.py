@@ -27,12 +27,10 @@ from node.config import NodeConfig
 from node.edge.boundary import redis_boundary
 from node.edge.channel_server import ChannelServer
 from node.errors import PeerError
-from node.health.metrics import held_keys
-from node.health.replication import replication_status
+from node.health.redis_stats import redis_stats
 from node.holds.coordinator_records import parse_entries
-from node.migration.migrator import decode_entries, encode_entries
+from node.migration.entries import decode_entries, encode_entries
 from node.state import NodeState
-from node.store.connect import primary_address
 from node.topology.ownership import Role
 
 log = logging.getLogger("shardlimit.node")
@@ -125,6 +123,8 @@ async def put_topology(request: web.Request, state: NodeState, body: Any) -> web
     refused = await state.kept.install(topology)
     if refused is not None:
         return problem(409, refused.kind, refused.detail)
+    if state.ownership is not None:
+        state.migrator.sources.prepare(state.ownership)
     return json_response({"epoch": state.epoch})
 
 
@@ -230,29 +230,18 @@ async def migrate_step(
 
 @internal()
 async def stats(request: web.Request, state: NodeState, body: Any) -> web.Response:
-    rules_version = int(await state.redis.hget(RULES_KEY, "version") or 0)
-    keys = await held_keys(state.redis)  # for limits: not the rules, topology, fence
     topology = state.topology
-    memory = (await state.redis.info("memory"))["used_memory"]
-    redis_version = str((await state.redis.info("server")).get("redis_version", ""))
-    address = await primary_address(state.redis)
-    replication = await replication_status(state.redis, state.failovers)
     return json_response(
         {
             "node": state.node_id,
             "epoch": state.epoch,
-            "keys": keys,
-            "memory": memory,
-            "redis": address,
-            "replication": replication,
+            **await redis_stats(state.redis, state.failovers),
             "live": state.liveness.port,
             "singleton": state.sweeper_lease.held,  # this endpoint sweeps the shard's holds
             "expired_batches": state.expired_batches,
             "undone_checks": state.undone_checks,
-            "rules_version": rules_version,
             "cluster_id": topology.cluster_id if topology else None,
             "partitioner": topology.partitioner.kind if topology else None,
-            "redis_version": redis_version,
         }
     )
 

@@ -135,6 +135,10 @@ class NodeState:
     def epoch(self) -> int:
         return self.current.epoch
 
+    @property
+    def pull_reads(self) -> dict[str, int]:
+        return self.migrator.sources.reads
+
     def _followed(self, primary: tuple[str, int]) -> None:
         self.failovers += 1
         self.metrics.failovers.inc()

@@ -137,7 +137,9 @@ def watch(args: argparse.Namespace) -> dict[str, Any]:
             if migration.get("phase") == "done" and not migration.get("running"):
                 final = {"epoch": info["epoch"], **migration}
                 return final
-            time.sleep(0.2)  # polling the router for progress
+            # Polling the router for progress, at the cadence of /ui: each GET /v1/cluster
+            # asks every node for its stats, while the move's live checks wait on them.
+            time.sleep(0.5)
 
 
 def _finish(args: argparse.Namespace, started: Any) -> int:

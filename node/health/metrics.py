@@ -9,7 +9,7 @@ round trip per scrape, never per request).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Protocol
 
 import redis.asyncio as aioredis
@@ -47,6 +47,9 @@ class NodeCounts(Protocol):
 
     @property
     def failovers(self) -> int: ...
+
+    @property
+    def pull_reads(self) -> Mapping[str, int]: ...
 
 
 async def held_keys(client: aioredis.Redis) -> int:
@@ -224,4 +227,13 @@ class _CountsCollector(Collector):
             labels=["node"],
         )
         undone.add_metric(node, counts.undone_checks)
-        return iter((epoch, expired, undone))
+        reads = CounterMetricFamily(
+            "shardlimit_node_pull_reads",
+            "First touches during a migration by where the moving keys were read: `node` "
+            "through the source node's export endpoint, `redis` from the source's Redis "
+            "directly (once the source answered an export of that migration).",
+            labels=["node", "source"],
+        )
+        for source, count in sorted(counts.pull_reads.items()):
+            reads.add_metric([self.node_id, source], count)
+        return iter((epoch, expired, undone, reads))

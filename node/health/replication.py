@@ -36,9 +36,13 @@ def _connected(info: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return found
 
 
-async def replication_status(client: aioredis.Redis, failovers: int) -> dict[str, Any]:
-    """Raises RedisError when the primary does not answer."""
-    info = await client.info("replication")
+async def replication_status(
+    client: aioredis.Redis, failovers: int, info: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """`info`: the primary's INFO replication when already read. Raises RedisError when
+    the primary does not answer."""
+    if info is None:
+        info = await client.info("replication")
     pool = sentinel_pool(client)
     if pool is not None and pool.master_address is not None:
         primary = host_port(*pool.master_address)

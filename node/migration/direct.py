@@ -14,7 +14,8 @@ from cluster import wire
 from node.errors import PeerError
 from node.migration.copy_step import MIGRATE_CHUNK
 from node.migration.durable import target_gone
-from node.migration.peer_client import Endpoints, PeerClient
+from node.migration.peer_client import Endpoints, PeerClient, RedisAddress
+from node.migration.peer_redis import PeerRedis
 
 __all__ = ["LANDED_GROUP", "DirectMover"]
 
@@ -27,11 +28,10 @@ LANDED_GROUP = 5 * MIGRATE_CHUNK
 class DirectMover:
     """MIGRATE from this node's Redis (`client`) to the targets' (`peers` names them)."""
 
-    def __init__(self, client: aioredis.Redis, peers: PeerClient) -> None:
+    def __init__(self, client: aioredis.Redis, peers: PeerClient, peer_redis: PeerRedis) -> None:
         self.client = client
         self.peers = peers
-        # Direct connections to target Redis (the MIGRATE address), for _drop_if_there.
-        self._target_clients: dict[tuple[str, int, int], aioredis.Redis] = {}
+        self.peer_redis = peer_redis  # the targets' Redis (the MIGRATE address): _drop_if_there
 
     async def move(self, target: Endpoints, keys: list[str]) -> list[str]:
         """Redis-to-Redis MIGRATE (TTL kept, never REPLACE), MIGRATE_CHUNK keys a call;
@@ -62,9 +62,7 @@ class DirectMover:
                 left += await self._drop_if_there(address, await self._still_here(chunk))
         return await self._drop_landed(target, address, keys) if durable else left
 
-    async def _migrate(
-        self, address: tuple[str, int, int], keys: list[str], copy: bool
-    ) -> bool | None:
+    async def _migrate(self, address: RedisAddress, keys: list[str], copy: bool) -> bool | None:
         """One MIGRATE call: True, False when the target refused some keys (BUSYKEY), None
         when no writable primary answered at `address` (node/migration/durable.py)."""
         host, port, db = address
@@ -87,7 +85,7 @@ class DirectMover:
         return [key for key, here in zip(keys, present, strict=True) if here]
 
     async def _drop_landed(
-        self, target: Endpoints, address: tuple[str, int, int], keys: list[str]
+        self, target: Endpoints, address: RedisAddress, keys: list[str]
     ) -> list[str]:
         """After MIGRATE COPY: drop here the keys the target's primary holds, answered
         once a replica of it holds them too; returns the others (to be imported). A
@@ -107,13 +105,11 @@ class DirectMover:
             await self.client.delete(*drop)
         return [key for key in keys if key in missing]
 
-    async def _forget(self, target: Endpoints, address: tuple[str, int, int]) -> None:
+    async def _forget(self, target: Endpoints, address: RedisAddress) -> None:
         self.peers.forget_redis(target)
-        client = self._target_clients.pop(address, None)
-        if client is not None:
-            await client.aclose()
+        await self.peer_redis.forget(address)
 
-    async def _drop_if_there(self, address: tuple[str, int, int], keys: list[str]) -> list[str]:
+    async def _drop_if_there(self, address: RedisAddress, keys: list[str]) -> list[str]:
         """Of the keys MIGRATE left here, drop those the target's Redis already has;
         the others are returned (to go through the import endpoint).
 
@@ -125,15 +121,8 @@ class DirectMover:
         per chunk that met a key a live check had already pulled."""
         if not keys:
             return keys
-        host, port, db = address
-        target = self._target_clients.get(address)
-        if target is None:
-            target = aioredis.Redis(
-                host=host, port=port, db=db, socket_connect_timeout=2.0, socket_timeout=10.0
-            )
-            self._target_clients[address] = target
         try:
-            pipe = target.pipeline(transaction=False)
+            pipe = self.peer_redis.client(address).pipeline(transaction=False)
             for key in keys:
                 pipe.exists(key)
             there = await pipe.execute()
@@ -143,7 +132,3 @@ class DirectMover:
         if drop:
             await self.client.delete(*drop)
         return [key for key, found in zip(keys, there, strict=True) if not found]
-
-    async def close(self) -> None:
-        for client in self._target_clients.values():
-            await client.aclose()

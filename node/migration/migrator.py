@@ -5,7 +5,6 @@ See docs/resharding.md for the protocol and why each step is safe to repeat.
 
 from __future__ import annotations
 
-import base64
 import logging
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -14,12 +13,15 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from cluster import wire
-from cluster.model.keys import limit_key_of, marker_key, marker_pattern
+from cluster.model.keys import marker_key, marker_pattern
 from node.errors import PeerError
 from node.migration.copy_step import MIGRATE_CHUNK, Budget, Finder, copy_step
 from node.migration.direct import LANDED_GROUP, DirectMover
 from node.migration.durable import held
+from node.migration.entries import ExportEntry, decode_entries, encode_entries, entries_of
 from node.migration.peer_client import Endpoints, PeerClient
+from node.migration.peer_redis import PeerRedis
+from node.migration.source_reads import SourceReads
 from node.store.scripts import read_lua
 from node.topology.ownership import Ownership
 
@@ -28,40 +30,9 @@ MARKER_TTL_MS = 2 * 86_400_000
 # Names per SCAN when markers are dropped: each SCAN blocks the Redis that live checks wait
 # for (5,000 took ~3 ms and showed in their p99 at the end of every migration).
 MARKER_SCAN = 500
-# (redis key, dump or None, absolute expiry ms or -1, authoritative): authoritative is
-# False only when a migration is aborted and the sender never held the key (the
-# receiver's own copy is then the current one).
-ExportEntry = tuple[str, bytes | None, int, bool]
 # Guards one move of a copy step: raises PeerError once the topology changed, and holds
 # back the next topology's acknowledgement while the move runs.
 MoveGuard = Callable[[], AbstractAsyncContextManager[None]]
-
-
-def encode_entries(entries: Sequence[ExportEntry]) -> list[list[Any]]:
-    return [
-        [key, base64.b64encode(dump).decode() if dump is not None else None, expiry, authoritative]
-        for key, dump, expiry, authoritative in entries
-    ]
-
-
-def decode_entries(raw: Any) -> list[ExportEntry]:
-    if not isinstance(raw, list):
-        raise ValueError("entries must be a list")
-    out: list[ExportEntry] = []
-    for item in raw:
-        if not (isinstance(item, list) and len(item) in (3, 4) and isinstance(item[0], str)):
-            raise ValueError("each entry is [key, dump or null, expiry, authoritative?]")
-        key, dump, expiry = item[:3]
-        authoritative = item[3] if len(item) == 4 else True
-        if not isinstance(expiry, int) or isinstance(expiry, bool):
-            raise ValueError("expiry must be an integer")
-        if not isinstance(authoritative, bool):
-            raise ValueError("authoritative must be a boolean")
-        if limit_key_of(key) is None:
-            raise ValueError(f"not a shardlimit key: {key[:80]!r}")
-        decoded = base64.b64decode(dump) if isinstance(dump, str) else None
-        out.append((key, decoded, expiry, authoritative))
-    return out
 
 
 class Migrator:
@@ -78,7 +49,9 @@ class Migrator:
         # (migration id, run_id of this node's Redis, cursor) of the last copy step that
         # succeeded: a SCAN cursor means nothing to another Redis process.
         self._scanned_on: tuple[str, str, int] | None = None
-        self.direct = DirectMover(client, peers)  # MIGRATE to the targets' Redis
+        self.peer_redis = PeerRedis()
+        self.direct = DirectMover(client, peers, self.peer_redis)  # MIGRATE to targets' Redis
+        self.sources = SourceReads(peers, self.peer_redis)  # first touch from sources' Redis
 
     async def export(self, keys: Sequence[str], reverted: str | None = None) -> list[ExportEntry]:
         """DUMP + absolute expiry of each key (None when absent). Does not delete.
@@ -93,19 +66,7 @@ class Migrator:
             pipe.pttl(key)
             if reverted is not None:
                 pipe.exists(marker_key(reverted, key))
-        results = await pipe.execute()
-        seconds, micros = results[0]
-        now_ms = seconds * 1000 + micros // 1000
-        out: list[ExportEntry] = []
-        width = 2 if reverted is None else 3
-        for i, key in enumerate(keys):
-            dump, pttl = results[1 + width * i], results[2 + width * i]
-            imported = reverted is not None and bool(results[3 + width * i])
-            if dump is None or pttl == -2:
-                out.append((key, None, -1, reverted is None or imported))
-            else:
-                out.append((key, dump, -1 if pttl < 0 else now_ms + pttl, True))
-        return out
+        return entries_of(keys, await pipe.execute(), reverted=reverted is not None)
 
     async def import_entries(
         self, migration_id: str, entries: Sequence[ExportEntry], *, replace: bool = False
@@ -144,16 +105,22 @@ class Migrator:
         return [key for key, present in zip(keys, found, strict=True) if not present]
 
     async def pull(self, ownership: Ownership, source: Endpoints, keys: Sequence[str]) -> int:
-        """Import `keys` from their previous owner unless already imported."""
+        """Import `keys` from their previous owner unless already imported: through its
+        export endpoint, or from its Redis once that answered in this migration
+        (node/migration/source_reads.py)."""
         migration_id = ownership.migration_id
         assert migration_id is not None
         reverting = ownership.reverts is not None
         missing = await self.missing_markers(migration_id, keys, reverting=reverting)
         if not missing:
             return 0
-        payload = {"keys": missing, "topology": ownership.topology.to_dict()}
-        body = await self.peers.post(source, wire.EXPORT_PATH, payload, timeout_s=5.0)
-        entries = decode_entries(body["entries"])
+        entries = None if reverting else await self.sources.read(source, migration_id, missing)
+        if entries is None:
+            payload = {"keys": missing, "topology": ownership.topology.to_dict()}
+            body = await self.peers.post(source, wire.EXPORT_PATH, payload, timeout_s=5.0)
+            entries = decode_entries(body["entries"])
+            if not reverting:
+                self.sources.exported(source, migration_id)
         return await self.import_entries(migration_id, entries, replace=reverting)
 
     def budget(self, migration_id: str, rate: int, busy_pct: int) -> Budget:
@@ -247,7 +214,8 @@ class Migrator:
         return (await held(self.client, [], True, needed=needed))[1] >= needed
 
     async def close(self) -> None:
-        await self.direct.close()
+        await self.sources.close()
+        await self.peer_redis.close()
 
     async def _send_dumps(self, target: Endpoints, migration_id: str, keys: list[str]) -> int:
         entries = await self.export(keys)

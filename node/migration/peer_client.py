@@ -21,9 +21,10 @@ import orjson
 from cluster import wire
 from node.errors import PeerError
 
-__all__ = ["Endpoints", "PeerClient"]
+__all__ = ["Endpoints", "PeerClient", "RedisAddress"]
 
 Endpoints = tuple[str, ...]  # a shard's node URLs, its first endpoint first (NodeSpec.urls)
+RedisAddress = tuple[str, int, int]  # (host, port, db) of a shard's Redis primary
 
 
 class _Unreachable(Exception):
@@ -35,7 +36,7 @@ class PeerClient:
         self, session_factory: Callable[[], aiohttp.ClientSession], cluster_token: str | None
     ) -> None:
         self._session_factory = session_factory  # the node's one session, made when needed
-        self._redis_addresses: dict[Endpoints, tuple[str, int, int]] = {}
+        self._redis_addresses: dict[Endpoints, RedisAddress] = {}
         # Per shard: whether it has replicas, as its LANDED_PATH answer said
         # (node/migration/durable.py); unknown until then. Forgotten with its address.
         self.replicated: dict[Endpoints, bool] = {}
@@ -103,12 +104,12 @@ class PeerClient:
             raise PeerError(f"{url}: {type(exc).__name__} {exc}") from exc
 
     def forget_redis(self, endpoints: Endpoints) -> None:
-        """A MIGRATE to the shard's Redis address failed (a failover moved its primary, or
-        it is down): the next redis_address() asks its stats again."""
+        """A call to the shard's Redis address failed or found no primary there (a failover
+        moved it, or it is down): the next redis_address() asks its stats again."""
         self._redis_addresses.pop(endpoints, None)
         self.replicated.pop(endpoints, None)
 
-    async def redis_address(self, endpoints: Endpoints) -> tuple[str, int, int] | None:
+    async def redis_address(self, endpoints: Endpoints) -> RedisAddress | None:
         """(host, port, db) of a shard's Redis primary as its stats say (kept per shard
         until forget_redis()), or None when it cannot be learned now."""
         address = self._redis_addresses.get(endpoints)

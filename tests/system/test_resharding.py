@@ -32,7 +32,7 @@ from cluster.model.partition import new_partitioner
 from cluster.model.topology import Topology
 from node.app import STATE
 from node.migration.copy_step import Finder
-from node.migration.migrator import decode_entries
+from node.migration.entries import decode_entries
 from node.topology.ownership import Ownership
 from tests.conftest import (
     ADMIN,
@@ -582,3 +582,76 @@ async def test_an_abort_pulls_a_key_back_only_after_the_old_copy_step_moved_it(
     [look] = await node_batch(cluster, "n1", [msgspec.structs.replace(op, cost=0)])
     assert isinstance(look, wire.Checked) and look.limits[0].remaining == 8
     await owner.aclose()
+
+
+async def batch_at(cluster: Cluster, url: str, op: wire.Op) -> wire.Result:
+    batch = wire.Batch(int(time.time() * 1000) + 5000, [op])
+    async with cluster.http.post(
+        url + wire.BATCH_PATH,
+        data=wire.encode(batch),
+        headers={**NODE_AUTH, "Content-Type": wire.CONTENT_TYPE},
+    ) as resp:
+        assert resp.status == 200, await resp.text()
+        [result] = wire.decode_reply(await resp.read()).results
+        return result
+
+
+async def test_first_touches_read_the_source_redis_once_the_source_answered_an_export(
+    cluster: Cluster, fourth_redis: RedisProcess, tmp_path: Path
+) -> None:
+    """A node that takes a migrating topology asks each node it gains keys from for an
+    export of no key, which fences the source (it takes the topology and drains its
+    older batches); then its first touches read moving keys from the source's Redis
+    straight, with their counts. A Redis that is no longer a primary (a failover demoted
+    it) is never read: the export endpoint answers instead, and the source's Redis is
+    read again once its address is learned anew."""
+    n4_url, before, adding, op = await add_n4_by_hand(cluster, fourth_redis)
+    moving = [
+        k
+        for k in (f"user:{i}" for i in range(1000, 3000))
+        if before.partitioner.owner(k) == "n1" and adding.partitioner.owner(k) == "n4"
+    ][:2]
+    ops = [msgspec.structs.replace(op, key=key, cost=2) for key in moving]
+    for counted in await node_batch(cluster, "n1", ops):
+        assert isinstance(counted, wire.Checked) and counted.limits[0].remaining == 8
+    for url in [*cluster.node_urls.values(), n4_url]:
+        await put_topology(cluster, url, adding)
+    [n4] = [
+        r.app[STATE] for r in cluster.runners if STATE in r.app and r.app[STATE].node_id == "n4"
+    ]
+    sources = n4.migrator.sources
+    n1 = adding.node("n1")
+    assert n1 is not None
+
+    async def ready() -> bool:
+        return sources.ready(n1.urls, "madd")
+
+    await eventually(ready)
+    first = await batch_at(cluster, n4_url, op)
+    assert isinstance(first, wire.Checked) and first.limits[0].remaining == 8
+    assert sources.reads == {"node": 0, "redis": 1}
+
+    # n1's Redis address as n4 knows it now names a replica of it, as after a failover
+    # that demoted it: ROLE says so, and the key comes through n1's export endpoint.
+    replica = RedisProcess(port=free_port(), data_dir=tmp_path / "replica", aof=False)
+    replica.start()
+    try:
+        follower = sync_redis.Redis(port=replica.port)
+        follower.replicaof("127.0.0.1", cluster.redis[0].port)
+
+        def synced() -> bool:
+            return follower.info("replication").get("master_link_status") == "up"
+
+        await eventually(lambda: asyncio.to_thread(synced))
+        n4.peers._redis_addresses[n1.urls] = ("127.0.0.1", replica.port, 0)  # stale, on purpose
+        second = await batch_at(cluster, n4_url, ops[0])
+        assert isinstance(second, wire.Checked) and second.limits[0].remaining == 6
+        assert sources.reads == {"node": 1, "redis": 1}
+        await eventually(ready)
+        assert await n4.peers.redis_address(n1.urls) == ("127.0.0.1", cluster.redis[0].port, 0)
+        third = await batch_at(cluster, n4_url, ops[1])
+        assert isinstance(third, wire.Checked) and third.limits[0].remaining == 6
+        assert sources.reads == {"node": 1, "redis": 2}
+        follower.close()
+    finally:
+        replica.stop()

@@ -1,0 +1,35 @@
+"""What a node's stats (`GET /node/v1/stats`: `GET /v1/cluster`, `shardlimit status`,
+/ui, the router's epoch poll) say of its Redis, read in two round trips: every node is
+asked at once, while live checks wait on the same Redis."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from cluster.model.keys import RULES_KEY
+from node.health.metrics import held_keys
+from node.health.replication import replication_status
+from node.store.connect import primary_address
+
+__all__ = ["redis_stats"]
+
+
+async def redis_stats(client: aioredis.Redis, failovers: int) -> dict[str, Any]:
+    """keys (for limits: not the rules, topology, fence), memory, the primary's address
+    (`redis`), replication, rules_version, redis_version. Raises RedisError."""
+    async with client.pipeline(transaction=False) as pipe:
+        pipe.hget(RULES_KEY, "version")
+        pipe.info("memory")
+        pipe.info("server")
+        pipe.info("replication")
+        version, memory, server, replication = await pipe.execute()
+    return {
+        "keys": await held_keys(client),
+        "memory": memory["used_memory"],
+        "redis": await primary_address(client),
+        "replication": await replication_status(client, failovers, replication),
+        "rules_version": int(version or 0),
+        "redis_version": str(server.get("redis_version", "")),
+    }
