@@ -130,9 +130,14 @@ class Cluster:
 
 async def node_batch(cluster: Cluster, node: str, ops: list[wire.Op]) -> list[wire.Result]:
     """Speak the node protocol the way a router does."""
+    return await batch_at(cluster, cluster.node_urls[node], ops)
+
+
+async def batch_at(cluster: Cluster, url: str, ops: list[wire.Op]) -> list[wire.Result]:
+    """node_batch() to a node endpoint by its URL (one that is not a member yet, say)."""
     batch = wire.Batch(int(time.time() * 1000) + 5000, ops)
     async with cluster.http.post(
-        cluster.node_urls[node] + wire.BATCH_PATH,
+        url + wire.BATCH_PATH,
         data=wire.encode(batch),
         headers={"Authorization": f"Bearer {CLUSTER}", "Content-Type": wire.CONTENT_TYPE},
     ) as resp:

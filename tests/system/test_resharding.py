@@ -39,6 +39,7 @@ from tests.conftest import (
     CLUSTER,
     Cluster,
     add_spare_node,
+    batch_at,
     eventually,
     node_batch,
     start_cluster,
@@ -584,18 +585,6 @@ async def test_an_abort_pulls_a_key_back_only_after_the_old_copy_step_moved_it(
     await owner.aclose()
 
 
-async def batch_at(cluster: Cluster, url: str, op: wire.Op) -> wire.Result:
-    batch = wire.Batch(int(time.time() * 1000) + 5000, [op])
-    async with cluster.http.post(
-        url + wire.BATCH_PATH,
-        data=wire.encode(batch),
-        headers={**NODE_AUTH, "Content-Type": wire.CONTENT_TYPE},
-    ) as resp:
-        assert resp.status == 200, await resp.text()
-        [result] = wire.decode_reply(await resp.read()).results
-        return result
-
-
 async def test_first_touches_read_the_source_redis_once_the_source_answered_an_export(
     cluster: Cluster, fourth_redis: RedisProcess, tmp_path: Path
 ) -> None:
@@ -627,7 +616,7 @@ async def test_first_touches_read_the_source_redis_once_the_source_answered_an_e
         return sources.ready(n1.urls, "madd")
 
     await eventually(ready)
-    first = await batch_at(cluster, n4_url, op)
+    [first] = await batch_at(cluster, n4_url, [op])
     assert isinstance(first, wire.Checked) and first.limits[0].remaining == 8
     assert sources.reads == {"node": 0, "redis": 1}
 
@@ -644,12 +633,12 @@ async def test_first_touches_read_the_source_redis_once_the_source_answered_an_e
 
         await eventually(lambda: asyncio.to_thread(synced))
         n4.peers._redis_addresses[n1.urls] = ("127.0.0.1", replica.port, 0)  # stale, on purpose
-        second = await batch_at(cluster, n4_url, ops[0])
+        [second] = await batch_at(cluster, n4_url, ops[:1])
         assert isinstance(second, wire.Checked) and second.limits[0].remaining == 6
         assert sources.reads == {"node": 1, "redis": 1}
         await eventually(ready)
         assert await n4.peers.redis_address(n1.urls) == ("127.0.0.1", cluster.redis[0].port, 0)
-        third = await batch_at(cluster, n4_url, ops[1])
+        [third] = await batch_at(cluster, n4_url, ops[1:])
         assert isinstance(third, wire.Checked) and third.limits[0].remaining == 6
         assert sources.reads == {"node": 1, "redis": 2}
         follower.close()
