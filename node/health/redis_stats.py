@@ -28,7 +28,8 @@ async def redis_stats(client: aioredis.Redis, failovers: int) -> dict[str, Any]:
     return {
         "keys": await held_keys(client),
         "memory": memory["used_memory"],
-        "redis": await primary_address(client),
+        # The run_id lets a peer check that the address reaches this Redis from there.
+        "redis": {**await primary_address(client), "run_id": server.get("run_id", "")},
         "replication": await replication_status(client, failovers, replication),
         "rules_version": int(version or 0),
         "redis_version": str(server.get("redis_version", "")),

@@ -47,7 +47,7 @@ class DirectMover:
         address, and the keys go through the target node's import endpoint, which
         writes to its current primary, or fails the step while it has none.
         """
-        address = await self.peers.redis_address(target)
+        address = await self.peer_redis.address(target)
         if address is None:
             return keys
         durable = self.peers.replicated.get(target, True)  # unknown: as if it had

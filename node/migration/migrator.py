@@ -49,7 +49,7 @@ class Migrator:
         # (migration id, run_id of this node's Redis, cursor) of the last copy step that
         # succeeded: a SCAN cursor means nothing to another Redis process.
         self._scanned_on: tuple[str, str, int] | None = None
-        self.peer_redis = PeerRedis()
+        self.peer_redis = PeerRedis(peers)
         self.direct = DirectMover(client, peers, self.peer_redis)  # MIGRATE to targets' Redis
         self.sources = SourceReads(peers, self.peer_redis)  # first touch from sources' Redis
 

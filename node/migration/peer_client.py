@@ -36,7 +36,8 @@ class PeerClient:
         self, session_factory: Callable[[], aiohttp.ClientSession], cluster_token: str | None
     ) -> None:
         self._session_factory = session_factory  # the node's one session, made when needed
-        self._redis_addresses: dict[Endpoints, RedisAddress] = {}
+        # Per shard: its Redis primary's address and run_id, as its stats said.
+        self._redis: dict[Endpoints, tuple[RedisAddress, str]] = {}
         # Per shard: whether it has replicas, as its LANDED_PATH answer said
         # (node/migration/durable.py); unknown until then. Forgotten with its address.
         self.replicated: dict[Endpoints, bool] = {}
@@ -105,20 +106,23 @@ class PeerClient:
 
     def forget_redis(self, endpoints: Endpoints) -> None:
         """A call to the shard's Redis address failed or found no primary there (a failover
-        moved it, or it is down): the next redis_address() asks its stats again."""
-        self._redis_addresses.pop(endpoints, None)
+        moved it, or it is down): the next redis_identity() asks its stats again."""
+        self._redis.pop(endpoints, None)
         self.replicated.pop(endpoints, None)
 
-    async def redis_address(self, endpoints: Endpoints) -> RedisAddress | None:
-        """(host, port, db) of a shard's Redis primary as its stats say (kept per shard
-        until forget_redis()), or None when it cannot be learned now."""
-        address = self._redis_addresses.get(endpoints)
-        if address is None:
+    async def redis_identity(self, endpoints: Endpoints) -> tuple[RedisAddress, str] | None:
+        """((host, port, db), run_id) of a shard's Redis primary as its stats say (kept per
+        shard until forget_redis(); run_id "" from a node that does not say it), or None
+        when it cannot be learned now. node/migration/peer_redis.py checks that the
+        address reaches that Redis from here."""
+        identity = self._redis.get(endpoints)
+        if identity is None:
             try:
                 info = await self.get(endpoints, wire.STATS_PATH)
                 redis_info = info.get("redis") or {}
                 address = (str(redis_info["host"]), int(redis_info["port"]), int(redis_info["db"]))
+                identity = (address, str(redis_info.get("run_id") or ""))
             except (PeerError, AttributeError, KeyError, ValueError, TypeError):
                 return None
-            self._redis_addresses[endpoints] = address
-        return address
+            self._redis[endpoints] = identity
+        return identity

@@ -1,24 +1,59 @@
 """This node's connections to other shards' Redis, by the address their node's stats
 name (a MIGRATE target's, to look for keys it refused; a migration source's, to read
 moving keys on first touch). Reached like the MIGRATE between them: the same network,
-no credentials of their own."""
+no credentials of their own.
+
+An address is used only once the Redis it reaches from here answers the run_id the
+shard's stats gave: a node whose `--redis` names a loopback address (a Redis beside it
+in its pod) reports an address that, from another host, reaches another Redis, this
+node's own. Read there, a first touch would import nothing and count from zero; a
+MIGRATE from a Redis to itself blocks that Redis until its timeout (10 s). Such a shard
+is reached through its node's endpoints instead."""
 
 from __future__ import annotations
 
-import redis.asyncio as aioredis
+import logging
 
-from node.migration.peer_client import RedisAddress
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from node.migration.peer_client import Endpoints, PeerClient, RedisAddress
 
 __all__ = ["PeerRedis"]
 
+log = logging.getLogger("shardlimit.node")
 CONNECT_TIMEOUT_S = 2.0
 # A read on a live check's path: as long as the export call it stands in for may take.
 CALL_TIMEOUT_S = 5.0
 
 
 class PeerRedis:
-    def __init__(self) -> None:
+    def __init__(self, peers: PeerClient) -> None:
+        self.peers = peers
         self._clients: dict[RedisAddress, aioredis.Redis] = {}
+        self._checked: dict[tuple[RedisAddress, str], bool] = {}  # reaches that run_id?
+
+    async def address(self, endpoints: Endpoints) -> RedisAddress | None:
+        """Where a shard's Redis primary is reached from here, or None (not known now, or
+        that address reaches another Redis from here)."""
+        identity = await self.peers.redis_identity(endpoints)
+        if identity is None or not identity[1]:
+            return None
+        address, run_id = identity
+        reaches = self._checked.get(identity)
+        if reaches is None:
+            try:
+                info = await self.client(address).info("server")
+            except (RedisError, OSError):
+                return None
+            reaches = self._checked[identity] = info.get("run_id") == run_id
+            if not reaches:
+                log.warning(
+                    "%s:%s is not shard %s's Redis from here: it is reached through its node",
+                    *address[:2],
+                    endpoints[0],
+                )
+        return address if reaches else None
 
     def client(self, address: RedisAddress) -> aioredis.Redis:
         client = self._clients.get(address)

@@ -11,15 +11,16 @@ one round trip to a Redis instead of an HTTP call through the source node, on a 
 check's path.
 
 When this node takes a migrating topology, `prepare` asks each node it gains keys from
-for such an empty export, learns its Redis address and opens a connection, off the check
-path; until that is done for a source, its keys come through its export endpoint.
+for such an empty export, learns its Redis address and checks that it reaches that Redis
+from here (node/migration/peer_redis.py), off the check path; until that is done for a
+source, its keys come through its export endpoint.
 
 The read is one transaction that also asks ROLE, so a demoted primary (a failover moved
 the source's Redis) is never read: its address is forgotten and the export endpoint
 answers instead. A source whose Redis cannot be reached from here (another network, TLS,
-a password) is read through its node for the rest of the migration. An abort's hand-back
-always goes through the export endpoint: what is authoritative there needs the source's
-markers and roles.
+a password, an address that reaches another Redis from here) is read through its node.
+An abort's hand-back always goes through the export endpoint: what is authoritative
+there needs the source's markers and roles.
 """
 
 from __future__ import annotations
@@ -106,17 +107,12 @@ class SourceReads:
             if ownership is not None:  # not yet fenced by an export of a first touch
                 payload = {"keys": [], "topology": ownership.topology.to_dict()}
                 await self.peers.post(source, wire.EXPORT_PATH, payload, timeout_s=5.0)
-            address = await self.peers.redis_address(source)
+            address = await self.peer_redis.address(source)
             if address is None:
-                raise PeerError("its Redis address is unknown")
+                raise PeerError("its Redis is not reached from here now")
         except PeerError as exc:  # tried again after the next export through it
             self._started.discard((source, migration_id))
             log.info("moving keys of %s are read through it for now: %s", source[0], exc)
-            return
-        try:
-            await self.peer_redis.client(address).ping()
-        except (RedisError, OSError) as exc:
-            log.info("moving keys of %s are read through it: %s", source[0], exc)
             return
         self._ready[source] = migration_id
 
@@ -131,7 +127,7 @@ class SourceReads:
         through its export endpoint."""
         if not self.ready(source, migration_id):
             return None
-        address = await self.peers.redis_address(source)
+        address = await self.peer_redis.address(source)
         if address is None:
             return None
         try:

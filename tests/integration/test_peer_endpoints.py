@@ -74,7 +74,7 @@ async def test_a_call_moves_past_unreachable_endpoints_and_sticks_to_the_one_tha
     # The next call goes to the endpoint that answered first: no wait on the hung one.
     again = await peers.post(endpoints, wire.DECISION_PATH, ABORT, timeout_s=30.0)
     assert again == {"batch": "b1", "decision": "abort"}
-    assert await peers.redis_address(endpoints) is not None
+    assert await peers.redis_identity(endpoints) is not None
 
 
 async def test_an_endpoints_error_answer_is_the_shards(

@@ -32,6 +32,7 @@ from cluster.model.partition import new_partitioner
 from cluster.model.topology import Topology
 from node.app import STATE
 from node.migration.copy_step import Finder
+from node.migration.direct import LANDED_GROUP
 from node.migration.entries import decode_entries
 from node.topology.ownership import Ownership
 from tests.conftest import (
@@ -632,15 +633,78 @@ async def test_first_touches_read_the_source_redis_once_the_source_answered_an_e
             return follower.info("replication").get("master_link_status") == "up"
 
         await eventually(lambda: asyncio.to_thread(synced))
-        n4.peers._redis_addresses[n1.urls] = ("127.0.0.1", replica.port, 0)  # stale, on purpose
+        # As a primary's stats left it, before a failover demoted it (its run_id stays).
+        demoted = (("127.0.0.1", replica.port, 0), follower.info("server")["run_id"])
+        n4.peers._redis[n1.urls] = demoted  # the stale entry, on purpose
         [second] = await batch_at(cluster, n4_url, ops[:1])
         assert isinstance(second, wire.Checked) and second.limits[0].remaining == 6
         assert sources.reads == {"node": 1, "redis": 1}
         await eventually(ready)
-        assert await n4.peers.redis_address(n1.urls) == ("127.0.0.1", cluster.redis[0].port, 0)
+        identity = await n4.peers.redis_identity(n1.urls)
+        assert identity is not None and identity[0] == ("127.0.0.1", cluster.redis[0].port, 0)
         [third] = await batch_at(cluster, n4_url, ops[1:])
         assert isinstance(third, wire.Checked) and third.limits[0].remaining == 6
         assert sources.reads == {"node": 1, "redis": 2}
         follower.close()
     finally:
         replica.stop()
+
+
+async def test_an_address_that_reaches_another_redis_from_here_is_never_used(
+    cluster: Cluster, fourth_redis: RedisProcess
+) -> None:
+    """A shard's stats name its Redis as its node reaches it: a loopback address (a Redis
+    beside the node in its pod) reaches another Redis from another host. Each node checks
+    the run_id there against the stats' before using an address: the first touches and
+    the background copy then go through the nodes, and every count arrives. Here each
+    side's entry names its own Redis, as a loopback address would."""
+    n4_url, before, adding, op = await add_n4_by_hand(cluster, fourth_redis)
+    n1_redis = sync_redis.Redis(port=cluster.redis[0].port)
+    owned = [f"user:{i}" for i in range(15_000) if before.partitioner.owner(f"user:{i}") == "n1"]
+    moving = [k for k in owned if adding.partitioner.owner(k) == "n4" and k != op.key]
+    assert len(moving) > 2 * LANDED_GROUP  # more than one move of the copy step
+    name = next(iter(n1_redis.scan_iter(match="c*"))).decode().split("|", 1)[0]
+    window_left = n1_redis.pttl(f"{name}|{op.key}")  # a fixed window's count: an integer
+    with n1_redis.pipeline(transaction=False) as pipe:
+        for key in owned:
+            if key != op.key:
+                pipe.set(f"{name}|{key}", 3, px=window_left)
+        pipe.execute()
+    [n1, n4] = [
+        r.app[STATE]
+        for node_id in ("n1", "n4")
+        for r in cluster.runners
+        if STATE in r.app and r.app[STATE].node_id == node_id
+    ]
+    n1_spec, n4_spec = adding.node("n1"), adding.node("n4")
+    assert n1_spec is not None and n4_spec is not None
+    n1_run_id = n1_redis.info("server")["run_id"]
+    n4_run_id = sync_redis.Redis(port=fourth_redis.port).info("server")["run_id"]
+    # What the stats of nodes with loopback `--redis` URLs would leave.
+    n4.peers._redis[n1_spec.urls] = (("127.0.0.1", fourth_redis.port, 0), n1_run_id)
+    n1.peers._redis[n4_spec.urls] = (("127.0.0.1", cluster.redis[0].port, 0), n4_run_id)
+    for url in [*cluster.node_urls.values(), n4_url]:
+        await put_topology(cluster, url, adding)
+
+    [first] = await batch_at(cluster, n4_url, [msgspec.structs.replace(op, cost=2)])
+    assert isinstance(first, wire.Checked) and first.limits[0].remaining == 7
+    [other] = await batch_at(cluster, n4_url, [msgspec.structs.replace(op, key=moving[0])])
+    assert isinstance(other, wire.Checked) and other.limits[0].remaining == 6
+    assert n4.migrator.sources.reads == {"node": 2, "redis": 0}
+
+    async with cluster.http.post(
+        cluster.node_urls["n1"] + wire.MIGRATE_PATH,
+        json={"migration": "madd", "count": 100_000},
+        headers=NODE_AUTH,
+    ) as resp:
+        assert resp.status == 200, await resp.text()
+        assert (await resp.json())["cursor"] == 0
+    n4_redis = sync_redis.Redis(port=fourth_redis.port, decode_responses=True)
+    for key in moving:
+        assert n1_redis.exists(f"{name}|{key}") == 0, key
+    expected = {f"{name}|{key}": "3" for key in moving[1:]}
+    expected[f"{name}|{moving[0]}"] = "4"
+    held = dict(zip(expected, n4_redis.mget(list(expected)), strict=True))
+    assert held == expected
+    n1_redis.close()
+    n4_redis.close()
