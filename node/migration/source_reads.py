@@ -63,9 +63,10 @@ class SourceReads:
         self.peers = peers
         self.peer_redis = peer_redis
         # source -> the migration in which its Redis may be read from here (it answered
-        # an export of it, and a connection to its Redis is open).
+        # an export of it, and its address reaches that Redis from here).
         self._ready: dict[Endpoints, str] = {}
-        # (source, migration) being made ready, or given up on (its Redis unreachable).
+        # (source, migration) being made ready, ready, or given up on (a read of its
+        # Redis failed): started again only after a ROLE answer other than master.
         self._started: set[tuple[Endpoints, str]] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self.reads = {"node": 0, "redis": 0}  # pulls by where the keys were read
@@ -140,12 +141,12 @@ class SourceReads:
             replies = await pipe.execute()
         except (RedisError, OSError) as exc:
             log.info("reading moving keys at %s:%s: %s; through its node", *address[:2], exc)
-            del self._ready[source]
+            self._ready.pop(source, None)  # another read may have failed meanwhile
             self.peers.forget_redis(source)
             await self.peer_redis.forget(address)
             return None
         if replies[0][0] != b"master":
-            del self._ready[source]  # made ready again by the next export through it
+            self._ready.pop(source, None)  # made ready again by the next export through it
             self._started.discard((source, migration_id))
             self.peers.forget_redis(source)
             await self.peer_redis.forget(address)
