@@ -1,7 +1,7 @@
 """`durability`: what `durability: replica` costs, and what a failover keeps.
 
 One scratch cluster whose shards are each a Redis primary with replicas watched by Redis
-Sentinel (`redis+sentinel://`, `down-after-milliseconds` 1000). Rules are put through the
+Sentinel (`redis+sentinel://`, `down-after-milliseconds` 1200). Rules are put through the
 admin API (an inline check carries no `durability`).
 
 1. Throughput, side by side: single `/v1/check` (wrk, as the `single` piece: 64

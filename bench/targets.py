@@ -9,8 +9,8 @@ per decision ≤ 3 times one INCR script call, the SDK ≥ 1.2 of `limits`, a re
 shardlimit ≥ 0.4 of the same Envoy alone, lease acquire+release pairs ≥ 0.45 of
 fixed-window checks. Memory per counter is
 in bytes, which do not depend on the host's speed. The exceptions are the spec's own
-absolute bounds: `durability`'s failover (≤ 3 s per kill with down-after 1000 ms) and
-counts that must be zero.
+absolute bounds: `durability`'s failover (≤ 3 s per kill, the Sentinels' down-after
+1200 ms) and counts that must be zero.
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ TARGETS: dict[str, tuple[str, tuple[str, ...], str, float, str]] = {
         3.0,
         "a host lost (SIGKILL of a shard's primary Redis and the node process beside it) "
         "to the first normal answer for a key of that shard, worst of 5 kills (the spec's "
-        "bound with down-after-milliseconds 1000)",
+        "3 s bound, with down-after-milliseconds 1200)",
     ),
     "durability_failover_replica_rule_max_s": (
         "durability",

@@ -14,6 +14,7 @@ from cluster.cli import compare
 from cluster.cli import quota as quota_cli
 from cluster.cli import rules as rules_cli
 from cluster.cli import usage as usage_cli
+from cluster.local.up_options import DOWN_AFTER_MS
 from cluster.web.auth import ADMIN_TOKEN_ENV, CLUSTER_TOKEN_ENV
 
 DEFAULT_ROUTER = "http://127.0.0.1:8080"
@@ -154,10 +155,10 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument(
         "--down-after-ms",
         type=_down_after_ms,
-        default=1000,
+        default=DOWN_AFTER_MS,
         metavar="MS",
         help="with --replicas: how long the Sentinels wait before they fail over a "
-        "primary that does not answer (default 1000; a data dir keeps it)",
+        f"primary that does not answer (default {DOWN_AFTER_MS}; a data dir keeps it)",
     )
     up.add_argument(
         "--partitioner",

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from cluster.local.up_options import DOWN_AFTER_MS
 from cluster.model import topology as topo
 from cluster.model.nodes import NodeSpec
 from cluster.model.partition import partitioner_from_dict
@@ -27,7 +28,7 @@ class RecordedPorts:
     replicas' and other Sentinels' ports, and a replica follows its primary's port."""
 
     replicas: int = 0
-    down_after_ms: int = 1000
+    down_after_ms: int = DOWN_AFTER_MS
     sentinels: list[int] = field(default_factory=list)
     redis: dict[str, list[int]] = field(default_factory=dict)  # id -> primary, replicas
 

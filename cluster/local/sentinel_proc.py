@@ -25,6 +25,7 @@ from cluster.local.ports import free_port
 from cluster.local.procs import ChildProcess
 from cluster.local.redis_proc import RedisProcess, redis_server_binary
 from cluster.local.supervisor import Watched
+from cluster.local.up_options import DOWN_AFTER_MS
 from cluster.model.sentinel_url import sentinel_url
 
 __all__ = [
@@ -38,7 +39,6 @@ __all__ = [
     "wait_for",
 ]
 
-DOWN_AFTER_MS = 1000  # Sentinel's `down-after-milliseconds`: how long before a primary is down
 # Sentinel's failover-timeout. A Sentinel starts no new failover of a shard within twice
 # it of the last: a second loss that soon waits for it, but a returning old primary is
 # demoted (after Sentinel's 10 s INFO period and 8 s grace) before a Sentinel that saw

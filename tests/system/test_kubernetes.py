@@ -600,7 +600,7 @@ def test_the_sentinels_watch_every_shard_with_quorum_2(tmp_path: Path) -> None:
         settings = {
             tuple(d[1:2]): d[3:] for d in conf if d[0] == "sentinel" and d[2:3] == [node_id]
         }
-        assert settings[("down-after-milliseconds",)] == ["1000"]
+        assert settings[("down-after-milliseconds",)] == ["1200"]
         assert settings[("parallel-syncs",)] == ["1"]
         assert int(settings[("failover-timeout",)][0]) >= 2 * 1000
 

@@ -141,7 +141,7 @@ def test_the_sentinels_watch_every_shard_with_quorum_2() -> None:
         [node_id, f"redis{i}", str(REDIS_PORT), "2"] for i, node_id in enumerate(node_ids(), 1)
     ]
     for node_id in node_ids():
-        assert ["sentinel", "down-after-milliseconds", node_id, "1000"] in conf
+        assert ["sentinel", "down-after-milliseconds", node_id, "1200"] in conf
         assert ["sentinel", "parallel-syncs", node_id, "1"] in conf
     for name in sentinel_services():
         service = services()[name]
