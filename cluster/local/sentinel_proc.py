@@ -248,11 +248,12 @@ class Replication:
         ]
         for sentinel in self.sentinels:
             sentinel.start()
-        self._monitor_new_shards()
+        self.monitor_new_shards()
 
-    def _monitor_new_shards(self) -> None:
-        """A shard missing from a Sentinel's own config file (a node added live, then
-        brought back by `up`) is added to it at run time."""
+    def monitor_new_shards(self) -> None:
+        """Every Sentinel watches each shard missing from it: one added with `add()`
+        after `start()`, or missing from a Sentinel's own config file (a node added live,
+        then brought back by `up`)."""
         for sentinel in self.sentinels:
             for name, (host, port) in sorted(self._primaries.items()):
                 if ask(*sentinel.address, "SENTINEL", "MASTER", name) is not None:

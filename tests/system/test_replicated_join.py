@@ -13,7 +13,7 @@ import pytest
 from cluster.local.cluster import node_process, scratch_cluster
 from cluster.local.ports import free_port
 from cluster.local.redis_proc import RedisProcess
-from cluster.local.sentinel_proc import DOWN_AFTER_MS, ask, sentinel_master, wait_for
+from cluster.local.sentinel_proc import sentinel_master, wait_for
 from tests.conftest import eventually
 from tests.system.replication import check, key_on
 
@@ -34,16 +34,7 @@ async def test_a_node_with_a_replica_joins_and_serves_replica_rules(tmp_path: An
             url = replication.add("n3", primary)  # its replica, and the node's URL
             for replica in replication.shards["n3"]:
                 replica.start()
-            for sentinel in replication.sentinels:
-                ask(*sentinel.address, "SENTINEL", "MONITOR", "n3", primary.host, primary.port, 2)
-                ask(
-                    *sentinel.address,
-                    "SENTINEL",
-                    "SET",
-                    "n3",
-                    "down-after-milliseconds",
-                    DOWN_AFTER_MS,
-                )
+            replication.monitor_new_shards()
             wait_for(
                 lambda: (
                     sentinel_master(replication.sentinels, "n3") == (primary.host, primary.port)
