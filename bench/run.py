@@ -129,6 +129,13 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--rate", type=float, default=1000.0, help="open-loop checks/s")
     parser.add_argument(
+        "--latency-rounds",
+        type=_rounds,
+        default=3,
+        help="open-loop rounds of the trivial handler, the one-Redis baseline and the router "
+        "at each rate (the figures are the rounds' medians)",
+    )
+    parser.add_argument(
         "--extra-rates",
         type=_rates,
         default=(3000.0,),
@@ -141,6 +148,16 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     out.add_argument("--json", action="store_true", help="print the JSON document (default)")
     out.add_argument("--table", action="store_true", help="print a table of the targets")
     return parser
+
+
+def _rounds(value: str) -> int:
+    try:
+        count = int(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"rounds are a whole number: {exc}") from exc
+    if count < 1:
+        raise argparse.ArgumentTypeError("at least one round")
+    return count
 
 
 def _version(args: list[str]) -> str | None:
@@ -183,6 +200,7 @@ class Suite:
             batch=WrkSettings(threads=1, connections=args.batch_connections),
             rate=args.rate,
             extra_rates=args.extra_rates,
+            latency_rounds=args.latency_rounds,
         )
         self._cluster: LocalCluster | None = None
         self._trivial: str | None = None
@@ -385,6 +403,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             "sdk_callers": 64,
             "open_loop_rate_per_s": args.rate,
             "open_loop_extra_rates_per_s": list(args.extra_rates),
+            "open_loop_rounds": args.latency_rounds,
             "keys": 100_000,
         },
     }
