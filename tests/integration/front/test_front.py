@@ -74,6 +74,15 @@ def _port(url: str) -> int:
     return int(url.rsplit(":", 1)[1])
 
 
+async def _until_in_flight(port: int, node: str) -> None:
+    """Until the router on `port` has a batch in flight to `node` (its /metrics gauge)."""
+    wanted = f'shardlimit_node_inflight_requests{{node="{node}"}} 1.0'.encode()
+    deadline = time.monotonic() + 10
+    while wanted not in (await exchange(port, b"GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n"))[0]:
+        assert time.monotonic() < deadline, "the check never reached its node"
+        await asyncio.sleep(0.02)
+
+
 def _flush(servers: list[RedisProcess]) -> None:
     for server in servers:
         client = redis.Redis(port=server.port)
@@ -284,15 +293,15 @@ async def test_a_graceful_stop_writes_the_answers_in_flight_and_closes_idle_conn
     idle_reader, idle_writer = await asyncio.open_connection("127.0.0.1", port)
     idle_writer.write(check(OK))
     await asyncio.wait_for(_read_answer(idle_reader), 10)
-    owner = int(cluster.router.view.owner("slow")[1:]) - 1
-    redis_proc = cluster.redis[owner].proc
+    owner = cluster.router.view.owner("slow")
+    redis_proc = cluster.redis[int(owner[1:]) - 1].proc
     assert redis_proc is not None
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     redis_proc.send_signal(signal.SIGSTOP)  # the check stays in flight
     try:
         writer.write(check({**OK, "key": "slow"}))
         await writer.drain()
-        await asyncio.sleep(0.2)
+        await _until_in_flight(port, owner)
         stopping = asyncio.create_task(runner.cleanup())
         assert await asyncio.wait_for(idle_reader.read(), 10) == b""  # closed at once
         assert not stopping.done()
