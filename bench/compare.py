@@ -315,11 +315,10 @@ def _open_loop_rate(
     (bench.one_redis) at one offered rate, in `s.latency_rounds` rounds.
 
     A round runs the three sides back to back, every other round in reverse order, and
-    its ratios are between its own runs: the shared machine's other work drifts over
-    minutes, and a floor measured at a quiet moment beside a router measured at a busy
-    one (or the reverse) once moved the CPU ratio of the same code between 3.8 and 8.9.
-    The figures are the medians of the rounds'; the raw runs kept are the median round's
-    by p99 ratio."""
+    its ratios are between its own runs. With one run a side, one disturbed run decided
+    a figure (the CPU ratio of the same code moved between 3.8 and 8.9 from run to run);
+    the figures are now the medians of the rounds', so one disturbed round does not.
+    The raw runs kept are the median round's by p99 ratio."""
     config = OpenLoopConfig(url=urls["router"], rate=rate, seconds=s.seconds, keys=s.keys)
     args = [
         "--rate",
