@@ -124,9 +124,27 @@ def request_fingerprint(
     record's name already. `dry_run` is not part of it: it says whether to consume, not
     what is asked. 16 hex characters (64 bits) of blake2b."""
     limits = "" if inline_limits is None else repr(inline_limits)
-    normal = format(amount.normalize(), "f") if amount else "0"
-    text = f"{scope}\x00{limits}\x00{cost}\x00{normal}"
+    text = f"{scope}\x00{limits}\x00{cost}\x00{amount_text(amount)}"
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+# Beyond this many digits either side of the point an amount is written with an exponent.
+_PLAIN_DIGITS = 30
+
+
+def amount_text(amount: Decimal) -> str:
+    """One text per amount, whatever its form ("1.50", "1.5e0" -> "1.5"). An amount that
+    no limit takes (a rule without calendar or quota limits ignores it) can be any
+    decimal: `normalize()` overflows past 1e999999, and written out in full "1e-999999"
+    is a megabyte, so those get a stripped coefficient and an exponent instead."""
+    if not amount:
+        return "0"
+    if -_PLAIN_DIGITS <= amount.adjusted() <= _PLAIN_DIGITS:
+        return format(amount.normalize(), "f")
+    sign, digits, exponent = amount.as_tuple()
+    coefficient = "".join(map(str, digits)).rstrip("0")
+    shift = len(digits) - len(coefficient)
+    return f"{'-' if sign else ''}{coefficient}e{int(exponent) + shift}"
 
 
 def adjust_record_key(scope: str, request_id: str, key: str) -> str:

@@ -310,3 +310,31 @@ async def test_a_request_id_reused_with_other_limits_is_refused(cluster: Cluster
 async def test_a_huge_amount_is_a_400_not_a_crash(cluster: Cluster) -> None:
     status, problem = await cluster.check({"key": "m", "rule": "payments", "amount": "1e999999999"})
     assert status == 400 and problem["errors"][0]["field"] == "amount", problem
+
+
+async def test_an_amount_no_limit_takes_may_be_any_decimal(cluster: Cluster) -> None:
+    """A count limit ignores `amount`, but a request_id still binds it: amounts far past
+    what a money limit could take, with and without request ids, singly and in a batch."""
+    one = [{"algorithm": "fixed_window", "limit": 5, "window": "1h"}]
+    huge, tiny = "7.43e19498076624", "1e-999999"
+    for amount, request_id in ((huge, "big-1"), (tiny, "small-1"), (huge, None)):
+        body: dict[str, Any] = {"key": "anyamount", "limits": one, "amount": amount}
+        if request_id:
+            body["request_id"] = request_id
+        status, answer = await cluster.check(body)
+        assert status == 200 and answer["replayed"] is False, answer
+    status, again = await cluster.check(
+        {"key": "anyamount", "limits": one, "amount": "743e19498076622", "request_id": "big-1"}
+    )
+    assert status == 200 and again["replayed"] is True, again
+    status, problem = await cluster.check(
+        {"key": "anyamount", "limits": one, "amount": "7.44e19498076624", "request_id": "big-1"}
+    )
+    assert status == 409 and problem["type"].endswith("/request-id-reused"), problem
+    status, batch = await cluster.post(
+        "/v1/check/batch",
+        {"checks": [{"key": "anyamount", "limits": one, "amount": huge, "request_id": "big-2"}]},
+    )
+    first = batch["results"][0]
+    assert status == 200 and first["allowed"] is True, batch
+    assert first["limits"][0]["remaining"] == 1  # four checks counted: not the replay, not the 409
