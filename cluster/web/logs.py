@@ -10,6 +10,8 @@ import sys
 import time
 from collections.abc import Callable
 
+from aiohttp.http_exceptions import HttpProcessingError
+
 # Attributes every LogRecord has; anything else on a record came from `extra=`.
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
 HUMAN_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -51,6 +53,38 @@ class RepeatFilter(logging.Filter):
         return True
 
 
+class MalformedRequestFilter(logging.Filter):
+    """aiohttp logs each request it cannot parse (a NUL in a header, a bad chunk size) as
+    an error with a traceback, though it answers it with a 4xx and nothing failed here.
+    Such a record becomes one DEBUG line, as aiohttp does already for a request that is
+    not HTTP at all (and as nginx and Envoy log malformed requests): the mistake is the
+    client's, and a client sending them must not fill the service's log."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        super().__init__()
+        self.logger = logger
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if not (isinstance(exc, HttpProcessingError) and 400 <= exc.code < 500):
+            return True
+        reason = str(exc.message).strip().splitlines()[0] if exc.message else ""
+        record.msg = f"{record.getMessage()}: {exc.code} {reason}".rstrip()
+        record.args = None
+        record.exc_info = None
+        record.exc_text = None
+        record.levelno = logging.DEBUG
+        record.levelname = logging.getLevelName(logging.DEBUG)
+        return self.logger.isEnabledFor(logging.DEBUG)
+
+
+def quiet_malformed_requests() -> None:
+    """Install `MalformedRequestFilter` on aiohttp's server logger (once)."""
+    logger = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, MalformedRequestFilter) for f in logger.filters):
+        logger.addFilter(MalformedRequestFilter(logger))
+
+
 class JsonFormatter(logging.Formatter):
     """{"ts", "level", "logger", "message", ...extra fields, "exc" when there is one}."""
 
@@ -81,4 +115,5 @@ def configure(as_json: bool) -> None:
     except ValueError:
         window = REPEAT_WINDOW_S
     handler.addFilter(RepeatFilter(window))
+    quiet_malformed_requests()
     logging.basicConfig(level=os.environ.get("SHARDLIMIT_LOG_LEVEL", "INFO"), handlers=[handler])

@@ -5,6 +5,7 @@ everything else to aiohttp on the same connection."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import signal
 import ssl
@@ -19,6 +20,7 @@ import trustme
 from aiohttp import web
 
 from cluster.local.redis_proc import RedisProcess, free_port
+from cluster.web.logs import MalformedRequestFilter, quiet_malformed_requests
 from cluster.web.serve import start_site
 from router.app import ROUTER, create_app
 from router.config import RouterConfig
@@ -228,6 +230,37 @@ async def test_a_malformed_request_gets_400_and_the_router_keeps_serving(
         assert b"HTTP/1.1 400 " in answer or b"HTTP/1.0 400 " in answer
     [answer] = await exchange(port, check({**OK, "key": "after"}))
     assert answer.startswith(b"HTTP/1.1 200 ")
+
+
+async def test_a_malformed_request_is_logged_as_one_debug_line(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """aiohttp, which answers what llhttp refuses, would log each one as an error with a
+    traceback; the service's log set-up makes it one DEBUG line, shown only at DEBUG."""
+    server_log = logging.getLogger("aiohttp.server")
+    quiet_malformed_requests()
+    bad = b"GET /healthz HTTP/1.1\r\nHost: t\r\nX-A: \x00\r\n\r\n"
+
+    async def send() -> list[logging.LogRecord]:
+        caplog.clear()
+        reader, writer = await asyncio.open_connection("127.0.0.1", _port(cluster.router_url))
+        writer.write(bad)
+        answer = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+        assert answer.startswith(b"HTTP/1.0 400 "), answer
+        return [r for r in caplog.records if r.name == "aiohttp.server"]
+
+    try:
+        with caplog.at_level(logging.DEBUG, logger="aiohttp.server"):
+            [record] = await send()
+        assert (record.levelno, record.exc_info) == (logging.DEBUG, None)
+        assert record.getMessage().startswith("Error handling request from 127.0.0.1: 400 ")
+        assert "Invalid header value char" in record.getMessage()
+        with caplog.at_level(logging.INFO, logger="aiohttp.server"):
+            assert await send() == []
+    finally:
+        for quiet in [f for f in server_log.filters if isinstance(f, MalformedRequestFilter)]:
+            server_log.removeFilter(quiet)
 
 
 async def test_the_front_answers_partial_requests_split_anywhere(cluster: Cluster) -> None:
