@@ -33,6 +33,16 @@ class _ConnectionError(Exception):
         self.code = code
 
 
+def _unpadded(flags: int, payload: bytes) -> tuple[int, int]:
+    """Where a DATA or HEADERS payload is, its padding left out: start > end when the
+    padding does not fit (a connection error)."""
+    if not flags & f.PADDED:
+        return 0, len(payload)
+    if not payload:
+        return 1, 0
+    return 1, len(payload) - payload[0]
+
+
 class Stream:
     __slots__ = ("body", "encoding", "headers_sent", "out", "path", "task", "trailers", "window")
 
@@ -63,6 +73,7 @@ class _Answers(asyncio.Protocol):
         self.close_when_flushed = False
         self.blocked: set[int] = set()  # streams whose answer waits for window
         self.timers: list[asyncio.Handle] = []
+        self.held = 0  # bytes of request bodies the open streams hold
 
     # going away
 
@@ -132,7 +143,9 @@ class _Answers(asyncio.Protocol):
         return out
 
     def _closed(self, stream_id: int) -> None:
-        self.streams.pop(stream_id, None)
+        stream = self.streams.pop(stream_id, None)
+        if stream is not None:
+            self.held -= len(stream.body)
         if self.going_away and not self.streams:
             self.close_when_flushed = True  # once the answer being made is written
 
@@ -302,9 +315,7 @@ class H2Connection(_Answers):
     def _headers(self, flags: int, stream_id: int, payload: bytes) -> None:
         if stream_id == 0 or stream_id % 2 == 0:
             raise _ConnectionError(f.PROTOCOL_ERROR, "HEADERS on a server stream id")
-        start, end = 0, len(payload)
-        if flags & f.PADDED:
-            start, end = 1, end - payload[0]
+        start, end = _unpadded(flags, payload)
         if flags & f.PRIORITY_FLAG:
             start += 5
         if start > end:
@@ -340,13 +351,16 @@ class H2Connection(_Answers):
         if self.unacked >= f.RECEIVE_WINDOW // 2:
             self.pending.append(f.window_update(0, self.unacked))
             self.unacked = 0
+        start, end = _unpadded(flags, payload)
+        if start > end:
+            raise _ConnectionError(f.PROTOCOL_ERROR, "bad padding")
         stream = self.streams.get(stream_id)
         if stream is None or stream.task is not None or stream.trailers is not None:
             return  # closed, or answered already (too large)
-        start, end = 0, len(payload)
-        if flags & f.PADDED:
-            start, end = 1, end - payload[0]
         stream.body += payload[start:end]
+        self.held += end - start
+        if self.held > f.MAX_HELD:
+            raise _ConnectionError(f.ENHANCE_YOUR_CALM, "request bodies over the limit")
         if len(stream.body) > f.MAX_MESSAGE + 5:
             text = f"Received message larger than max ({len(stream.body) - 5} vs. {f.MAX_MESSAGE})"
             self.finish(stream_id, f.GRPC_RESOURCE_EXHAUSTED, text)
@@ -370,4 +384,7 @@ class H2Connection(_Answers):
             text = f"Compressed messages are not supported (grpc-encoding {stream.encoding!r})"
             self.finish(stream_id, f.GRPC_UNIMPLEMENTED, text)
             return
-        stream.task = self.calls.call(self, stream_id, stream.path, bytes(body[5:]))
+        message = bytes(body[5:])
+        self.held -= len(body)
+        stream.body = bytearray()  # handed on: not held while the call runs
+        stream.task = self.calls.call(self, stream_id, stream.path, message)

@@ -104,6 +104,8 @@ def status_trailers(code: int, message: str) -> bytes:
 
 
 # What one connection may hold: calls in flight (more are refused with REFUSED_STREAM,
-# which a client retries) and the size of one header block with its CONTINUATIONs.
+# which a client retries), the size of one header block with its CONTINUATIONs, and the
+# request bodies of all its open streams (without it, 1,024 streams of 4 MiB each).
 MAX_STREAMS = 1024
 MAX_HEADER_BLOCK = 64 * 1024
+MAX_HELD = 4 * MAX_MESSAGE

@@ -19,6 +19,10 @@ _LENGTHS = (
 )
 EOS = 256
 MAX_TABLE_SIZE = 4096  # SETTINGS_HEADER_TABLE_SIZE: the default, which the server keeps
+# Huffman strings decoded once per connection: the short values a client repeats without
+# indexing them (a user agent, a path); longer ones would make the cache a memory sink.
+MAX_CACHED_STRINGS = 1024
+MAX_CACHED_STRING = 128
 
 
 class HpackError(ValueError):
@@ -45,31 +49,38 @@ def _canonical() -> tuple[list[int], list[int], list[int], list[int]]:
 
 _FIRST, _COUNT, _OFFSET, _SYMBOLS = _canonical()
 _CODE_LENGTHS = tuple(n for n in range(31) if _COUNT[n])
+_SHORTEST = _CODE_LENGTHS[0]
 
 
 def huffman_decode(data: bytes) -> bytes:
-    value = int.from_bytes(data, "big")
-    left = len(data) * 8  # bits not decoded yet
+    """Symbol by symbol from a small accumulator: shifting the whole string as one
+    integer for each symbol made decoding quadratic in the string's length."""
     out = bytearray()
-    while left >= 5:
-        for length in _CODE_LENGTHS:
-            if length > left:
-                length = 0
+    acc = 0  # the last `bits` bits read, not decoded yet
+    bits = 0
+    for byte in data:
+        acc = (acc << 8) | byte
+        bits += 8
+        while bits >= _SHORTEST:
+            for length in _CODE_LENGTHS:
+                if length > bits:
+                    length = 0  # the next symbol needs more bits
+                    break
+                offset = ((acc >> (bits - length)) & ((1 << length) - 1)) - _FIRST[length]
+                if offset < _COUNT[length]:
+                    break
+            else:
+                raise HpackError("bad Huffman code")  # 30 bits always hold a code
+            if not length:
                 break
-            code = (value >> (left - length)) & ((1 << length) - 1)
-            if code - _FIRST[length] < _COUNT[length]:
-                symbol = _SYMBOLS[_OFFSET[length] + code - _FIRST[length]]
-                if symbol == EOS:
-                    raise HpackError("EOS in a Huffman string")
-                out.append(symbol)
-                left -= length
-                break
-        else:
-            length = 0
-        if length == 0:
-            break
+            symbol = _SYMBOLS[_OFFSET[length] + offset]
+            if symbol == EOS:
+                raise HpackError("EOS in a Huffman string")
+            out.append(symbol)
+            bits -= length
+            acc &= (1 << bits) - 1
     # What is left is padding: fewer than 8 bits, all ones (the start of EOS).
-    if left > 7 or (value & ((1 << left) - 1)) != (1 << left) - 1:
+    if bits > 7 or acc != (1 << bits) - 1:
         raise HpackError("bad Huffman padding")
     return bytes(out)
 
@@ -207,6 +218,8 @@ class Decoder:
         self._strings: dict[bytes, bytes] = {}  # Huffman strings already decoded
 
     def _string(self, data: bytes, at: int) -> tuple[bytes, int]:
+        if at >= len(data):
+            raise HpackError("truncated header field")
         huffman = data[at] & 0x80
         length, at = decode_int(data, at, 7)
         end = at + length
@@ -215,10 +228,12 @@ class Decoder:
         raw = data[at:end]
         if not huffman:
             return raw, end
+        if len(raw) > MAX_CACHED_STRING:
+            return huffman_decode(raw), end
         text = self._strings.get(raw)
         if text is None:
             text = huffman_decode(raw)
-            if len(self._strings) >= 1024:
+            if len(self._strings) >= MAX_CACHED_STRINGS:
                 self._strings.clear()
             self._strings[raw] = text
         return text, end

@@ -202,6 +202,7 @@ class Envoy:
     def __init__(self, cluster: Cluster, port: int, config: Path) -> None:
         self.cluster = cluster
         self.config = config
+        self.port = port
         self.channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
         self.stub = rls_pb2_grpc.RateLimitServiceStub(self.channel)
 

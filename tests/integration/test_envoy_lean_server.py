@@ -6,6 +6,9 @@ Watch, connection age)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import random
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc  # type: ignore[import-un
 
 from cluster.local.redis_proc import RedisProcess
 from router.app import ENVOY
+from router.envoy import h2_frames as f
+from router.envoy.hpack import literal
 from router.envoy.lean_server import LeanGrpcServer
 from tests.integration.test_envoy import (
     ENVOY_YAML,
@@ -156,3 +161,88 @@ async def test_connection_age_goaway_and_reconnect(
         assert len(seen) >= 2  # a connection went away and another took over
     finally:
         await stop_envoy(envoy)
+
+
+def _mangled(rng: random.Random, data: bytes) -> bytes:
+    out = bytearray(data)
+    for _ in range(rng.randrange(1, 4)):
+        if not out:
+            break
+        at, how = rng.randrange(len(out)), rng.randrange(4)
+        if how == 0:
+            out[at] = rng.randrange(256)
+        elif how == 1:
+            del out[at : at + rng.randrange(1, 8)]
+        elif how == 2:
+            out[at:at] = rng.randbytes(rng.randrange(1, 8))
+        else:
+            del out[at:]
+    return bytes(out)
+
+
+def _connection_of_frames(rng: random.Random) -> bytes:
+    """The preface, then a few of: a real call (at times mangled), padding that does not
+    fit, HPACK or frames of random bytes, a CONTINUATION on another stream, odd-sized
+    control frames, a message whose length prefix lies."""
+    message = rls_pb2.RateLimitRequest(
+        domain="messaging", descriptors=[descriptor([("to_number", "fuzz")])]
+    ).SerializeToString()
+    block = (
+        b"\x83\x86"  # :method POST, :scheme http
+        + literal(b":path", METHOD.encode())
+        + literal(b"content-type", b"application/grpc")
+        + literal(b"te", b"trailers")
+    )
+    out = [f.PREFACE, f.settings_frame({})]
+    stream = 1
+    for _ in range(rng.randrange(1, 6)):
+        kind = rng.randrange(7)
+        if kind == 0:
+            call = f.frame(f.HEADERS, f.END_HEADERS, stream, block)
+            call += f.frame(f.DATA, f.END_STREAM, stream, f.grpc_message(message))
+            out.append(_mangled(rng, call) if rng.random() < 0.5 else call)
+        elif kind == 1:
+            padded = rng.choice([f.HEADERS, f.DATA])
+            out.append(f.frame(padded, f.PADDED | f.END_HEADERS, stream, rng.randbytes(2)[:1]))
+        elif kind == 2:
+            out.append(f.frame(f.HEADERS, f.END_HEADERS, stream, rng.randbytes(40)))
+        elif kind == 3:
+            cut = rng.randrange(len(block))
+            out.append(f.frame(f.HEADERS, 0, stream, block[:cut]))
+            out.append(f.frame(f.CONTINUATION, f.END_HEADERS, stream + 2, block[cut:]))
+        elif kind == 4:
+            control = rng.choice([f.SETTINGS, f.PING, f.WINDOW_UPDATE, f.RST_STREAM, f.GOAWAY])
+            size = rng.choice([0, 1, 4, 5, 8, 13])
+            out.append(f.frame(control, 0, rng.choice([0, stream]), rng.randbytes(size)))
+        elif kind == 5:
+            out.append(f.frame(rng.randrange(12), rng.randrange(256), stream, rng.randbytes(20)))
+        else:
+            lying = b"\x00\xff\xff\xff\xff" + message
+            out.append(f.frame(f.HEADERS, f.END_HEADERS, stream, block))
+            out.append(f.frame(f.DATA, f.END_STREAM, stream, lying))
+        stream += 2
+    return b"".join(out)
+
+
+async def test_mangled_http2_gets_answers_or_a_goaway_and_logs_no_error(
+    lean: Envoy, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Seeded mutations of HTTP/2 connections: each is answered, told GOAWAY or left open
+    (never an exception in the protocol code, which asyncio would log as an error and
+    answer by dropping the connection), and the listener then answers a real client."""
+    rng = random.Random(20261128)
+
+    async def one() -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", lean.port)
+        writer.write(_connection_of_frames(rng))
+        # Until the server closes it; or left open, when nothing in it needed a GOAWAY.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(reader.read(), 0.2)
+        writer.close()
+
+    with caplog.at_level(logging.WARNING):
+        for _ in range(20):
+            await asyncio.gather(*(one() for _ in range(10)))
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    answer = await lean.call("messaging", [("to_number", "after the fuzz")])
+    assert answer.statuses[0].limit_remaining == 99

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from router.envoy import h2_frames as f
+from router.envoy import hpack
 from router.envoy.h2 import H2Connection
 from router.envoy.hpack import Decoder, HpackError, huffman_decode
 
@@ -190,3 +191,97 @@ async def test_a_header_block_past_its_limit_closes_the_connection() -> None:
     kinds = [k for k, *_ in transport.frames()]
     assert f.GOAWAY in kinds, kinds
     assert transport.closed
+
+
+def _huffman_encode(data: bytes) -> bytes:
+    """The test's own encoder, from the canonical code the decoder is built on."""
+    codes: dict[int, tuple[int, int]] = {}
+    for length in hpack._CODE_LENGTHS:
+        for i in range(hpack._COUNT[length]):
+            symbol = hpack._SYMBOLS[hpack._OFFSET[length] + i]
+            codes[symbol] = (hpack._FIRST[length] + i, length)
+    value, bits = 0, 0
+    for byte in data:
+        code, length = codes[byte]
+        value, bits = (value << length) | code, bits + length
+    pad = -bits % 8
+    value, bits = (value << pad) | ((1 << pad) - 1), bits + pad
+    return value.to_bytes(bits // 8, "big")
+
+
+def test_huffman_round_trips_every_symbol_and_long_strings() -> None:
+    assert _huffman_encode(b"no-cache") == H("a8eb10649cbf")
+    every = bytes(range(256))
+    assert huffman_decode(_huffman_encode(every)) == every
+    long = bytes((i * 7919) % 256 for i in range(100_000))  # ~200 KB encoded
+    assert huffman_decode(_huffman_encode(long)) == long
+
+
+def test_a_truncated_header_field_is_an_hpack_error() -> None:
+    for block in (b"\x40", b"\x40\x01a", b"\x04", b"\x0f\x2f\x01"):
+        with pytest.raises(HpackError):
+            Decoder().decode(block)
+
+
+def _connected() -> tuple[H2Connection, _Transport, _Calls]:
+    calls = _Calls()
+    connection = H2Connection(calls, lambda _c: None)
+    transport = _Transport()
+    connection.connection_made(transport)
+    transport.frames()
+    return connection, transport, calls
+
+
+def _goaway_code(transport: _Transport) -> int:
+    [goaway] = [frame for frame in transport.frames() if frame[0] == f.GOAWAY]
+    return int.from_bytes(goaway[3][4:8], "big")
+
+
+@pytest.mark.parametrize(
+    "frames",
+    [
+        f.frame(f.HEADERS, f.END_HEADERS | f.PADDED, 1, b""),
+        f.frame(f.HEADERS, f.END_HEADERS | f.PADDED, 1, b"\x05\x83\x84"),
+        f.frame(f.HEADERS, f.END_HEADERS, 1, b"\x83\x84") + f.frame(f.DATA, f.PADDED, 1, b""),
+        f.frame(f.HEADERS, f.END_HEADERS, 1, b"\x83\x84") + f.frame(f.DATA, f.PADDED, 1, b"\x01"),
+        f.frame(f.DATA, f.PADDED, 3, b""),  # on a stream never opened
+    ],
+    ids=["headers-empty", "headers-over", "data-empty", "data-all-padding", "data-no-stream"],
+)
+async def test_padding_that_does_not_fit_is_a_protocol_error(frames: bytes) -> None:
+    connection, transport, calls = _connected()
+    connection.data_received(f.PREFACE + frames)
+    assert _goaway_code(transport) == f.PROTOCOL_ERROR
+    assert transport.closed and calls.calls == []
+
+
+async def test_a_header_field_cut_short_is_a_compression_error() -> None:
+    connection, transport, _calls = _connected()
+    connection.data_received(f.PREFACE + f.frame(f.HEADERS, f.END_HEADERS, 1, b"\x83\x40\x01a"))
+    assert _goaway_code(transport) == f.COMPRESSION_ERROR
+    assert transport.closed
+
+
+async def test_request_bodies_held_past_the_limit_close_the_connection() -> None:
+    """A body handed to the calls is not held; bodies of open streams past MAX_HELD are a
+    flood (1,024 streams could hold 4 MiB each): GOAWAY, ENHANCE_YOUR_CALM."""
+    connection, transport, calls = _connected()
+    block = b"\x83\x84"  # :method POST, :path /
+    connection.data_received(
+        f.PREFACE
+        + f.frame(f.HEADERS, f.END_HEADERS, 1, block)
+        + f.frame(f.DATA, f.END_STREAM, 1, f.grpc_message(b"x" * 1000))
+    )
+    assert [len(message) for _s, _p, message in calls.calls] == [1000]
+    assert connection.held == 0
+    piece = b"\x00" * 16_000
+    per_stream = f.MAX_MESSAGE // len(piece)  # under one message's limit
+    streams = f.MAX_HELD // (per_stream * len(piece)) + 1
+    flood = b"".join(
+        f.frame(f.HEADERS, f.END_HEADERS, 2 * s + 3, block)
+        + f.frame(f.DATA, 0, 2 * s + 3, piece) * per_stream
+        for s in range(streams)
+    )
+    connection.data_received(flood)
+    assert _goaway_code(transport) == f.ENHANCE_YOUR_CALM
+    assert transport.closed and len(calls.calls) == 1
