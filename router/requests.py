@@ -129,7 +129,9 @@ def _inline_key(inline: Any, on_failure: Any, durability: Any) -> tuple[Any, ...
     """A hashable copy of an inline rule's JSON, or None (not a list of flat objects)."""
     if not isinstance(inline, list) or not isinstance(durability, str | None):
         return None
-    frozen: list[Any] = [type(on_failure), on_failure, durability]
+    if not isinstance(on_failure, str | None):
+        return None  # an object or a list: not a key, and refused below
+    frozen: list[Any] = [on_failure, durability]
     for item in inline:
         if not isinstance(item, dict):
             return None

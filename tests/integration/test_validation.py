@@ -98,6 +98,13 @@ BAD_CHECKS: list[tuple[str, Any, int, str | None]] = [
         "limits[1]",
     ),
     (
+        "object on_failure",
+        {"key": "k", "limits": [FW], "on_failure": {"": None}},
+        400,
+        "on_failure",
+    ),
+    ("list on_failure", {"key": "k", "limits": [FW], "on_failure": ["allow"]}, 400, "on_failure"),
+    (
         "bucket overflow",
         {"key": "k", "limits": [{"algorithm": "token_bucket", "rate": 10**12, "period": "3660d"}]},
         400,
@@ -123,6 +130,14 @@ async def test_bad_check_is_a_problem(
 ) -> None:
     got_status, body = await cluster.post("/v1/check", payload)
     assert_problem(got_status, body, status, field)
+
+
+async def test_a_bad_on_failure_in_a_batch_is_a_problem(cluster: Cluster) -> None:
+    for on_failure in ({"": None}, ["allow"], 1):
+        check = {"key": "k", "limits": [FW], "on_failure": on_failure}
+        for checks in ([check], [{"key": "k", "rule": "basic"}, check]):
+            status, body = await cluster.post("/v1/check/batch", {"checks": checks})
+            assert_problem(status, body, 400, f"checks[{len(checks) - 1}].on_failure")
 
 
 async def test_bad_input_consumes_nothing(cluster: Cluster) -> None:
