@@ -203,17 +203,20 @@ class HttpPool:
             if not conn.closed and conn.reusable and loop.time() - since < self.IDLE_S:
                 return conn
             conn.close()
-        if self.tls is None:
-            _, conn = await loop.create_connection(_Connection, self.host, self.port)
-        else:
-            # The handshake is part of the connect, so the caller's timeout bounds it.
-            _, conn = await loop.create_connection(
-                lambda: _Connection(tls=True),
-                self.host,
-                self.port,
-                ssl=self.tls,
-                server_hostname=self.host,
-            )
+        try:
+            if self.tls is None:
+                _, conn = await loop.create_connection(_Connection, self.host, self.port)
+            else:
+                # The handshake is part of the connect, so the caller's timeout bounds it.
+                _, conn = await loop.create_connection(
+                    lambda: _Connection(tls=True),
+                    self.host,
+                    self.port,
+                    ssl=self.tls,
+                    server_hostname=self.host,
+                )
+        except UnicodeError as exc:  # IDNA refuses the name (an empty or 64-letter label)
+            raise OSError(f"host name {self.host!r} cannot be looked up: {exc}") from exc
         return conn
 
     async def request(

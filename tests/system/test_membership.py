@@ -131,6 +131,9 @@ async def test_a_node_that_cannot_join_changes_nothing(
         # Nobody there.
         nowhere = f"http://127.0.0.1:{free_port()}"
         await refused(nowhere, 422, "node-unreachable", "ConnectionRefusedError")
+        # A name no lookup takes (an empty label; one of 64 letters).
+        for bad_name in (".n4", "n" * 64 + ".local"):
+            await refused(f"http://{bad_name}:7001", 422, "node-unreachable", "cannot be looked up")
         # No lease was left behind: a node that may join joins.
         status, started = await cluster.post(
             "/v1/cluster/nodes", {"url": await node("n4"), "id": "n4"}, ADMIN
