@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web import RequestPayloadError
 
 # Attributes every LogRecord has; anything else on a record came from `extra=`.
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
@@ -54,8 +55,9 @@ class RepeatFilter(logging.Filter):
 
 
 class MalformedRequestFilter(logging.Filter):
-    """aiohttp logs each request it cannot parse (a NUL in a header, a bad chunk size) as
-    an error with a traceback, though it answers it with a 4xx and nothing failed here.
+    """aiohttp logs each request it cannot parse (a NUL in a header, a bad chunk size, a
+    body its Content-Encoding does not decode) as an error with a traceback, though it is
+    answered with a 4xx and nothing failed here.
     Such a record becomes one DEBUG line, as aiohttp does already for a request that is
     not HTTP at all (and as nginx and Envoy log malformed requests): the mistake is the
     client's, and a client sending them must not fill the service's log."""
@@ -66,6 +68,8 @@ class MalformedRequestFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, RequestPayloadError):  # a body it could not read, as the cause
+            exc = exc.__cause__
         if not (isinstance(exc, HttpProcessingError) and 400 <= exc.code < 500):
             return True
         reason = str(exc.message).strip().splitlines()[0] if exc.message else ""

@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 import orjson
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from cluster.model.errors import FieldError
 
@@ -117,6 +118,10 @@ async def problem_middleware(request: web.Request, handler: Any) -> web.StreamRe
         return exc.response()
     except web.HTTPRequestEntityTooLarge:
         return problem(413, "body-too-large", "request body exceeds 1 MiB")
+    except web.RequestPayloadError as exc:  # e.g. Content-Encoding: gzip on a body that is not
+        cause = exc.__cause__
+        reason = cause.message if isinstance(cause, HttpProcessingError) else str(exc)
+        return problem(400, "unreadable-body", f"the request body cannot be read: {reason}")
     except web.HTTPException as exc:
         if exc.status < 400:
             raise

@@ -5,6 +5,7 @@ everything else to aiohttp on the same connection."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import logging
 import re
 import signal
@@ -41,6 +42,7 @@ OK = {"key": "k1", "rule": "stock", "cost": 1}
 # runs on (tests/conftest.py).
 BOTH_LOOPS = True
 DATE = re.compile(rb"\r\nDate: [^\r]*\r\n")
+GZIP = "Content-Encoding: gzip\r\n"
 
 
 async def _read_answer(reader: asyncio.StreamReader) -> bytes:
@@ -258,6 +260,31 @@ async def test_a_malformed_request_is_logged_as_one_debug_line(
         assert "Invalid header value char" in record.getMessage()
         with caplog.at_level(logging.INFO, logger="aiohttp.server"):
             assert await send() == []
+    finally:
+        for quiet in [f for f in server_log.filters if isinstance(f, MalformedRequestFilter)]:
+            server_log.removeFilter(quiet)
+
+
+async def test_a_body_its_content_encoding_does_not_decode_is_a_400(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """gzip is decoded (aiohttp's); a body that is not what its Content-Encoding says is a
+    400 problem, not a 500, and not an error in the log."""
+    port = _port(cluster.router_url)
+    body = orjson.dumps({**OK, "key": "gzipped"})
+    [answer] = await exchange(port, post("/v1/check", gzip.compress(body), GZIP))
+    assert answer.startswith(b"HTTP/1.1 200 "), answer
+    server_log = logging.getLogger("aiohttp.server")
+    quiet_malformed_requests()
+    try:
+        with caplog.at_level(logging.INFO):
+            [answer] = await exchange(port, post("/v1/check", body, GZIP))
+            await asyncio.sleep(0)  # aiohttp reads what is left of the body after the answer
+        head, problem = answer.split(b"\r\n\r\n", 1)
+        assert head.startswith(b"HTTP/1.1 400 ") and b"application/problem+json" in head, head
+        assert orjson.loads(problem)["type"].endswith("/unreadable-body"), problem
+        assert b"content-encoding: gzip" in problem, problem
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
     finally:
         for quiet in [f for f in server_log.filters if isinstance(f, MalformedRequestFilter)]:
             server_log.removeFilter(quiet)
