@@ -205,7 +205,7 @@ def parse_limit(data: Any, path: str, problems: Problems) -> LimitSpec | None:
     if not isinstance(algorithm, str) or algorithm not in _KNOWN_FIELDS:
         problems.add(f"{path}.algorithm", f"must be one of: {', '.join(ALGORITHMS)}")
         return None
-    for name in sorted(set(data) - _KNOWN_FIELDS[algorithm]):
+    for name in sorted(set(data) - _KNOWN_FIELDS[algorithm], key=str):  # YAML: any key type
         problems.add(f"{path}.{name}", f"is not a parameter of {algorithm}")
     spec: LimitSpec
     if algorithm in ("fixed_window", "sliding_log", "sliding_window"):

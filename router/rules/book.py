@@ -137,7 +137,7 @@ def parse_rule(name: str, data: Any, path: str, problems: Problems) -> Rule | No
     if not isinstance(data, dict):
         problems.add(path, "must be an object with 'limits'")
         return None
-    for extra in sorted(set(data) - RULE_FIELDS):
+    for extra in sorted(set(data) - RULE_FIELDS, key=str):  # YAML: any key type
         problems.add(f"{path}.{extra}", "unknown field")
     limits = parse_limits(data.get("limits"), f"{path}.limits", problems)
     spread = 1
@@ -185,6 +185,10 @@ def parse_rules_document(doc: Any) -> dict[str, Rule]:
     if not isinstance(doc, dict) or not isinstance(doc.get("rules"), dict):
         raise ValidationError([FieldError("rules", MISSING_RULES)])
     for name, body in doc["rules"].items():
+        if isinstance(name, bool) or name is None:
+            message = f"is {name} to YAML: quote a rule name such as on, yes, no or null"
+            problems.add(f"rules.{name}", message)
+            continue
         rule = parse_rule(str(name), body, f"rules.{name}", problems)
         if rule is not None:
             rules[rule.name] = rule

@@ -138,6 +138,36 @@ def test_a_rules_file_that_is_not_yaml_is_file_line_column(
     assert (done.returncode, done.stdout, done.stderr) == (2, "", f"shardlimit: {path}:{where}\n")
 
 
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (
+            "rules:\n  on:\n    limits: 5/minute\n",
+            "rules.True: is True to YAML: quote a rule name such as on, yes, no or null",
+        ),
+        (
+            "rules:\n  basic:\n    limits:\n      - {algorithm: fixed_window, limit: 5, window: 1m,"
+            " null: 1, 7: x}\n",
+            "rules.basic.limits[0].7: is not a parameter of fixed_window; "
+            "rules.basic.limits[0].None: is not a parameter of fixed_window",
+        ),
+    ],
+    ids=["rule-named-on", "null-and-number-fields"],
+)
+def test_keys_yaml_reads_as_other_types_are_refused_by_name(
+    tmp_path: Path, text: str, problem: str
+) -> None:
+    """A rule named `on` (YAML's true) and limit fields `null` and `7`: exit 2, one line."""
+    path = tmp_path / "rules.yaml"
+    path.write_text(text)
+    done = _run("rules", "apply", "-f", str(path))
+    assert (done.returncode, done.stdout, done.stderr) == (
+        2,
+        "",
+        f"shardlimit: {path}: {problem}\n",
+    )
+
+
 @pytest.mark.parametrize(("status", "code"), [(400, 2), (404, 2), (409, 2), (500, 1), (503, 1)])
 def test_a_refusal_exits_2_and_a_cluster_failure_1(status: int, code: int) -> None:
     import argparse
