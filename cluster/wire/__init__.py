@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, TypeVar
 
 import msgspec
 
@@ -309,6 +309,7 @@ class BatchReply(msgspec.Struct, array_like=True, frozen=True):
 
 
 _encoder = msgspec.msgpack.Encoder()
+_Message = TypeVar("_Message")
 _batch_decoder = msgspec.msgpack.Decoder(Batch)
 _reply_decoder = msgspec.msgpack.Decoder(BatchReply)
 
@@ -317,14 +318,21 @@ def encode(message: Batch | BatchReply) -> bytes:
     return _encoder.encode(message)
 
 
+def _decoded(decoder: msgspec.msgpack.Decoder[_Message], body: bytes | memoryview) -> _Message:
+    try:
+        return decoder.decode(body)
+    except UnicodeDecodeError as exc:  # msgspec lets a string's bad UTF-8 out as this
+        raise msgspec.DecodeError(f"a string is not UTF-8: {exc}") from None
+
+
 def decode_batch(data: bytes) -> Batch:
     """Raises msgspec.ValidationError / msgspec.DecodeError."""
-    return _batch_decoder.decode(data)
+    return _decoded(_batch_decoder, data)
 
 
 def decode_reply(data: bytes) -> BatchReply:
     """Raises msgspec.ValidationError / msgspec.DecodeError."""
-    return _reply_decoder.decode(data)
+    return _decoded(_reply_decoder, data)
 
 
 # ----------------------------------------------------------------- the hot-path channel
@@ -389,12 +397,12 @@ def frame(message: ChannelIn | ChannelOut) -> bytes:
 
 def decode_channel_in(body: bytes | memoryview) -> ChannelIn:
     """Raises msgspec.ValidationError / msgspec.DecodeError."""
-    return _in_decoder.decode(body)
+    return _decoded(_in_decoder, body)
 
 
 def decode_channel_out(body: bytes | memoryview) -> ChannelOut:
     """Raises msgspec.ValidationError / msgspec.DecodeError."""
-    return _out_decoder.decode(body)
+    return _decoded(_out_decoder, body)
 
 
 class FrameBuffer:

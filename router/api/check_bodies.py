@@ -104,8 +104,8 @@ def decode_check(raw: bytes, rules: RuleBook) -> CheckRequest:
         request = check_of(
             0, key, rule, body.cost, amount, body.request_id, body.dry_run, "", problems
         )
-    except (msgspec.DecodeError, orjson.JSONDecodeError):
-        request = None
+    except (msgspec.DecodeError, UnicodeDecodeError, orjson.JSONDecodeError):
+        request = None  # the full parser below says what is wrong
     if request is not None:
         return request
     problems = Problems()
@@ -116,7 +116,7 @@ def decode_check_batch(raw: bytes, rules: RuleBook) -> tuple[list[CheckRequest],
     """A `/v1/check/batch` body: (checks, all_or_nothing). Raises as decode_check."""
     try:
         body = _BATCH_DECODER.decode(raw)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError):
         body = None
     if body is not None and 0 < len(body.checks) <= MAX_BATCH:
         problems = Problems()

@@ -39,7 +39,7 @@ def _request(raw: bytes, action: Action, rules: RuleBook) -> LeaseRequest:
     problems = Problems()
     try:
         plain = _PLAIN.decode(raw)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError):
         pass
     else:
         fields = (plain.key, plain.rule, plain.lease_id, None)

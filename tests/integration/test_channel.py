@@ -143,6 +143,20 @@ async def test_an_oversized_frame_is_refused(cluster: Cluster) -> None:
     assert isinstance(wire.decode_channel_out(refused), wire.Refused)
 
 
+async def test_a_hello_whose_token_is_not_utf8_is_refused(cluster: Cluster) -> None:
+    """msgpack of a Hello whose token string holds a byte UTF-8 cannot start with."""
+    port = await channel_port(cluster, "n1")
+    hello = wire.frame(wire.Hello("x" * 8))
+    body = hello.replace(b"x" * 8, b"\xff" + b"x" * 7)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(body)
+    data = await reader.read()  # until the node closes
+    writer.close()
+    [refused] = wire.FrameBuffer().feed(data)
+    answer = wire.decode_channel_out(refused)
+    assert isinstance(answer, wire.Refused) and "not UTF-8" in answer.detail, answer
+
+
 # ------------------------------------------------- the router's end, against a real server
 
 

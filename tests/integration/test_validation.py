@@ -140,6 +140,24 @@ async def test_a_bad_on_failure_in_a_batch_is_a_problem(cluster: Cluster) -> Non
             assert_problem(status, body, 400, f"checks[{len(checks) - 1}].on_failure")
 
 
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/check", b'{"key":"k\xff","rule":"basic"}'),
+        ("/v1/check", b'{"key":"k","limits":"5/minute","request_id":"\xc3"}'),
+        ("/v1/check/batch", b'{"checks":[{"key":"\xff","rule":"basic"}]}'),
+        ("/v1/lease/renew", b'{"key":"k\xff","rule":"leases","lease_id":"1.ab"}'),
+        ("/v1/refund", b'{"key":"k\xff","rule":"basic","request_id":"r"}'),
+    ],
+)
+async def test_a_string_that_is_not_utf8_is_malformed_json(
+    cluster: Cluster, path: str, body: bytes
+) -> None:
+    status, content_type, problem = await raw_post(cluster, path, body)
+    assert (status, content_type) == (400, "application/problem+json"), problem
+    assert problem["type"].endswith("/malformed-json"), problem
+
+
 async def test_bad_input_consumes_nothing(cluster: Cluster) -> None:
     await cluster.post("/v1/check", {"key": "keep", "rule": "basic", "cost": 2, "dry_run": "x"})
     usage = await cluster.usage("keep", "basic")
