@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+import orjson
 import pytest
 
 from tests.conftest import ADMIN, Cluster
@@ -156,6 +158,21 @@ async def test_a_string_that_is_not_utf8_is_malformed_json(
     status, content_type, problem = await raw_post(cluster, path, body)
     assert (status, content_type) == (400, "application/problem+json"), problem
     assert problem["type"].endswith("/malformed-json"), problem
+
+
+async def test_a_key_header_that_is_not_utf8_is_a_problem(cluster: Cluster) -> None:
+    """Forward auth takes the key from a header, whose bytes a client chose freely."""
+    port = int(cluster.router_url.rsplit(":", 1)[1])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(
+        b"GET /v1/authz?rule=basic&key_header=X-Api-Key HTTP/1.1\r\nHost: r\r\n"
+        b"X-Api-Key: k\xff\xfe\r\nConnection: close\r\n\r\n"
+    )
+    answer = await reader.read()
+    writer.close()
+    head, body = answer.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 400 "), answer
+    assert_problem(400, orjson.loads(body), 400, "key")
 
 
 async def test_bad_input_consumes_nothing(cluster: Cluster) -> None:
