@@ -122,50 +122,32 @@ def test_help_says_the_exit_statuses() -> None:
     [
         (
             "rules:\n  basic:\n    limits: 5/minute\n   on_failure: allow\n",
-            "4:4: expected <block end>, but found '<block mapping start>'",
+            ":4:4: expected <block end>, but found '<block mapping start>'",
         ),
-        ("rules:\n  basic: {limits: [5/minute}\n", "2:28: expected ',' or ']', but got '}'"),
-        ("rules:\n\tbasic: x\n", "2:1: found character '\\t' that cannot start any token"),
-    ],
-)
-def test_a_rules_file_that_is_not_yaml_is_file_line_column(
-    tmp_path: Path, text: str, where: str
-) -> None:
-    """Refused before the router is asked (none listens here): exit 2, one line."""
-    path = tmp_path / "rules.yaml"
-    path.write_text(text)
-    done = _run("rules", "apply", "-f", str(path))
-    assert (done.returncode, done.stdout, done.stderr) == (2, "", f"shardlimit: {path}:{where}\n")
-
-
-@pytest.mark.parametrize(
-    ("text", "problem"),
-    [
+        ("rules:\n  basic: {limits: [5/minute}\n", ":2:28: expected ',' or ']', but got '}'"),
+        ("rules:\n\tbasic: x\n", ":2:1: found character '\\t' that cannot start any token"),
+        # Keys YAML reads as other types: a rule named on (true), fields null and 7.
         (
             "rules:\n  on:\n    limits: 5/minute\n",
-            "rules.True: is True to YAML: quote a rule name such as on, yes, no or null",
+            ": rules.True: is True to YAML: quote a rule name such as on, yes, no or null",
         ),
         (
             "rules:\n  basic:\n    limits:\n      - {algorithm: fixed_window, limit: 5, window: 1m,"
             " null: 1, 7: x}\n",
-            "rules.basic.limits[0].7: is not a parameter of fixed_window; "
+            ": rules.basic.limits[0].7: is not a parameter of fixed_window; "
             "rules.basic.limits[0].None: is not a parameter of fixed_window",
         ),
     ],
-    ids=["rule-named-on", "null-and-number-fields"],
+    ids=["indent", "bracket", "tab", "rule-named-on", "null-and-number-fields"],
 )
-def test_keys_yaml_reads_as_other_types_are_refused_by_name(
-    tmp_path: Path, text: str, problem: str
+def test_a_rules_file_refused_before_the_router_is_asked_says_where(
+    tmp_path: Path, text: str, where: str
 ) -> None:
-    """A rule named `on` (YAML's true) and limit fields `null` and `7`: exit 2, one line."""
+    """No router listens here: exit 2, one line (file:line:column for YAML errors)."""
     path = tmp_path / "rules.yaml"
     path.write_text(text)
     done = _run("rules", "apply", "-f", str(path))
-    assert (done.returncode, done.stdout, done.stderr) == (
-        2,
-        "",
-        f"shardlimit: {path}: {problem}\n",
-    )
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", f"shardlimit: {path}{where}\n")
 
 
 @pytest.mark.parametrize(("status", "code"), [(400, 2), (404, 2), (409, 2), (500, 1), (503, 1)])
