@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 import httptools
 
 from cluster.web.tls import default_client_context
+from router.channel.connect import connect
 from router.errors import ProtocolError
 
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
@@ -203,21 +204,8 @@ class HttpPool:
             if not conn.closed and conn.reusable and loop.time() - since < self.IDLE_S:
                 return conn
             conn.close()
-        try:
-            if self.tls is None:
-                _, conn = await loop.create_connection(_Connection, self.host, self.port)
-            else:
-                # The handshake is part of the connect, so the caller's timeout bounds it.
-                _, conn = await loop.create_connection(
-                    lambda: _Connection(tls=True),
-                    self.host,
-                    self.port,
-                    ssl=self.tls,
-                    server_hostname=self.host,
-                )
-        except UnicodeError as exc:  # IDNA refuses the name (an empty or 64-letter label)
-            raise OSError(f"host name {self.host!r} cannot be looked up: {exc}") from exc
-        return conn
+        tls = self.tls is not None
+        return await connect(lambda: _Connection(tls=tls), self.host, self.port, self.tls)
 
     async def request(
         self,

@@ -28,6 +28,7 @@ import msgspec
 
 from cluster import wire
 from cluster.web.tls import default_client_context
+from router.channel.connect import connect
 
 __all__ = ["Done", "Late", "NodeLink"]
 
@@ -179,20 +180,8 @@ class NodeLink:
         try:
             async with asyncio.timeout(self.connect_timeout_s):
                 port = await self.discover(self.connect_timeout_s)
-                loop = asyncio.get_running_loop()
                 tls = self.tls is not None
-                if self.tls is None:
-                    _, protocol = await loop.create_connection(
-                        lambda: _Protocol(self, tls), self.host, port
-                    )
-                else:
-                    _, protocol = await loop.create_connection(
-                        lambda: _Protocol(self, tls),
-                        self.host,
-                        port,
-                        ssl=self.tls,
-                        server_hostname=self.host,
-                    )
+                protocol = await connect(lambda: _Protocol(self, tls), self.host, port, self.tls)
                 assert protocol.transport is not None
                 protocol.transport.write(wire.frame(wire.Hello(self.token)))
                 self.welcome = await protocol.welcome
