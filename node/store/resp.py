@@ -31,6 +31,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import InvalidResponse, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from cluster.web.connect import connect
 from node.store.reply_errors import reply_error
 
 Arg = str | bytes | int | float
@@ -183,7 +184,7 @@ class RespPipe:
                 if self.path is not None:
                     _, protocol = await loop.create_unix_connection(_RespProtocol, self.path)
                 else:
-                    _, protocol = await loop.create_connection(_RespProtocol, self.host, self.port)
+                    protocol = await connect(_RespProtocol, self.host, self.port)
         except TimeoutError as exc:
             raise RedisTimeoutError(f"connecting to Redis timed out: {exc}") from exc
         except OSError as exc:

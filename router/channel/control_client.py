@@ -24,8 +24,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from cluster.web.connect import connect
 from cluster.web.tls import default_client_context
-from router.channel.connect import connect
 from router.errors import ProtocolError
 
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024

@@ -27,8 +27,8 @@ from urllib.parse import urlsplit
 import msgspec
 
 from cluster import wire
+from cluster.web.connect import connect
 from cluster.web.tls import default_client_context
-from router.channel.connect import connect
 
 __all__ = ["Done", "Late", "NodeLink"]
 

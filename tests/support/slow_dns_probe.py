@@ -1,6 +1,6 @@
 """Run in a mount namespace whose /etc/resolv.conf names `--dns`, a DNS server this
 process starts and that never answers: one connect to a name, given up at a timeout, by
-uvloop's create_connection and by the router's connect (router/channel/connect.py).
+uvloop's create_connection and by the router's connect (cluster/web/connect.py).
 Prints one JSON object: each one's exception and what asyncio logged after it."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 
 import uvloop
 
-from router.channel.connect import connect
+from cluster.web.connect import connect
 
 
 class _Errors(logging.Handler):

@@ -1,6 +1,6 @@
 """A node whose name the DNS answers slowly: the router's connect gives up at the caller's
 timeout and leaves nothing behind, where uvloop's create_connection leaves a lookup
-future that fails unread, logged as an error at every attempt (router/channel/connect.py).
+future that fails unread, logged as an error at every attempt (cluster/web/connect.py).
 
 The DNS is a server that never answers, named by a private /etc/resolv.conf in a mount
 namespace of the probe's own (unshare -m, as root)."""

@@ -1,5 +1,6 @@
-"""Opening a connection to a node: where the router looks up a node's host and connects
-(its HTTP client, router/channel/control_client.py, and its channel, link.py).
+"""Opening a TCP connection by host name: the router's to its nodes (its HTTP client,
+router/channel/control_client.py, and its channel, link.py), a node's to its Redis
+(node/store/resp.py).
 
 The host is looked up with `loop.getaddrinfo` before connecting to each address it
 gives, rather than by `loop.create_connection`: cancelled during its lookup (the caller's
