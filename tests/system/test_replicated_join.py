@@ -63,8 +63,21 @@ async def test_a_node_with_a_replica_joins_and_serves_replica_rules(tmp_path: An
 
                 await eventually(moved, within=60)
                 key = await key_on(http, local.router_url, "n3", "sku")
-                for expected in (999, 998, 997):
-                    answer = await check(http, local.router_url, key, STOCK)
+                answers: list[dict[str, Any]] = []
+
+                async def replicated() -> bool:
+                    # Until the new replica's first sync is done, no replica acknowledges
+                    # in time: degraded, `unreplicated`, consuming nothing.
+                    answers.append(await check(http, local.router_url, key, STOCK))
+                    return not answers[-1].get("degraded")
+
+                await eventually(replicated, within=30)
+                for answer in answers[:-1]:
+                    assert answer["degraded_reason"].startswith("unreplicated"), answer
+                served = [answers[-1]] + [
+                    await check(http, local.router_url, key, STOCK) for _ in range(2)
+                ]
+                for answer, expected in zip(served, (999, 998, 997), strict=True):
                     assert answer["node"] == "n3", answer
                     assert not answer.get("degraded"), answer
                     assert answer["limits"][0]["remaining"] == expected, answer
