@@ -351,7 +351,7 @@ class H2Connection(_Answers):
         if self.unacked >= f.RECEIVE_WINDOW // 2:
             self.pending.append(f.window_update(0, self.unacked))
             self.unacked = 0
-        start, end = _unpadded(flags, payload)
+        start, end = _unpadded(flags, payload) if flags & f.PADDED else (0, len(payload))
         if start > end:
             raise _ConnectionError(f.PROTOCOL_ERROR, "bad padding")
         stream = self.streams.get(stream_id)
