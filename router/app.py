@@ -24,7 +24,7 @@ from router.api.check_answers import (
     batch_answer,
     check_answer,
 )
-from router.api.handler_tools import ROUTER, admin_only, router_of
+from router.api.handler_tools import ROUTER, admin_only, query_of, router_of
 from router.api.leases import RELEASE_PATH, RENEW_PATH, release_answer, renew_answer
 from router.api.membership import abort_migration, add_node, remove_node, resume_migration
 from router.api.openapi import openapi_document
@@ -134,9 +134,10 @@ async def post_quota_adjust(request: web.Request) -> web.Response:
 async def get_usage(request: web.Request) -> web.Response:
     router = router_of(request)
     problems = Problems()
+    query = query_of(request)
     body = {
-        "key": request.query.get("key"),
-        "rule": request.query.get("rule"),
+        "key": query.get("key"),
+        "rule": query.get("rule"),
         "cost": 0,
         "dry_run": True,
     }
@@ -150,7 +151,8 @@ async def get_authz(request: web.Request) -> web.Response:
     headers either way and Retry-After when denied. No body: gateways drop it."""
     router = router_of(request)
     problems = Problems()
-    parsed = problems.result(parse_authz(request.query, request.headers, router.rules, problems))
+    query = query_of(request)
+    parsed = problems.result(parse_authz(query, request.headers, router.rules, problems))
     result = await router.check(parsed.check)
     headers = ratelimit_headers(parsed.check, result)
     if result.degraded:
@@ -295,7 +297,7 @@ async def get_ui(request: web.Request) -> web.Response:
 
 async def get_locate(request: web.Request) -> web.Response:
     problems = Problems()
-    key = parse_key(request.query.get("key"), "key", problems)
+    key = parse_key(query_of(request).get("key"), "key", problems)
     problems.raise_if_any()
     located = router_of(request).view.topology.partitioner.locate(key)
     return json_response({"key": key, **located})

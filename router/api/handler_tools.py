@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from urllib.parse import parse_qsl
 
 from aiohttp import web
 
+from cluster.model.errors import FieldError
 from cluster.web.auth import bearer_check
-from cluster.web.problem import Problem
+from cluster.web.problem import Problem, invalid
 from router.service import Router
 
 ROUTER: web.AppKey[Router] = web.AppKey("router")
@@ -19,6 +21,18 @@ Handler = Callable[[web.Request], Awaitable[web.Response]]
 
 def router_of(request: web.Request) -> Router:
     return request.app[ROUTER]
+
+
+def query_of(request: web.Request) -> Mapping[str, str]:
+    """The request's query; a 400 when a percent-escape is not UTF-8. aiohttp reads such
+    an escape as U+FFFD, so `?key=%FF` and `?key=%FE` would count on one counter."""
+    raw = request.rel_url.raw_query_string
+    if "%" in raw:
+        try:
+            parse_qsl(raw, keep_blank_values=True, errors="strict")
+        except UnicodeDecodeError:
+            raise invalid([FieldError("query", "a percent-escape is not UTF-8")]) from None
+    return request.query
 
 
 def need_admin(why: str = "missing") -> Problem:

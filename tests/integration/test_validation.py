@@ -175,6 +175,18 @@ async def test_a_key_header_that_is_not_utf8_is_a_problem(cluster: Cluster) -> N
     assert_problem(400, orjson.loads(body), 400, "key")
 
 
+@pytest.mark.parametrize(
+    "path",
+    ["/v1/usage?rule=basic&key=u%FF", "/v1/authz?rule=basic&key=u%FE", "/v1/locate?key=%C3"],
+)
+async def test_a_query_escape_that_is_not_utf8_is_a_problem(cluster: Cluster, path: str) -> None:
+    """Read as U+FFFD, `%FF` and `%FE` would be one key: refused instead."""
+    async with cluster.http.get(cluster.router_url + path) as resp:
+        assert_problem(resp.status, await resp.json(content_type=None), 400, "query")
+    async with cluster.http.get(cluster.router_url + "/v1/locate?key=%E2%82%AC") as resp:
+        assert resp.status == 200 and (await resp.json())["key"] == "\u20ac"
+
+
 async def test_bad_input_consumes_nothing(cluster: Cluster) -> None:
     await cluster.post("/v1/check", {"key": "keep", "rule": "basic", "cost": 2, "dry_run": "x"})
     usage = await cluster.usage("keep", "basic")
