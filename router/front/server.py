@@ -14,7 +14,8 @@ it owes be written, then becomes aiohttp's: a protocol from aiohttp's `web.Serve
 takes over the transport and gets every byte from the start of that request.
 
 Pipelined requests run concurrently and are answered in order. Idle keep-alive
-connections are closed after aiohttp's keep-alive timeout by one periodic sweep.
+connections are closed after aiohttp's keep-alive timeout by one periodic sweep, and so
+is one whose request has not arrived whole that long after its first byte.
 """
 
 from __future__ import annotations
@@ -278,6 +279,7 @@ class FrontConnection(asyncio.Protocol):
         if self.closing:
             raise _Discard
         self.in_message = True
+        self.last_active = self.loop.time()
         self.url = b""
         self.body = []
         self.body_size = 0
@@ -412,10 +414,12 @@ class FrontConnection(asyncio.Protocol):
         hand_over(transport, self.front.server, leftover, paused=not self.reading, eof=self.eof)
 
     def close_if_idle(self, idle_since: float) -> None:
+        """Closed when no answer is owed and nothing was answered or begun since
+        `idle_since`: idle between requests, or a request that did not arrive whole in
+        that time (however slowly its bytes trickle in)."""
         if (
             self.transport is not None
             and not self.owed
-            and not self.in_message
             and self.leftover is None
             and self.last_active < idle_since
         ):

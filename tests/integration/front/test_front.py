@@ -164,6 +164,31 @@ async def test_idle_connections_are_closed_after_the_keepalive_timeout(
     writer.close()
 
 
+async def test_a_request_that_trickles_in_is_closed_after_the_keepalive_timeout(
+    cluster: Cluster,
+) -> None:
+    """A client that sends a request a byte at a time, never finishing it, holds no
+    connection longer than the keep-alive timeout after the request's first byte."""
+    runner = cluster.runners[-1]
+    assert isinstance(runner, web.AppRunner)
+    port = free_port()
+    await start_site(runner, "127.0.0.1", port, front=front_for(runner.app, keepalive_s=0.3))
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+
+    async def trickle() -> None:
+        for byte in b"POST /v1/check HTTP/1.1\r\nHost: t\r\nX-Slow: " + b"x" * 1000:
+            writer.write(bytes((byte,)))
+            await asyncio.sleep(0.05)  # the client's pace: a byte every 50 ms
+
+    sending = asyncio.create_task(trickle())  # 52 s of it
+    try:
+        assert await asyncio.wait_for(reader.read(), 10) == b""  # closed by the router
+        assert not sending.done()  # while the client was still sending
+    finally:
+        sending.cancel()
+        writer.close()
+
+
 async def test_pipelined_requests_are_answered_in_order(cluster: Cluster) -> None:
     costs = [1 + i % 3 for i in range(20)]
     bodies = [{"key": f"p{i}", "rule": "stock", "cost": cost} for i, cost in enumerate(costs)]
