@@ -100,15 +100,14 @@ def parse_key(value: Any, path: str, problems: Problems) -> str:
     if not isinstance(value, str) or not value:
         problems.add(path, "is required: a non-empty string")
         return ""
+    size = len(value)  # an ASCII key's bytes: nothing to encode
     if not value.isascii():
         try:
-            value.encode()
+            size = len(value.encode())
         except UnicodeEncodeError:  # a header's bytes that are not UTF-8 (surrogateescape)
             problems.add(path, "must be UTF-8 text")
             return ""
-    # At most 4 bytes per character: short keys need no encoding to be measured.
-    too_long = len(value) * 4 > MAX_KEY_BYTES
-    if too_long and len(value.encode()) > MAX_KEY_BYTES:
+    if size > MAX_KEY_BYTES:
         problems.add(path, f"must be at most {MAX_KEY_BYTES} bytes")
         return ""
     return value
