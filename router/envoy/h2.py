@@ -33,11 +33,9 @@ class _ConnectionError(Exception):
         self.code = code
 
 
-def _unpadded(flags: int, payload: bytes) -> tuple[int, int]:
-    """Where a DATA or HEADERS payload is, its padding left out: start > end when the
-    padding does not fit (a connection error)."""
-    if not flags & f.PADDED:
-        return 0, len(payload)
+def _unpadded(payload: bytes) -> tuple[int, int]:
+    """Where a PADDED DATA or HEADERS payload is, its padding left out: start > end when
+    the padding does not fit (a connection error)."""
     if not payload:
         return 1, 0
     return 1, len(payload) - payload[0]
@@ -315,7 +313,7 @@ class H2Connection(_Answers):
     def _headers(self, flags: int, stream_id: int, payload: bytes) -> None:
         if stream_id == 0 or stream_id % 2 == 0:
             raise _ConnectionError(f.PROTOCOL_ERROR, "HEADERS on a server stream id")
-        start, end = _unpadded(flags, payload)
+        start, end = _unpadded(payload) if flags & f.PADDED else (0, len(payload))
         if flags & f.PRIORITY_FLAG:
             start += 5
         if start > end:
@@ -351,7 +349,7 @@ class H2Connection(_Answers):
         if self.unacked >= f.RECEIVE_WINDOW // 2:
             self.pending.append(f.window_update(0, self.unacked))
             self.unacked = 0
-        start, end = _unpadded(flags, payload) if flags & f.PADDED else (0, len(payload))
+        start, end = _unpadded(payload) if flags & f.PADDED else (0, len(payload))
         if start > end:
             raise _ConnectionError(f.PROTOCOL_ERROR, "bad padding")
         stream = self.streams.get(stream_id)
