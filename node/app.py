@@ -64,7 +64,7 @@ def internal(
             if body is not None:
                 try:
                     message = msgspec.json.decode(await request.read(), type=body)
-                except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError) as exc:
+                except (msgspec.ValidationError, *wire.DECODE_ERRORS) as exc:
                     return problem(400, slug, str(exc))
             return await handler(request, request.app[STATE], message)
 

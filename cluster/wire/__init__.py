@@ -310,6 +310,9 @@ class BatchReply(msgspec.Struct, array_like=True, frozen=True):
 
 _encoder = msgspec.msgpack.Encoder()
 _Message = TypeVar("_Message")
+# What a msgspec decoder raises for bytes that are no message: msgspec lets a string's
+# bad UTF-8 out as UnicodeDecodeError rather than as DecodeError.
+DECODE_ERRORS: Final = (msgspec.DecodeError, UnicodeDecodeError)
 _batch_decoder = msgspec.msgpack.Decoder(Batch)
 _reply_decoder = msgspec.msgpack.Decoder(BatchReply)
 
@@ -321,7 +324,7 @@ def encode(message: Batch | BatchReply) -> bytes:
 def _decoded(decoder: msgspec.msgpack.Decoder[_Message], body: bytes | memoryview) -> _Message:
     try:
         return decoder.decode(body)
-    except UnicodeDecodeError as exc:  # msgspec lets a string's bad UTF-8 out as this
+    except UnicodeDecodeError as exc:  # one of DECODE_ERRORS, said as the other
         raise msgspec.DecodeError(f"a string is not UTF-8: {exc}") from None
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from cluster import wire
 from cluster.model.errors import Problems
 from cluster.web.problem import Problem
 from router.requests import (
@@ -104,7 +105,7 @@ def decode_check(raw: bytes, rules: RuleBook) -> CheckRequest:
         request = check_of(
             0, key, rule, body.cost, amount, body.request_id, body.dry_run, "", problems
         )
-    except (msgspec.DecodeError, UnicodeDecodeError, orjson.JSONDecodeError):
+    except (*wire.DECODE_ERRORS, orjson.JSONDecodeError):
         request = None  # the full parser below says what is wrong
     if request is not None:
         return request
@@ -116,7 +117,7 @@ def decode_check_batch(raw: bytes, rules: RuleBook) -> tuple[list[CheckRequest],
     """A `/v1/check/batch` body: (checks, all_or_nothing). Raises as decode_check."""
     try:
         body = _BATCH_DECODER.decode(raw)
-    except (msgspec.DecodeError, UnicodeDecodeError):
+    except wire.DECODE_ERRORS:
         body = None
     if body is not None and 0 < len(body.checks) <= MAX_BATCH:
         problems = Problems()

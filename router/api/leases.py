@@ -9,6 +9,7 @@ from __future__ import annotations
 import msgspec
 import orjson
 
+from cluster import wire
 from cluster.model.errors import Problems
 from cluster.web.problem import Problem
 from router.api.check_answers import JsonAnswer
@@ -39,7 +40,7 @@ def _request(raw: bytes, action: Action, rules: RuleBook) -> LeaseRequest:
     problems = Problems()
     try:
         plain = _PLAIN.decode(raw)
-    except (msgspec.DecodeError, UnicodeDecodeError):
+    except wire.DECODE_ERRORS:
         pass
     else:
         fields = (plain.key, plain.rule, plain.lease_id, None)
