@@ -25,6 +25,7 @@ _TITLES = {
     422: "Unprocessable Content",
     500: "Internal Server Error",
     503: "Service Unavailable",
+    505: "HTTP Version Not Supported",
 }
 
 
@@ -74,6 +75,14 @@ def invalid(errors: list[FieldError]) -> Problem:
     return Problem(400, "validation", detail, errors)
 
 
+def version_not_supported(version: str) -> Problem:
+    """The answer to a request line naming an HTTP version other than 1.0 and 1.1 (RFC
+    9110, 15.6.6). The HTTP ports speak HTTP/1.x only (HTTP/2 is the gRPC port's)."""
+    return Problem(
+        505, "http-version-not-supported", f"HTTP/{version} is not served here: use HTTP/1.1"
+    )
+
+
 def problem(
     status: int,
     slug: str,
@@ -111,6 +120,9 @@ def internal_error() -> Problem:
 @web.middleware
 async def problem_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
     """Every error leaves as problem+json; nothing escapes as an HTML page or a bare 500."""
+    if request.version.major != 1:  # llhttp reads HTTP/0.9 and HTTP/2.0 request lines too
+        version = request.version
+        return version_not_supported(f"{version.major}.{version.minor}").response()
     try:
         response: web.StreamResponse = await handler(request)
         return response

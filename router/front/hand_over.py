@@ -18,6 +18,43 @@ def unfinished(region: list[bytes], completed: int) -> bytes:
     return raw[message_start(raw, completed) :]
 
 
+class Received:
+    """The bytes a connection received since a message boundary, and the messages they
+    completed: where a handed-over request starts is found in them. Past `limit` bytes,
+    those of completed messages are dropped (a client whose reads never end on a request
+    boundary would otherwise grow them for ever)."""
+
+    __slots__ = ("completed", "limit", "region", "size")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.region: list[bytes] = []
+        self.size = 0
+        self.completed = 0
+
+    def add(self, data: bytes, in_message: bool) -> None:
+        """`data` as received; `in_message`: it continues a message begun earlier."""
+        if not in_message:
+            self.region = [data]
+            self.size = len(data)
+            self.completed = 0
+            return
+        self.region.append(data)
+        self.size += len(data)
+        if self.size > self.limit and self.completed:
+            kept = unfinished(self.region, self.completed)
+            self.region = [kept]
+            self.size = len(kept)
+            self.completed = 0
+
+    def take_unfinished(self) -> bytes:
+        """The bytes from the start of the first message not completed; none are kept."""
+        leftover = unfinished(self.region, self.completed)
+        self.region = []
+        self.size = 0
+        return leftover
+
+
 def hand_over(
     transport: asyncio.Transport, server: web.Server, leftover: bytes, *, paused: bool, eof: bool
 ) -> None:

@@ -9,9 +9,11 @@ handlers run (router/api/check_answers.py, router/api/problems.py) and the same 
 Everything else stays aiohttp's. On the first request the front does not fully
 understand (another path or method, HTTP/1.1 without Host, an Expect, Upgrade,
 Content-Encoding or unusual Transfer-Encoding header, a body over 1 MiB, a request
-llhttp rejects, another HTTP version), the connection stops reading, lets the answers
-it owes be written, then becomes aiohttp's: a protocol from aiohttp's `web.Server`
-takes over the transport and gets every byte from the start of that request.
+llhttp rejects), the connection stops reading, lets the answers it owes be written, then
+becomes aiohttp's: a protocol from aiohttp's `web.Server` takes over the transport and
+gets every byte from the start of that request. A request line of an HTTP version other
+than 1.0 and 1.1 is answered 505 over HTTP/1.1 and the connection closed (aiohttp would
+answer in the version claimed).
 
 Pipelined requests run concurrently and are answered in order. Idle keep-alive
 connections are closed after aiohttp's keep-alive timeout by one periodic sweep, and so
@@ -31,7 +33,7 @@ import httptools
 from aiohttp import web
 from aiohttp.tcp_helpers import tcp_keepalive
 
-from cluster.web.problem import internal_error
+from cluster.web.problem import Problem, internal_error, version_not_supported
 from router.api.check_answers import (
     CHECK_BATCH_PATH,
     CHECK_PATH,
@@ -44,7 +46,7 @@ from router.api.handler_tools import ROUTER
 from router.api.leases import RELEASE_PATH, RENEW_PATH, release_answer, renew_answer
 from router.api.problems import problem_of
 from router.front.answer_bytes import JSON, PROBLEM_JSON, answer_bytes
-from router.front.hand_over import hand_over, unfinished
+from router.front.hand_over import Received, hand_over
 from router.service import Router
 
 __all__ = ["FrontConnection", "FrontServer", "front_for"]
@@ -52,9 +54,7 @@ __all__ = ["FrontConnection", "FrontServer", "front_for"]
 KEEPALIVE_S = 75.0  # aiohttp's keepalive_timeout, which the router's runner keeps
 SWEEP_S = 1.0  # idle connections are closed between keepalive_s and this later
 MAX_OWED = 64  # answers owed on one connection before it stops reading
-# Bytes kept for a hand-over, past which those of completed requests are dropped (a
-# client whose reads never end on a request boundary would otherwise grow them forever).
-REGION_LIMIT = 4 * 1024 * 1024
+REGION_LIMIT = 4 * 1024 * 1024  # bytes kept for a hand-over (Received)
 
 Endpoint = Callable[[Router, bytes], Awaitable[JsonAnswer]]
 _ENDPOINTS: dict[bytes, tuple[str, Endpoint]] = {
@@ -73,6 +73,7 @@ _SINGLETONS = frozenset(
 )
 _MAX_FIELD = 8190  # aiohttp's max_field_size
 _MAX_HEADERS = 128  # aiohttp's max_headers
+_HTTP_1 = frozenset(("1.0", "1.1"))
 
 
 class _HandOver(Exception):
@@ -201,11 +202,7 @@ class FrontConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpRequestParser(self)
         self.owed: deque[_Owed] = deque()
-        # Bytes received since a message boundary, and the messages they completed:
-        # where a handed-over request starts is found in them (router/front/offsets.py).
-        self.region: list[bytes] = []
-        self.region_size = 0
-        self.completed = 0
+        self.received = Received(front.region_limit)
         self.in_message = False
         self.url = b""
         self.body: list[bytes] = []
@@ -253,15 +250,7 @@ class FrontConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing or self.leftover is not None:
             return
-        if self.in_message:
-            self.region.append(data)
-            self.region_size += len(data)
-            if self.region_size > self.front.region_limit and self.completed:
-                self._drop_completed()
-        else:
-            self.region = [data]
-            self.region_size = len(data)
-            self.completed = 0
+        self.received.add(data, self.in_message)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserCallbackError as exc:
@@ -312,6 +301,9 @@ class FrontConnection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         version = self.parser.get_http_version()
+        if version not in _HTTP_1:  # llhttp reads HTTP/0.9 and HTTP/2.0 request lines too
+            self._refuse(version_not_supported(version))
+            raise _Discard
         if (
             self.for_aiohttp
             or self.parser.get_method() != b"POST"
@@ -328,7 +320,7 @@ class FrontConnection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         self.in_message = False
-        self.completed += 1
+        self.received.completed += 1
         owed = _Owed(self.parser.get_http_version() == "1.0", self.parser.should_keep_alive())
         self.owed.append(owed)
         body = self.body[0] if len(self.body) == 1 else b"".join(self.body)
@@ -394,16 +386,21 @@ class FrontConnection(asyncio.Protocol):
 
     # hand-over and closing
 
-    def _drop_completed(self) -> None:
-        """Keep only the region's request in progress."""
-        kept = unfinished(self.region, self.completed)
-        self.region = [kept]
-        self.region_size = len(kept)
-        self.completed = 0
+    def _refuse(self, problem: Problem) -> None:
+        """Answer `problem` over HTTP/1.1 after the answers owed, then close: the rest of
+        the connection cannot be read."""
+        owed = _Owed(http10=False, keep_alive=False)
+        owed.data = answer_bytes(
+            False, False, problem.status, PROBLEM_JSON, problem.body(), problem.headers
+        )
+        self.owed.append(owed)
+        self.closing = True
+        self._update_reading()
+        if owed is self.owed[0]:
+            self.write_ready()
 
     def _start_hand_over(self) -> None:
-        self.leftover = unfinished(self.region, self.completed)
-        self.region = []
+        self.leftover = self.received.take_unfinished()
         self._update_reading()
         if not self.owed and self.transport is not None and not self.write_paused:
             self._hand_over(self.transport, self.leftover)

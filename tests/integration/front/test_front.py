@@ -230,6 +230,37 @@ async def test_connection_close_and_http_1_0(cluster: Cluster) -> None:
     assert all(a.startswith(b"HTTP/1.0 ") and b"Connection: keep-alive" in a for a in answers)
 
 
+@pytest.mark.parametrize("version", ["2.0", "0.9"])
+async def test_a_request_line_of_another_http_version_is_a_505_and_the_end(
+    cluster: Cluster, aiohttp_port: int, version: str
+) -> None:
+    """llhttp reads these request lines; the answer is a 505 over HTTP/1.1 after what the
+    connection is owed, and nothing after it on the connection is read or counted."""
+    port = _port(cluster.router_url)
+    key = {**OK, "key": f"version-{version}"}
+    other = f"GET /healthz HTTP/{version}\r\nHost: t\r\n\r\n".encode()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(check(key) + other + check(key))
+    answer = await asyncio.wait_for(reader.read(), 10)  # up to the close
+    writer.close()
+    first, refused = answer.split(b"HTTP/1.1 505 ", 1)
+    assert first.startswith(b"HTTP/1.1 200 ") and first.count(b"HTTP/") == 1, answer
+    head, body = refused.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP Version Not Supported\r\n"), head
+    assert f"\r\nContent-Length: {len(body)}\r\n".encode() in head, answer  # then nothing
+    assert b"application/problem+json" in head and b"Connection: close" in head, head
+    problem = orjson.loads(body)
+    assert problem["type"].endswith("/http-version-not-supported"), problem
+    assert problem["detail"] == f"HTTP/{version} is not served here: use HTTP/1.1"
+    # The check after the refused request was not counted: one of the two is left.
+    answers = await exchange(port, check(key) + check(key), answers=2)
+    assert [a.split(b" ", 2)[1] for a in answers] == [b"200", b"429"]
+    # aiohttp, which answers in the version claimed, answers the same problem.
+    [plain] = await exchange(aiohttp_port, other)
+    assert plain.split(b" ", 2)[1] == b"505", plain
+    assert orjson.loads(plain.split(b"\r\n\r\n", 1)[1]) == problem
+
+
 async def test_a_chunked_body(cluster: Cluster) -> None:
     body = orjson.dumps(OK)
     chunked = (
