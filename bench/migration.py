@@ -11,7 +11,7 @@ for the p99 during (one move's probe holds ~250 checks, so its p99 is its 3rd-sl
 check). Prints JSON; writes bench/runs/migration.json (`--out DIR` elsewhere).
 
     python -m bench.migration --keys 200000 [--partitioner slots]
-    python -m bench.migration --keys 1000000 --busy-pct 50   # the 1M-key cluster, 3 -> 4
+    python -m bench.migration --keys 1000000   # the 1M-key cluster, 3 -> 4
 """
 
 from __future__ import annotations
@@ -326,7 +326,7 @@ def main() -> None:
     )
     parser.add_argument("--parallel", type=int, default=1, help="sources copying at once")
     parser.add_argument(
-        "--busy-pct", type=int, default=50, help="most of a source Redis' time the copy may take"
+        "--busy-pct", type=int, default=80, help="most of a source Redis' time the copy may take"
     )
     parser.add_argument("--migrate-batch", type=int, default=1000)
     parser.add_argument("--rate", type=float, default=200.0)

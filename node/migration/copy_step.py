@@ -100,7 +100,7 @@ class MovingArcs:
 class Budget:
     """Pacing of one source's copy (see the module docstring)."""
 
-    busy_pct: int = 50
+    busy_pct: int = 80
     rate: int = 0  # keys/s, 0: no fixed rate
     started: float = field(default_factory=time.monotonic)
     moved: int = 0
