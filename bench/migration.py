@@ -40,6 +40,7 @@ from cluster.model.keys import counter_key
 from cluster.model.nodes import NodeSpec
 from cluster.model.partition import new_partitioner
 from cluster.web.serve import install_fast_loop
+from cluster.wire.control import COPY_BUSY_PCT
 
 TOKEN = "bench-token"
 SHAPE = "fw:3600000"
@@ -326,7 +327,10 @@ def main() -> None:
     )
     parser.add_argument("--parallel", type=int, default=1, help="sources copying at once")
     parser.add_argument(
-        "--busy-pct", type=int, default=80, help="most of a source Redis' time the copy may take"
+        "--busy-pct",
+        type=int,
+        default=COPY_BUSY_PCT,
+        help="most of a source Redis' time the copy may take",
     )
     parser.add_argument("--migrate-batch", type=int, default=1000)
     parser.add_argument("--rate", type=float, default=200.0)

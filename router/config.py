@@ -17,6 +17,7 @@ from cluster.model.limits import parse_duration
 from cluster.model.nodes import NodeSpec
 from cluster.model.partition import DEFAULT_VNODES
 from cluster.web.tls import TlsFiles
+from cluster.wire.control import COPY_BUSY_PCT
 
 DEFAULT_PORT = 8080
 log = logging.getLogger("shardlimit.config")
@@ -43,7 +44,7 @@ class RouterConfig:
     rules_poll_ms: int = 1000
     reshard_step_keys: int = 20_000  # keys a source examines per copy step
     reshard_rate: int = 0  # keys/s each source may move (0: no fixed rate)
-    reshard_busy_pct: int = 80  # most of a source Redis' time the copy may take
+    reshard_busy_pct: int = COPY_BUSY_PCT  # most of a source Redis' time the copy may take
     reshard_lease_ttl_ms: int = 15_000
     reshard_parallel: int = 1
     aon_hold_ms: int = 10_000  # all-or-nothing holds are given back after this

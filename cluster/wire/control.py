@@ -51,6 +51,10 @@ class ImportKeys(Entries):  # entries: node/migration/migrator.py decode_entries
     migration: _Id
 
 
+# The share of a source Redis' time a copy takes by default (the router's reshard_busy_pct).
+COPY_BUSY_PCT = 80
+
+
 class MigrateStep(Control):
     """One background-copy step on a source node (router/control/resharding.py drives them)."""
 

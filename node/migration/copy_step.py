@@ -41,6 +41,7 @@ from cluster.model.partition import (
     ring_hash,
     routing_part,
 )
+from cluster.wire.control import COPY_BUSY_PCT
 from node.store.scripts import read_lua
 from node.topology.ownership import Ownership
 
@@ -100,7 +101,7 @@ class MovingArcs:
 class Budget:
     """Pacing of one source's copy (see the module docstring)."""
 
-    busy_pct: int = 80
+    busy_pct: int = COPY_BUSY_PCT
     rate: int = 0  # keys/s, 0: no fixed rate
     started: float = field(default_factory=time.monotonic)
     moved: int = 0
