@@ -38,6 +38,7 @@ ROLES = (
     ("cluster.cli serve node", "nodes"),
     ("cluster.cli up", "up supervisor"),
     ("bench.peers", "trivial aiohttp"),
+    ("bench.instant_rls", "instant service"),
     ("bench.one_redis", "one-Redis aiohttp"),
     ("bench.openloop", "open-loop generator"),
     ("bench.sdk", "sdk/limits driver"),

@@ -2,14 +2,17 @@
 `envoy.filters.http.ratelimit`, in the same run.
 
 Starts a scratch cluster (3 nodes, the router's gRPC port, one `rate_limit` descriptor
-`user` of 1e9 an hour, so every request reaches a node and none is denied) and two Envoys
-from cluster/local/envoy_proc.py, each with `--concurrency 1` and a backend listener of its
-own (a direct 200): *alone* proxies every request to its backend; *with shardlimit* first
-asks the router over gRPC with one descriptor from the request's `x-user` header
-(`failure_mode_deny: true`, so an unanswered check is a 500, never a free pass). Then:
+`user` of 1e9 an hour, so every request reaches a node and none is denied) and three
+Envoys from cluster/local/envoy_proc.py, each with `--concurrency 1` and a backend listener
+of its own (a direct 200): *alone* proxies every request to its backend; *with shardlimit*
+first asks the router over gRPC with one descriptor from the request's `x-user` header
+(`failure_mode_deny: true`, so an unanswered check is a 500, never a free pass); *with
+instant service* makes the same call to bench/instant_rls.py, which answers OK at once
+(the price of the filter's call with nothing behind it). Then:
 
 1. throughput: wrk (1 thread, 64 connections, `x-user` a random one of 100,000 keys) on
-   each Envoy in ABBA rounds; the ratio of 2xx answers per second, with shardlimit ÷ alone;
+   each Envoy in rounds that alternate the order; the ratio of 2xx answers per second,
+   with shardlimit ÷ alone (the target), and each of the other two ratios;
 2. latency: the open-loop generator (bench/openloop.py's, its own process, requests of
    this module's shape) at one fixed rate on each Envoy: p50/p99/p999 from the scheduled
    send time;
@@ -41,13 +44,14 @@ from typing import Any
 from bench.compare import abba, ratio, with_cpu
 from bench.cpu import CLK_TCK, descendants, machine_busy_ticks, role_of
 from bench.env import python_env
+from bench.instant_rls import accepts
 from bench.openloop import OpenLoop, OpenLoopConfig
 from bench.progress import note
 from bench.wrk import TALLY_LUA, WrkSettings, run_wrk
 from cluster.local.cluster import scratch_cluster
 from cluster.local.envoy_proc import EnvoyProcess, RateLimitFilter, envoy_binary
 from cluster.local.ports import free_port
-from cluster.local.procs import child_preexec, python_module
+from cluster.local.procs import ChildProcess, child_preexec, python_module
 
 DOMAIN = "bench"
 HEADER = "x-user"
@@ -57,8 +61,8 @@ descriptors:
   - key: user
     rate_limit: {{unit: hour, requests_per_unit: 1000000000}}
 """
-SIDES = ("alone", "with_shardlimit")
-ROLES = ("envoy", "router", "nodes", "redis")
+SIDES = ("alone", "with_shardlimit", "with_instant_service")
+ROLES = ("envoy", "router", "nodes", "redis", "instant service")
 WARMUP_S = 1.0  # the open-loop driver's first second, sent but not measured
 SETTLE_S = 2.5  # from the driver's spawn to its CPU window: start-up and warm-up
 ANSWERED = "http.ingress.downstream_rq_total"  # requests the front listener answered
@@ -162,6 +166,7 @@ def throughput(urls: dict[str, str], options: Options) -> dict[str, Any]:
         )
         runs[side].append({"round": r, **result})
     rates = {side: mean(x["ok_per_s"] for x in runs[side]) for side in SIDES}
+    instant = rates["with_instant_service"]
     return {
         "load_generator": {
             "tool": "wrk",
@@ -170,7 +175,10 @@ def throughput(urls: dict[str, str], options: Options) -> dict[str, Any]:
         },
         "envoy_alone_per_s": round(rates["alone"], 1),
         "with_shardlimit_per_s": round(rates["with_shardlimit"], 1),
+        "with_instant_service_per_s": round(instant, 1),
         "ratio": ratio(rates["with_shardlimit"], rates["alone"]),
+        "instant_service_vs_alone": ratio(instant, rates["alone"]),
+        "shardlimit_vs_instant_service": ratio(rates["with_shardlimit"], instant),
         "non_2xx": {
             side: sum(x["other_status"] + x["denied_429"] for x in runs[side]) for side in SIDES
         },
@@ -220,21 +228,35 @@ def measure(options: Options) -> dict[str, Any]:
         work = Path(tmp)
         config = work / "ratelimit.yaml"
         config.write_text(CONFIG)
-        note("gateway: starting a local cluster (router with gRPC, 3 nodes, 3 Redis) and 2 Envoys")
-        with scratch_cluster(
-            3, grpc_port=free_port(), envoy_config=config, log_level="WARNING"
-        ) as local:
+        note("gateway: starting a local cluster (router with gRPC, 3 nodes, 3 Redis) and 3 Envoys")
+        instant_port = free_port()
+        instant = ChildProcess(
+            "instant rate-limit service",
+            python_module("bench.instant_rls", "--port", str(instant_port)),
+            env=python_env(),
+            probe=partial(accepts, instant_port),
+        )
+        with (
+            scratch_cluster(
+                3, grpc_port=free_port(), envoy_config=config, log_level="WARNING"
+            ) as local,
+            instant,
+        ):
             assert local.options.grpc_port is not None
-            limit = RateLimitFilter(
-                grpc_port=local.options.grpc_port,
+            limit = partial(
+                RateLimitFilter,
                 domain=DOMAIN,
                 headers=((HEADER, "user"),),
                 failure_mode_deny=True,
                 timeout_s=options.timeout_s,
             )
             envoys = {
-                "alone": EnvoyProcess(work, None, concurrency=options.concurrency),
-                "with_shardlimit": EnvoyProcess(work, limit, concurrency=options.concurrency),
+                side: EnvoyProcess(work, filter_, concurrency=options.concurrency)
+                for side, filter_ in (
+                    ("alone", None),
+                    ("with_shardlimit", limit(grpc_port=local.options.grpc_port)),
+                    ("with_instant_service", limit(grpc_port=instant_port)),
+                )
             }
             try:
                 for envoy in envoys.values():
@@ -256,9 +278,11 @@ def _measure(envoys: dict[str, EnvoyProcess], options: Options) -> dict[str, Any
     }
     result["ratio"] = result["throughput"]["ratio"]
     cpu = {side: result["open_loop"][side]["cpu_by_process"]["us_per_request"] for side in SIDES}
-    cpu["added_by_shardlimit"] = {
-        role: round(cpu["with_shardlimit"][role] - cpu["alone"][role], 1) for role in ROLES
-    }
+    for side, added in (
+        ("with_shardlimit", "added_by_shardlimit"),
+        ("with_instant_service", "added_by_instant_service"),
+    ):
+        cpu[added] = {role: round(cpu[side][role] - cpu["alone"][role], 1) for role in ROLES}
     result["cpu_us_per_request"] = cpu
     result["envoy_ratelimit_stats"] = envoy_ratelimit_stats(envoys["with_shardlimit"])
     return result

@@ -25,8 +25,9 @@ Pieces (`--only NAME[,NAME]`, `--skip NAME[,NAME]`):
              (single and batch, wrk), time from SIGKILL of a primary to the first normal
              answer (5 kills), acknowledged decisions lost (bench/durability.py)
   grpc       router CPU per ShouldRateLimit ÷ per /v1/check at 500/s open loop (bench/grpc_cost.py)
-  gateway    a real Envoy with its rate-limit filter asking shardlimit ÷ the same Envoy alone:
-             2xx/s (wrk), open-loop p99, CPU per request by process (bench/gateway.py)
+  gateway    a real Envoy with its rate-limit filter asking shardlimit ÷ the same Envoy alone
+             (and asking a service that answers at once): 2xx/s (wrk), open-loop p99, CPU
+             per request by process (bench/gateway.py)
 
 Each comparison is a ratio of two measurements taken side by side in this run: the
 machine has 2 shared cores, so absolute numbers are noise and only ratios mean much.
