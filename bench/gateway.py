@@ -44,14 +44,14 @@ from typing import Any
 from bench.compare import abba, ratio, with_cpu
 from bench.cpu import CLK_TCK, descendants, machine_busy_ticks, role_of
 from bench.env import python_env
-from bench.instant_rls import accepts
+from bench.instant_rls import instant_service
 from bench.openloop import OpenLoop, OpenLoopConfig
 from bench.progress import note
 from bench.wrk import TALLY_LUA, WrkSettings, run_wrk
 from cluster.local.cluster import scratch_cluster
 from cluster.local.envoy_proc import EnvoyProcess, RateLimitFilter, envoy_binary
 from cluster.local.ports import free_port
-from cluster.local.procs import ChildProcess, child_preexec, python_module
+from cluster.local.procs import child_preexec, python_module
 
 DOMAIN = "bench"
 HEADER = "x-user"
@@ -229,18 +229,11 @@ def measure(options: Options) -> dict[str, Any]:
         config = work / "ratelimit.yaml"
         config.write_text(CONFIG)
         note("gateway: starting a local cluster (router with gRPC, 3 nodes, 3 Redis) and 3 Envoys")
-        instant_port = free_port()
-        instant = ChildProcess(
-            "instant rate-limit service",
-            python_module("bench.instant_rls", "--port", str(instant_port)),
-            env=python_env(),
-            probe=partial(accepts, instant_port),
-        )
         with (
             scratch_cluster(
                 3, grpc_port=free_port(), envoy_config=config, log_level="WARNING"
             ) as local,
-            instant,
+            instant_service() as instant_port,
         ):
             assert local.options.grpc_port is not None
             limit = partial(

@@ -13,13 +13,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import socket
+from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped]
 from grpc_health.v1 import health  # type: ignore[import-untyped]
 
+from bench.env import python_env
+from cluster.local.ports import free_port
+from cluster.local.procs import ChildProcess, python_module
 from router.envoy.lean_server import LeanGrpcServer
 
 _OK = rls_pb2.RateLimitResponse.Code.OK
@@ -46,6 +52,18 @@ def accepts(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket() as probe:
         probe.settimeout(0.2)
         return probe.connect_ex((host, port)) == 0
+
+
+@contextlib.contextmanager
+def instant_service() -> Iterator[int]:
+    """The instant service in its own process on a free port, until the block ends;
+    yields its port."""
+    port = free_port()
+    command = python_module("bench.instant_rls", "--port", str(port))
+    with ChildProcess(
+        "instant rate-limit service", command, env=python_env(), probe=partial(accepts, port)
+    ):
+        yield port
 
 
 async def serve(port: int) -> None:
