@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import contextlib
 import gc
-import socket
 from collections.abc import Iterator
 from functools import partial
 from typing import Any
@@ -26,6 +25,7 @@ from grpc_health.v1 import health  # type: ignore[import-untyped]
 from bench.env import python_env
 from cluster.local.ports import free_port
 from cluster.local.procs import ChildProcess, python_module
+from cluster.local.recorded import listening
 from router.envoy.lean_server import LeanGrpcServer
 
 _OK = rls_pb2.RateLimitResponse.Code.OK
@@ -47,13 +47,6 @@ class InstantService:
         return answer
 
 
-def accepts(port: int, host: str = "127.0.0.1") -> bool:
-    """Does something listen on `port` now?"""
-    with socket.socket() as probe:
-        probe.settimeout(0.2)
-        return probe.connect_ex((host, port)) == 0
-
-
 @contextlib.contextmanager
 def instant_service() -> Iterator[int]:
     """The instant service in its own process on a free port, until the block ends;
@@ -61,7 +54,10 @@ def instant_service() -> Iterator[int]:
     port = free_port()
     command = python_module("bench.instant_rls", "--port", str(port))
     with ChildProcess(
-        "instant rate-limit service", command, env=python_env(), probe=partial(accepts, port)
+        "instant rate-limit service",
+        command,
+        env=python_env(),
+        probe=partial(listening, port, "127.0.0.1"),
     ):
         yield port
 
