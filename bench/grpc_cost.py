@@ -8,8 +8,10 @@ once over gRPC (this module's `drive` mode: one descriptor `user=<n>` under a
 codec sends it (`--client envoy-like`: raw HTTP/2, 256 MiB stream windows, so no
 WINDOW_UPDATE per call) or by a grpcio asyncio client (`--client grpcio`, which sends two
 WINDOW_UPDATE frames after every answer: one more read for the router per call).
-The router's CPU is read from /proc/<pid>/stat (utime + stime, every thread) over the
-steady middle of each run; CPU per check = CPU seconds / (rate x window). The two run
+Both loads send on the ticks of a kernel timer (bench.ticker). The router's CPU is
+read from /proc/<pid>/stat (utime + stime, every thread) over the steady middle of each
+run; CPU per check = CPU seconds / (rate x window), and its wake-ups per check (voluntary
+context switches of its main thread) beside it. The two run
 in `--repeat` pairs (alternating which goes first); prints JSON with each pair's
 figures and the median pair's ratio (gRPC / HTTP); `--profile` adds a py-spy run per
 protocol (bench/profile.py's summary: top innermost frames of busy samples);
@@ -35,7 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from bench.cpu import CLK_TCK
+from bench import ticker
+from bench.cpu import CLK_TCK, voluntary_switches
 from bench.profile import PY_SPY, summarize
 from cluster.local.cluster import scratch_cluster
 from cluster.local.ports import free_port
@@ -89,23 +92,15 @@ async def drive(
         else:
             latency.append(time.monotonic() - scheduled)
 
-    total = int(rate * seconds)
-    interval = 1.0 / rate
-    start = time.monotonic() + 0.01
     loop = asyncio.get_running_loop()
-    index = 0
-    while index < total:
-        now = time.monotonic()
-        due = start + index * interval
-        if due > now:
-            await asyncio.sleep(due - now)
-            continue
-        while index < total and start + index * interval <= now:
-            task = loop.create_task(one(index, start + index * interval))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-            index += 1
-    ended = time.monotonic()
+
+    def send(index: int, due: float) -> None:
+        task = loop.create_task(one(index, due))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    total = int(rate * seconds)
+    start, ended = await ticker.send_on_schedule(rate, total, send)
     if tasks:
         await asyncio.wait(list(tasks), timeout=10)
     for channel in pool:
@@ -137,6 +132,7 @@ class _EnvoyLike(asyncio.Protocol):
             + literal(b"te", b"trailers")
         )
         self.transport: asyncio.Transport | None = None
+        self.settled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.buffer = bytearray()
         self.next_id = 1
         self.open: dict[int, float] = {}  # stream -> scheduled send time
@@ -174,6 +170,8 @@ class _EnvoyLike(asyncio.Protocol):
             at += 9 + length
             if kind == f.SETTINGS and not flags & f.ACK:
                 out.append(f.frame(f.SETTINGS, f.ACK, 0))
+                if not self.settled.done():
+                    self.settled.set_result(None)
             elif kind == f.PING and not flags & f.ACK:
                 out.append(f.frame(f.PING, f.ACK, 0, payload))
             elif kind == f.HEADERS:
@@ -200,21 +198,14 @@ async def drive_envoy_like(
     for _ in range(connections):
         _, conn = await loop.create_connection(lambda: _EnvoyLike(target.encode()), host, int(port))
         pool.append(conn)
-    await asyncio.sleep(0.2)  # the settings exchange
+    await asyncio.wait_for(asyncio.gather(*(c.settled for c in pool)), 10)
     requests = encoded_requests(keys, 20_000)
-    total, interval = int(rate * seconds), 1.0 / rate
-    start = time.monotonic() + 0.01
-    index = 0
-    while index < total:
-        now = time.monotonic()
-        if start + index * interval > now:
-            await asyncio.sleep(start + index * interval - now)
-            continue
-        while index < total and start + index * interval <= now:
-            conn = pool[index % connections]
-            conn.send(requests[index % len(requests)], start + index * interval)
-            index += 1
-    ended = time.monotonic()
+
+    def send(index: int, due: float) -> None:
+        pool[index % connections].send(requests[index % len(requests)], due)
+
+    total = int(rate * seconds)
+    start, ended = await ticker.send_on_schedule(rate, total, send)
     deadline = ended + 10
     while any(c.open for c in pool) and time.monotonic() < deadline:  # noqa: ASYNC110
         await asyncio.sleep(0.05)  # the last answers, for a bounded time
@@ -302,9 +293,11 @@ def run_phase(
             )
         ops0, batches0 = batches(target.router_url)
         cpu0, main0 = cpu_seconds(router_pid)
+        waits0 = voluntary_switches(router_pid) or 0
         t0 = time.monotonic()
         time.sleep(window)
         cpu1, main1 = cpu_seconds(router_pid)
+        waits1 = voluntary_switches(router_pid) or 0
         ops1, batches1 = batches(target.router_url)
         elapsed = time.monotonic() - t0
         out, _ = load.communicate(timeout=seconds + 60)
@@ -321,6 +314,7 @@ def run_phase(
         "router_main_thread_cores": round((main1 - main0) / elapsed, 3),
         "router_us_per_check": round((cpu1 - cpu0) / checks * 1e6, 1),
         "ops_per_node_batch": round((ops1 - ops0) / max(1.0, batches1 - batches0), 2),
+        "router_waits_per_check": round((waits1 - waits0) / checks, 2),
     }
     if spy_to is not None and spy_to.exists():
         result["profile"] = summarize(spy_to.read_text(), top=15)

@@ -240,8 +240,12 @@ class OpenLoop:
             self.idle.append(await self._connect())
         warm = int(config.warmup * config.rate)
         total = warm + int(config.seconds * config.rate)
-        schedule = self._schedule_timerfd if ticker.available() else self._schedule_sleep
-        start, ended = await schedule(warm, total)
+        requests = self.requests
+
+        def send(i: int, due: float) -> None:
+            self.dispatch(requests[i % len(requests)], due, i >= warm)
+
+        start, ended = await ticker.send_on_schedule(config.rate, total, send, self._stopped)
         self._finishing = True
         self._maybe_drained()
         with contextlib.suppress(TimeoutError):  # the last answers, waited for a bounded time
@@ -254,53 +258,11 @@ class OpenLoop:
             if conn.transport is not None:
                 conn.transport.close()
         result = self.summary(late, max(0.0, ended - start - config.warmup))
-        result["timer"] = schedule.__name__.removeprefix("_schedule_")
+        result["timer"] = "timerfd" if ticker.available() else "sleep"
         return result
 
     def _stopped(self) -> bool:
         return self.stop is not None and self.stop.is_set()
-
-    async def _schedule_timerfd(self, warm: int, total: int) -> tuple[float, float]:
-        """Send request i at tick i of a kernel timer: no event-loop timer slack."""
-        loop = asyncio.get_running_loop()
-        finished: asyncio.Future[None] = loop.create_future()
-        n = len(self.requests)
-        i = 0
-        with ticker.Ticker.starting_in(1.0 / self.config.rate) as tick:
-            start, interval = tick.start, tick.interval
-
-            def on_tick() -> None:
-                nonlocal i
-                for _ in range(tick.expirations()):
-                    if i >= total or self._stopped():
-                        break
-                    self.dispatch(self.requests[i % n], start + i * interval, i >= warm)
-                    i += 1
-                if (i >= total or self._stopped()) and not finished.done():
-                    finished.set_result(None)
-
-            loop.add_reader(tick.fd, on_tick)
-            try:
-                await finished
-            finally:
-                loop.remove_reader(tick.fd)
-        return start, time.monotonic()
-
-    async def _schedule_sleep(self, warm: int, total: int) -> tuple[float, float]:
-        """Portable fallback: sleep until each send (event-loop timers: ~1 ms slack)."""
-        interval = 1.0 / self.config.rate
-        n = len(self.requests)
-        start = time.monotonic() + 0.01
-        i = 0
-        while i < total and not self._stopped():
-            now = time.monotonic()
-            if start + i * interval > now:
-                await asyncio.sleep(start + i * interval - now)
-                continue
-            while i < total and start + i * interval <= now:
-                self.dispatch(self.requests[i % n], start + i * interval, i >= warm)
-                i += 1
-        return start, time.monotonic()
 
     def summary(self, unanswered: list[float], seconds: float) -> dict[str, Any]:
         # Unanswered requests count with the time they had waited: never hidden.

@@ -1,4 +1,5 @@
-"""A periodic kernel timer (Linux timerfd) read by the event loop: sub-millisecond ticks.
+"""A periodic kernel timer (Linux timerfd) read by the event loop: sub-millisecond ticks,
+and the open-loop schedule of the generators that send on them.
 
 Event-loop timers have millisecond granularity (libuv, and selectors' epoll timeout),
 so an open-loop generator that sleeps until each send would add up to ~1 ms of its own
@@ -11,11 +12,13 @@ have passed, so a busy moment never loses a tick either.
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import ctypes.util
 import os
 import sys
 import time
+from collections.abc import Callable
 from types import TracebackType
 
 _CLOCK_MONOTONIC = 1
@@ -89,3 +92,59 @@ class Ticker:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _never() -> bool:
+    return False
+
+
+async def send_on_schedule(
+    rate: float,
+    total: int,
+    send: Callable[[int, float], None],
+    stopped: Callable[[], bool] = _never,
+) -> tuple[float, float]:
+    """`send(i, due)` for each i below `total` at its due time, `start + i / rate`, whatever
+    the answers do (an open loop): on the ticks of a timerfd where there is one, else by
+    event-loop sleeps (~1 ms of slack). (start, time of the last send)."""
+    if not available():
+        return await _send_after_sleeps(rate, total, send, stopped)
+    loop = asyncio.get_running_loop()
+    finished: asyncio.Future[None] = loop.create_future()
+    i = 0
+    with Ticker.starting_in(1.0 / rate) as tick:
+        start, interval = tick.start, tick.interval
+
+        def on_tick() -> None:
+            nonlocal i
+            for _ in range(tick.expirations()):
+                if i >= total or stopped():
+                    break
+                send(i, start + i * interval)
+                i += 1
+            if (i >= total or stopped()) and not finished.done():
+                finished.set_result(None)
+
+        loop.add_reader(tick.fd, on_tick)
+        try:
+            await finished
+        finally:
+            loop.remove_reader(tick.fd)
+    return start, time.monotonic()
+
+
+async def _send_after_sleeps(
+    rate: float, total: int, send: Callable[[int, float], None], stopped: Callable[[], bool]
+) -> tuple[float, float]:
+    interval = 1.0 / rate
+    start = time.monotonic() + 0.01
+    i = 0
+    while i < total and not stopped():
+        now = time.monotonic()
+        if start + i * interval > now:
+            await asyncio.sleep(start + i * interval - now)
+            continue
+        while i < total and start + i * interval <= now:
+            send(i, start + i * interval)
+            i += 1
+    return start, time.monotonic()
