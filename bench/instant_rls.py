@@ -23,9 +23,8 @@ from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped]
 from grpc_health.v1 import health  # type: ignore[import-untyped]
 
 from bench.env import python_env
-from cluster.local.ports import free_port
+from cluster.local.ports import free_port, listening
 from cluster.local.procs import ChildProcess, python_module
-from cluster.local.recorded import listening
 from router.envoy.lean_server import LeanGrpcServer
 
 _OK = rls_pb2.RateLimitResponse.Code.OK

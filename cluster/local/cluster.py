@@ -25,14 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cluster.local.ports import free_port_run
+from cluster.local.ports import free_port_run, listening
 from cluster.local.procs import ChildProcess, Started, python_module
-from cluster.local.recorded import (
-    RecordedPorts,
-    endpoint_ports,
-    listening,
-    recorded_members,
-)
+from cluster.local.recorded import RecordedPorts, endpoint_ports, recorded_members
 from cluster.local.redis_proc import RedisProcess, redis_server_binary
 from cluster.local.router_config import write_router_config
 from cluster.local.sentinel_proc import Replication

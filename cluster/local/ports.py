@@ -1,4 +1,5 @@
-"""Free TCP ports for child processes that will bind them a moment later."""
+"""Free TCP ports for child processes that will bind them a moment later, and whether a
+port is taken by a listener now."""
 
 from __future__ import annotations
 
@@ -13,6 +14,13 @@ def _ephemeral_low() -> int:
         return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return 32768
+
+
+def listening(port: int, host: str) -> bool:
+    """Whether some process accepts connections on host:port now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:

@@ -5,7 +5,6 @@ replicas, the ports of every Redis and Sentinel (`RecordedPorts`)."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -111,13 +110,6 @@ def too_old_for(directory: Path, binary: str) -> str | None:
             f"{shown}) would start without it: put a Redis 7 first on PATH"
         )
     return None
-
-
-def listening(port: int, host: str) -> bool:
-    """Whether some process accepts connections on host:port now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex((host, port)) == 0
 
 
 def recorded_members(

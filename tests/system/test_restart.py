@@ -22,8 +22,8 @@ from cluster.local.cluster import (
     scratch_cluster,
     scratch_options,
 )
-from cluster.local.ports import free_port
-from cluster.local.recorded import listening, recorded_members, redis_version
+from cluster.local.ports import free_port, listening
+from cluster.local.recorded import recorded_members, redis_version
 from cluster.local.redis_proc import RedisProcess, bundled_redis_server
 from cluster.local.up_options import UpOptions
 from cluster.model import topology as topo
