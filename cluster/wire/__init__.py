@@ -56,6 +56,7 @@ __all__ = [
     "DECISIONS_ADOPT_PATH",
     "DECISIONS_HANDOVER_PATH",
     "DECISION_PATH",
+    "EPOCH_STATS_PATH",
     "EXPORT_PATH",
     "FRAME_HEADER",
     "HEALTH_PATH",
@@ -128,6 +129,10 @@ DECISIONS_ADOPT_PATH: Final = "/node/v1/decisions/adopt"  # ... records, to its 
 # Control endpoints (JSON bodies): topology, migration, the topology-change lease, stats.
 TOPOLOGY_PATH: Final = "/node/v1/topology"  # PUT: adopt a topology; GET: the node's
 STATS_PATH: Final = "/node/v1/stats"  # epoch, liveness port, key counts
+# The same, brief: epoch, liveness port, cluster id and rules version, without reading
+# Redis' INFO (the routers' epoch poll, twice a second). A node that predates it answers
+# the whole stats, which hold the same fields.
+EPOCH_STATS_PATH: Final = f"{STATS_PATH}?brief=1"
 EXPORT_PATH: Final = "/node/v1/export"  # a migration source hands out moving keys
 IMPORT_PATH: Final = "/node/v1/import"  # a target takes keys in
 LANDED_PATH: Final = "/node/v1/landed"  # which MIGRATEd keys a target holds (and a replica)

@@ -32,7 +32,7 @@ __all__ = ["LivenessResponder"]
 
 log = logging.getLogger("shardlimit.node")
 LOOP_STALL_S = 5.0
-BEAT_S = 0.1
+BEAT_S = 1.0  # well inside LOOP_STALL_S: each beat wakes the event loop
 _OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
 _STALLED = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 7\r\nConnection: close\r\n\r\nstalled"

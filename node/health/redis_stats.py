@@ -1,6 +1,7 @@
 """What a node's stats (`GET /node/v1/stats`: `GET /v1/cluster`, `shardlimit status`,
-/ui, the router's epoch poll) say of its Redis, read in two round trips: every node is
-asked at once, while live checks wait on the same Redis."""
+/ui) say of its Redis, read in two round trips: every node is asked at once, while live
+checks wait on the same Redis. The routers' epoch poll asks for the brief stats, which
+read only the rules version."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from node.health.metrics import held_keys
 from node.health.replication import replication_status
 from node.store.connect import primary_address
 
-__all__ = ["redis_stats"]
+__all__ = ["redis_stats", "rules_version"]
 
 
 async def redis_stats(client: aioredis.Redis, failovers: int) -> dict[str, Any]:
@@ -34,3 +35,8 @@ async def redis_stats(client: aioredis.Redis, failovers: int) -> dict[str, Any]:
         "rules_version": int(version or 0),
         "redis_version": str(server.get("redis_version", "")),
     }
+
+
+async def rules_version(client: aioredis.Redis) -> int:
+    """The version of the rules document the shard's Redis holds (0: none)."""
+    return int(await client.hget(RULES_KEY, "version") or 0)

@@ -118,7 +118,7 @@ class TopologySync:
         """A node's epoch from its stats; each of its endpoints learns its liveness port
         on the way. Raises NodeUnavailable."""
         client = self.view.clients[node_id]
-        stats = await client.get(wire.STATS_PATH, timeout_s=1.0)
+        stats = await client.get(wire.EPOCH_STATS_PATH, timeout_s=1.0)
         await client.learn_liveness_ports()
         self._note_cluster(node_id, stats.get("cluster_id"))
         for listener in self._stats_listeners:
