@@ -8,13 +8,11 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from cluster import wire
-from cluster.local.redis_proc import RedisProcess, free_port
-from node.app import create_app
-from node.config import NodeConfig
+from cluster.local.redis_proc import RedisProcess
 from tests.conftest import CLUSTER
+from tests.support.node_app import node_on_port
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -24,12 +22,8 @@ POLLED = {"node", "epoch", "live", "cluster_id", "partitioner", "rules_version"}
 
 @pytest.fixture
 async def node_url(redis_servers: list[RedisProcess]) -> AsyncIterator[str]:
-    runner = web.AppRunner(create_app(NodeConfig("n1", redis_servers[0].url, CLUSTER)))
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    yield f"http://127.0.0.1:{port}"
-    await runner.cleanup()
+    async with node_on_port(redis_servers[0].url) as url:
+        yield url
 
 
 async def _get(http: aiohttp.ClientSession, url: str) -> dict[str, Any]:

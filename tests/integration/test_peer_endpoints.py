@@ -9,15 +9,13 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from cluster import wire
 from cluster.local.redis_proc import RedisProcess, free_port
-from node.app import create_app
-from node.config import NodeConfig
 from node.errors import PeerError
 from node.migration.peer_client import PeerClient
 from tests.conftest import CLUSTER
+from tests.support.node_app import node_on_port
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -25,12 +23,8 @@ pytestmark = pytest.mark.timeout(60)
 @pytest.fixture
 async def live(redis_servers: list[RedisProcess]) -> AsyncIterator[str]:
     """A node endpoint answering on a real port."""
-    runner = web.AppRunner(create_app(NodeConfig("n1", redis_servers[0].url, CLUSTER)))
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    yield f"http://127.0.0.1:{port}"
-    await runner.cleanup()
+    async with node_on_port(redis_servers[0].url) as url:
+        yield url
 
 
 @pytest.fixture
