@@ -63,9 +63,12 @@ class Settings:
         return replace(self.batch, seconds=self.seconds)
 
 
-def with_cpu(run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """Run one measurement; attach the cores each process role used meanwhile."""
-    with CpuWindow() as cpu:
+def with_cpu(
+    run: Callable[[], dict[str, Any]], interval: float | None = CpuWindow.interval
+) -> dict[str, Any]:
+    """Run one measurement; attach the cores each process role used meanwhile
+    (`interval`: bench.cpu.CpuWindow's)."""
+    with CpuWindow(interval=interval) as cpu:
         result = run()
     result["cpu"] = cpu.result
     return result
@@ -234,7 +237,9 @@ def _open_loop_round(
     """One run of each side at one offered rate, in `order`; each with its CPU window."""
     got_by_side: dict[str, dict[str, Any]] = {}
     for side in order:
-        got = with_cpu(partial(run_module_json, "bench.openloop", "--url", urls[side], *args))
+        # Sampled at its ends only: a sample's walk of /proc would delay the checks timed.
+        run = partial(run_module_json, "bench.openloop", "--url", urls[side], *args)
+        got = with_cpu(run, interval=None)
         note(
             f"latency at {rate:g}/s: {side}: p50 {got['p50_ms']} ms, p99 {got['p99_ms']} ms, "
             f"p999 {got['p999_ms']} ms ({got['degraded']} degraded)"

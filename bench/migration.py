@@ -149,7 +149,7 @@ async def move(
     touched = await first_touches(http, nodes)
     # CPU over the whole move, by role: sampled only at its ends (no process starts or
     # stops meanwhile), as a walk of /proc would hold up the probe in this process.
-    with CpuWindow(interval=3600.0) as cpu:
+    with CpuWindow(interval=None) as cpu:
         asked = time.monotonic()
         async with http.request(method, router + path, json=body, headers=headers) as resp:
             assert resp.status == 202, await resp.text()
