@@ -192,8 +192,8 @@ class CpuWindow:
             role = self._roles[pid]
             per_role[role] = per_role.get(role, 0.0) + used / CLK_TCK
         if self.interval is None:
-            # Sampled, a child that ended is counted up to its last sample; here at no
-            # sample, so from what it used in all (it started inside the window).
+            # A sampled window counts an ended child up to its last sample; this one never
+            # saw it, so it counts all the child used (it started inside the window).
             ended = ended_children_s() - self._ended_first
             if ended > 0:
                 per_role[ENDED_ROLE] = ended
