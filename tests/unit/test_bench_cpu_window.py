@@ -30,7 +30,8 @@ def test_a_window_sampled_at_its_ends_counts_the_children_that_ended_inside_it()
         ).stdout
     used_s = float(out)
     seconds, cores = cpu.result["seconds"], cpu.result["cores"]
-    assert set(cores) <= {ENDED_ROLE, "bench driver"}, cpu.result  # no sample saw the child
+    # No sample saw the child (the suite's own processes below this one may show up).
+    assert Path(sys.executable).name not in cores, cpu.result
     # getrusage counts it in clock ticks (10 ms), the window's span in them too
     assert cores[ENDED_ROLE] * seconds == pytest.approx(used_s, abs=0.05), cpu.result
 
