@@ -11,6 +11,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
+from matplotlib.ticker import NullFormatter
 
 MET, MISSED, BASE = "#2a9d55", "#d1495b", "#8d99ae"
 OTHER = "#edae49"  # a second baseline
@@ -37,6 +38,11 @@ def _targets(ax: Axes, targets: dict[str, dict[str, Any]]) -> None:
         ax.text(v, y, f" {v:.3g}", va="center", fontsize=8)
     ax.invert_yaxis()
     ax.set_xscale("log")
+    # Plain decimal ticks: the log axis' own minor labels overlap on a span this short.
+    ticks = [t for t in (0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 3.0, 5.0) if t <= 2 * max(values + goals)]
+    ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_yticks(range(len(names)), [n.replace("_vs_", "\nvs ") for n in names])
     ax.set_title("ratios (green: target met; | = target)")
     ax.tick_params(axis="y", labelsize=7)
 

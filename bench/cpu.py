@@ -2,11 +2,17 @@
 
 `CpuWindow` samples every descendant of this process (router, nodes, Redis, wrk, ...)
 a few times a second and reports the cores each role used over the window, plus the
-machine's total busy time: what is left is load from outside this benchmark (the
-machine is shared), which makes a noisy run visible. It also counts each role's
-wake-ups per second: the voluntary context switches of each process' main thread (one
-each time its event loop went to sleep with nothing to do and was woken by a peer),
-the unit a request's CPU cost is made of when nothing batches.
+CPU every other process on the machine used (kernel threads included): load from
+outside this benchmark (the machine is shared), which makes a noisy run visible. It also
+counts each role's wake-ups per second: the voluntary context switches of each process'
+main thread (one each time its event loop went to sleep with nothing to do and was
+woken by a peer), the unit a request's CPU cost is made of when nothing batches.
+
+Every figure is CPU time from /proc/<pid>/stat over wall time from the monotonic clock.
+Not /proc/stat: on this virtual machine its per-CPU ticks drift from the wall clock by
+-18 % to +31 % over 9 s windows of the same open-loop load (a tickless idle CPU's time
+is exact there, the busy time sampled at ticks that short bursts of work fall between),
+and a window once measured its span in them, which swung every "cores" figure with it.
 
 A sample walks all of /proc, 1-3 ms of this process' CPU. Four a second on two cores
 delay the checks being timed: at 1,000 checks/s the router's open-loop p99 was 1.01 ms
@@ -100,33 +106,48 @@ def ended_children_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def machine_busy_ticks() -> tuple[int, int]:
-    """(busy, total) clock ticks of all CPUs since boot, from /proc/stat."""
-    first = (PROC / "stat").read_text().splitlines()[0].split()
-    values = [int(v) for v in first[1:9]]
-    idle = values[3] + values[4]
-    return sum(values) - idle, sum(values)
+def process_table() -> dict[int, tuple[int, int]]:
+    """{pid: (parent pid, utime + stime in clock ticks)} of every process."""
+    table: dict[int, tuple[int, int]] = {}
+    for entry in PROC.iterdir():
+        if entry.name.isdigit():
+            stat = _stat(int(entry.name))
+            if stat is not None:
+                table[int(entry.name)] = stat
+    return table
+
+
+def below(root: int, table: dict[int, tuple[int, int]]) -> set[int]:
+    """`root` and every process under it in `table`."""
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _ticks) in table.items():
+        children.setdefault(parent, []).append(pid)
+    found: set[int] = set()
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        if pid in table:
+            found.add(pid)
+        todo += children.get(pid, [])
+    return found
 
 
 def descendants(root: int) -> dict[int, int]:
     """{pid: cpu ticks} of `root` and every process below it."""
-    parents: dict[int, list[int]] = {}
-    ticks: dict[int, int] = {}
-    for entry in PROC.iterdir():
-        if not entry.name.isdigit():
-            continue
-        stat = _stat(int(entry.name))
-        if stat is not None:
-            parents.setdefault(stat[0], []).append(int(entry.name))
-            ticks[int(entry.name)] = stat[1]
-    found: dict[int, int] = {}
-    todo = [root]
-    while todo:
-        pid = todo.pop()
-        if pid in ticks:
-            found[pid] = ticks[pid]
-        todo += parents.get(pid, [])
-    return found
+    table = process_table()
+    return {pid: table[pid][1] for pid in below(root, table)}
+
+
+def outside_ticks(
+    first: dict[int, tuple[int, int]], last: dict[int, tuple[int, int]], ours: set[int]
+) -> int:
+    """CPU ticks that processes other than `ours` used between two process tables (one
+    that appeared in between counts whole: it started inside)."""
+    used = 0
+    for pid, (_parent, ticks) in last.items():
+        if pid not in ours:
+            used += ticks - first[pid][1] if pid in first else ticks
+    return max(0, used)
 
 
 @dataclass
@@ -144,11 +165,14 @@ class CpuWindow:
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _started: float = 0.0
-    _machine: tuple[int, int] = (0, 0)
+    _table_first: dict[int, tuple[int, int]] = field(default_factory=dict)
+    _table_last: dict[int, tuple[int, int]] = field(default_factory=dict)
     _ended_first: float = 0.0
 
     def _sample(self) -> None:
-        for pid, ticks in descendants(self.root).items():
+        self._table_last = process_table()
+        for pid in below(self.root, self._table_last):
+            ticks = self._table_last[pid][1]
             if pid not in self._roles:
                 self._roles[pid] = "bench driver" if pid == self.root else role_of(pid)
             self._last[pid] = ticks
@@ -164,7 +188,7 @@ class CpuWindow:
         self._sample()
         self._first = dict(self._last)
         self._switches_first = dict(self._switches_last)
-        self._machine = machine_busy_ticks()
+        self._table_first = self._table_last
         self._ended_first = ended_children_s()
         self._started = time.monotonic()
         if self.interval is not None:
@@ -185,7 +209,6 @@ class CpuWindow:
             self._thread.join()
         self._sample()
         seconds = time.monotonic() - self._started
-        busy, total = machine_busy_ticks()
         per_role: dict[str, float] = {}
         for pid, ticks in self._last.items():
             used = ticks - self._first.get(pid, 0)
@@ -202,12 +225,11 @@ class CpuWindow:
             role = self._roles[pid]
             woken[role] = woken.get(role, 0) + switches - self._switches_first.get(pid, 0)
         ours = sum(per_role.values())
-        cpus = os.cpu_count() or 1
-        machine = (busy - self._machine[0]) / CLK_TCK
-        span = (total - self._machine[1]) / CLK_TCK / cpus or seconds
+        outside = outside_ticks(self._table_first, self._table_last, set(self._last)) / CLK_TCK
+        span = seconds or 1.0
         self.result = {
             "seconds": round(seconds, 2),
-            "cpus": cpus,
+            "cpus": os.cpu_count() or 1,
             "cores": {
                 role: round(used / span, 3)
                 for role, used in sorted(per_role.items(), key=lambda kv: -kv[1])
@@ -216,6 +238,6 @@ class CpuWindow:
             "wakeups_per_s": {
                 role: round(count / seconds) for role, count in woken.items() if count > 0
             },
-            "machine_busy_cores": round(machine / span, 2),
-            "outside_this_benchmark_cores": round(max(0.0, machine - ours) / span, 2),
+            "machine_busy_cores": round((ours + outside) / span, 2),
+            "outside_this_benchmark_cores": round(outside / span, 2),
         }

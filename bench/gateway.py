@@ -42,7 +42,7 @@ from statistics import mean
 from typing import Any
 
 from bench.compare import abba, ratio, with_cpu
-from bench.cpu import CLK_TCK, descendants, machine_busy_ticks, role_of
+from bench.cpu import CLK_TCK, below, outside_ticks, process_table, role_of
 from bench.env import python_env
 from bench.instant_rls import instant_service
 from bench.openloop import OpenLoop, OpenLoopConfig
@@ -115,16 +115,19 @@ class CpuSnapshot:
     at: float
     seconds: dict[str, float]
     requests: int
-    machine: tuple[int, int]  # busy and total clock ticks of all CPUs
+    table: dict[int, tuple[int, int]]  # every process: (parent pid, CPU ticks)
+    ours: set[int]  # the pids below this process
 
     @classmethod
     def take(cls, envoy: EnvoyProcess, roles: dict[int, str]) -> CpuSnapshot:
+        table = process_table()
+        ours = below(os.getpid(), table)
         used: dict[str, float] = {}
-        for pid, ticks in descendants(os.getpid()).items():
+        for pid in ours:
             role = roles.setdefault(pid, role_of(pid))
-            used[role] = used.get(role, 0.0) + ticks / CLK_TCK
+            used[role] = used.get(role, 0.0) + table[pid][1] / CLK_TCK
         answered = envoy.stats(ANSWERED)[ANSWERED]
-        return cls(time.monotonic(), used, answered, machine_busy_ticks())
+        return cls(time.monotonic(), used, answered, table, ours)
 
 
 def cpu_per_request(before: CpuSnapshot, after: CpuSnapshot) -> dict[str, Any]:
@@ -134,14 +137,14 @@ def cpu_per_request(before: CpuSnapshot, after: CpuSnapshot) -> dict[str, Any]:
     elapsed = after.at - before.at
     every = {role: after.seconds[role] - before.seconds.get(role, 0.0) for role in after.seconds}
     used = {role: every.get(role, 0.0) for role in ROLES}
-    busy = (after.machine[0] - before.machine[0]) / CLK_TCK
+    outside = outside_ticks(before.table, after.table, before.ours | after.ours) / CLK_TCK
     return {
         "window_s": round(elapsed, 2),
         "requests": requests,
         "cores": {role: round(used[role] / elapsed, 3) for role in ROLES},
         "us_per_request": {role: round(used[role] / requests * 1e6, 1) for role in ROLES},
-        "machine_busy_cores": round(busy / elapsed, 2),
-        "outside_this_benchmark_cores": round(max(0.0, busy - sum(every.values())) / elapsed, 2),
+        "machine_busy_cores": round((sum(every.values()) + outside) / elapsed, 2),
+        "outside_this_benchmark_cores": round(outside / elapsed, 2),
     }
 
 
