@@ -49,10 +49,11 @@ def test_a_sampled_window_counts_a_child_by_its_role_and_not_twice() -> None:
 
 
 # Starts BURNER's loop in a process of its own session that this one does not parent
-# (its parent exits at once), which says when it is done burning, then waits to be killed.
+# (its parent exits at once), which says when it is done burning, then waits to be killed
+# (at most a minute, should the test die first).
 DETACHED = """
 import subprocess, sys
-burner = "import os, signal, time\\nstarted = time.process_time()\\nwhile time.process_time() - started < 0.3:\\n    pass\\nprint(os.getpid(), flush=True)\\nsignal.pause()"
+burner = "import os, time\\nstarted = time.process_time()\\nwhile time.process_time() - started < 0.3:\\n    pass\\nprint(os.getpid(), flush=True)\\ntime.sleep(60)"
 subprocess.Popen([sys.executable, "-c", burner], start_new_session=True,
                  stdout=open(sys.argv[1], "w"))
 """
@@ -60,13 +61,16 @@ subprocess.Popen([sys.executable, "-c", burner], start_new_session=True,
 
 def test_the_cpu_of_a_process_not_below_the_window_is_outside_load(tmp_path: Path) -> None:
     said = tmp_path / "pid"
-    with CpuWindow(interval=None) as cpu:
-        subprocess.run([sys.executable, "-c", DETACHED, str(said)], check=True)
-        deadline = time.monotonic() + 20
-        while not said.read_text().strip():
-            assert time.monotonic() < deadline, "the detached burner never finished"
-            time.sleep(0.01)
-    os.kill(int(said.read_text()), signal.SIGKILL)
+    try:
+        with CpuWindow(interval=None) as cpu:
+            subprocess.run([sys.executable, "-c", DETACHED, str(said)], check=True)
+            deadline = time.monotonic() + 20
+            while not said.read_text().strip():
+                assert time.monotonic() < deadline, "the detached burner never finished"
+                time.sleep(0.01)
+    finally:
+        if said.exists() and said.read_text().strip():
+            os.kill(int(said.read_text()), signal.SIGKILL)
     outside = cpu.result["outside_this_benchmark_cores"] * cpu.result["seconds"]
     assert outside >= 0.25, cpu.result
     assert cpu.result["machine_busy_cores"] >= cpu.result["outside_this_benchmark_cores"]
