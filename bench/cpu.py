@@ -226,18 +226,17 @@ class CpuWindow:
             woken[role] = woken.get(role, 0) + switches - self._switches_first.get(pid, 0)
         ours = sum(per_role.values())
         outside = outside_ticks(self._table_first, self._table_last, set(self._last)) / CLK_TCK
-        span = seconds or 1.0
         self.result = {
             "seconds": round(seconds, 2),
             "cpus": os.cpu_count() or 1,
             "cores": {
-                role: round(used / span, 3)
+                role: round(used / seconds, 3)
                 for role, used in sorted(per_role.items(), key=lambda kv: -kv[1])
                 if used > 0
             },
             "wakeups_per_s": {
                 role: round(count / seconds) for role, count in woken.items() if count > 0
             },
-            "machine_busy_cores": round((ours + outside) / span, 2),
-            "outside_this_benchmark_cores": round(outside / span, 2),
+            "machine_busy_cores": round((ours + outside) / seconds, 2),
+            "outside_this_benchmark_cores": round(outside / seconds, 2),
         }

@@ -48,7 +48,7 @@ def test_a_sampled_window_counts_a_child_by_its_role_and_not_twice() -> None:
     assert cores.get(Path(sys.executable).name, 0) > 0, cpu.result
 
 
-# Starts BURNER's loop in a process of its own session that this one does not parent
+# Starts a loop like BURNER's in a process of its own session that this one does not parent
 # (its parent exits at once), which says when it is done burning, then waits to be killed
 # (at most a minute, should the test die first).
 DETACHED = """
