@@ -13,7 +13,8 @@ key changes owner, with three stages running at once:
 - **move**: `MIGRATE ... KEYS` of a chunk straight to the target's Redis, while the
   next chunk is being found;
 - **budget**: the copy takes at most `busy_pct` percent of the source Redis' time
-  (after each call that blocked Redis for d, it pauses d * (100 / busy_pct - 1)),
+  (a call that blocked Redis for d is followed by d * (100 / busy_pct - 1) of
+  Redis left to live traffic, counted on one clock for the finder and the mover),
   and at most `rate` keys/s when a rate is set. A Redis slowed down by live traffic
   makes d longer, and the copy backs off with it. (A copy slowed further when live
   latency rises was tried and dropped: live checks of moving keys pay a first-touch
@@ -27,7 +28,7 @@ import time
 from binascii import crc_hqx
 from bisect import bisect_right
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from hashlib import md5
 from typing import Any
 
@@ -47,6 +48,7 @@ from node.topology.ownership import Ownership
 
 MIGRATE_CHUNK = 100  # keys per MIGRATE: each one blocks the source Redis while it runs
 SCAN_ROUND = 1000  # SCAN COUNT per round inside scan_moving.lua
+MIN_PAUSE_S = 0.001  # the shortest pause the copy takes (see Budget.after)
 FIND_BATCH = 500  # names examined per find call (one Lua call or a few SCANs)
 SLOT_MASK = HASH_SLOTS - 1
 # Names classified between two returns to the event loop: a whole SCAN reply at once held
@@ -99,24 +101,42 @@ class MovingArcs:
 
 @dataclass
 class Budget:
-    """Pacing of one source's copy (see the module docstring)."""
+    """Pacing of one source's copy (see the module docstring). Every call of the copy
+    moves on one clock, `free_at`: the time before which the source Redis is left to
+    live traffic; the finder and the mover both wait for it."""
 
     busy_pct: int = COPY_BUSY_PCT
     rate: int = 0  # keys/s, 0: no fixed rate
-    started: float = field(default_factory=time.monotonic)
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    started: float | None = None  # when the first call began
     moved: int = 0
-    paused_s: float = 0.0
+    paused_s: float = 0.0  # time the copy waited (the finder's and the mover's at once: once)
+    free_at: float = 0.0
+    _held_to: float = 0.0  # the end of the waiting counted in paused_s so far
 
     async def after(self, blocked_s: float, moved: int = 0) -> None:
+        now = self.clock()
+        if self.started is None:
+            self.started = now - blocked_s
         self.moved += moved
-        pause = 0.0
         if 0 < self.busy_pct < 100:
-            pause = blocked_s * (100 / self.busy_pct - 1)
+            # The call's share of the time runs from when it began, or from the end of the
+            # last one's if that was later. A gap between them of up to MIN_PAUSE_S (a
+            # timer firing late) is credited, a longer one (an idle copy) is not.
+            begun = max(self.free_at, now - blocked_s - MIN_PAUSE_S)
+            self.free_at = begun + blocked_s * 100 / self.busy_pct
         if self.rate > 0:
-            pause = max(pause, self.started + self.moved / self.rate - time.monotonic())
-        if pause > 0:
-            self.paused_s += pause
-            await asyncio.sleep(pause)  # the budget: give Redis back to live checks
+            self.free_at = max(self.free_at, self.started + self.moved / self.rate)
+        wait = self.free_at - now
+        # Timers fire in whole milliseconds (uvloop rounds a delay to the nearest one, so
+        # under half of one to none): a shorter pause is carried on the clock until the
+        # pauses add up to one.
+        if wait >= MIN_PAUSE_S:
+            await self.sleep(wait)  # the budget: give Redis back to live checks
+            woke = self.clock()
+            self.paused_s += max(0.0, woke - max(now, self._held_to))
+            self._held_to = max(self._held_to, woke)
 
 
 class Finder:

@@ -1,29 +1,100 @@
-"""node.migration.copy_step.Budget: the pause after each copy call that kept the source
-Redis busy, and the default share of its time that the router hands every source."""
+"""node.migration.copy_step.Budget: the share of the source Redis' time a copy leaves to
+live traffic, held on one clock whatever the event loop's timers round to, and the
+default share that the router hands every source."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from node.migration.copy_step import Budget
+from node.migration.copy_step import MIN_PAUSE_S, Budget
 from router.config import RouterConfig
 
 
-@pytest.mark.parametrize("busy_pct", [25, 50, 80, 100])
-async def test_a_copy_call_is_followed_by_the_pause_its_share_leaves(busy_pct: int) -> None:
-    budget = Budget(busy_pct=busy_pct)
-    for _ in range(3):
-        await budget.after(0.004, moved=100)
-    assert budget.moved == 300
-    assert budget.paused_s == pytest.approx(3 * 0.004 * (100 / busy_pct - 1))
+class MillisecondTimers:
+    """A clock whose sleeps end on whole milliseconds, as uvloop's timers do (a delay is
+    rounded to the nearest millisecond: under half of one, no sleep at all)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    async def sleep(self, delay: float) -> None:
+        self.slept.append(delay)
+        self.now += round(delay * 1000) / 1000
+
+    def run(self, seconds: float) -> None:
+        """A copy call that kept Redis busy this long."""
+        self.now += seconds
+
+
+async def copy_calls(budget: Budget, timers: MillisecondTimers, calls: int, each_s: float) -> float:
+    began = timers.now
+    for _ in range(calls):
+        timers.run(each_s)
+        await budget.after(each_s, moved=100)
+    return timers.now - began
+
+
+@pytest.mark.parametrize("busy_pct", [25, 50, 80, 90])
+async def test_the_copy_takes_its_share_of_redis_when_each_pause_is_under_a_millisecond(
+    busy_pct: int,
+) -> None:
+    timers = MillisecondTimers()
+    budget = Budget(busy_pct=busy_pct, clock=timers.clock, sleep=timers.sleep)
+    # 400 MIGRATE calls of 0.8 ms: at 80 % each owes 0.2 ms, which a timer alone never waits.
+    elapsed = await copy_calls(budget, timers, 400, 0.0008)
+    busy = 400 * 0.0008
+    assert busy / elapsed == pytest.approx(busy_pct / 100, abs=0.005)
+    assert all(delay >= MIN_PAUSE_S for delay in timers.slept)
+    assert budget.moved == 40_000
+    assert budget.paused_s == pytest.approx(elapsed - busy)
+
+
+async def test_at_a_full_share_the_copy_never_waits() -> None:
+    timers = MillisecondTimers()
+    budget = Budget(busy_pct=100, clock=timers.clock, sleep=timers.sleep)
+    assert await copy_calls(budget, timers, 50, 0.0008) == pytest.approx(50 * 0.0008)
+    assert timers.slept == [] and budget.paused_s == 0.0
+
+
+async def test_the_finder_and_the_mover_wait_for_the_same_clock() -> None:
+    now = [1000.004]
+    waiting: list[tuple[float, asyncio.Future[None]]] = []
+
+    async def sleep(delay: float) -> None:  # until the test moves the clock on
+        woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiting.append((delay, woken))
+        await woken
+
+    budget = Budget(busy_pct=50, clock=lambda: now[0], sleep=sleep)
+    mover = asyncio.ensure_future(budget.after(0.004, moved=100))  # a MIGRATE from 1000.000
+    await asyncio.sleep(0)
+    finder = asyncio.ensure_future(budget.after(0.0))  # a SCAN answered at the same moment
+    await asyncio.sleep(0)
+    # The MIGRATE's share ends 8 ms after it began (less the millisecond credited to a
+    # copy's first call): both wait for that.
+    assert budget.free_at == pytest.approx(1000.007)
+    assert [delay for delay, _ in waiting] == pytest.approx([0.003, 0.003])
+    now[0] = 1000.007
+    for _, woken in waiting:
+        woken.set_result(None)
+    await asyncio.gather(mover, finder)
+    assert budget.paused_s == pytest.approx(0.003)  # the waiting counted once
 
 
 async def test_a_rate_holds_the_copy_to_its_keys_per_second() -> None:
-    budget = Budget(busy_pct=100, rate=10)
-    await budget.after(0.0, moved=1)
-    # One key at 10/s ends 100 ms after the start: the pause is what is left of it.
-    assert 0.0 < budget.paused_s <= 0.1
-    assert budget.moved == 1
+    timers = MillisecondTimers()
+    budget = Budget(busy_pct=100, rate=1000, clock=timers.clock, sleep=timers.sleep)
+    # 500 keys in calls of 100 at 1,000 keys/s: half a second, however short the calls.
+    elapsed = await copy_calls(budget, timers, 5, 0.001)
+    assert elapsed == pytest.approx(0.5)
+    assert budget.paused_s == pytest.approx(elapsed - 5 * 0.001)
+    assert budget.moved == 500
 
 
 def test_the_routers_default_share_is_the_nodes() -> None:
