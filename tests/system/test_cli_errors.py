@@ -182,6 +182,24 @@ def test_every_section_refuses_unknown_settings(doc: dict[str, Any], says: str) 
     assert str(refused.value).startswith(says)
 
 
+@pytest.mark.parametrize(("wait_us", "kept"), [(0, 0.0), (1, None), (999, None), (1000, 0.001)])
+def test_a_coalescing_wait_is_refused_where_a_timer_cannot_keep_it(
+    wait_us: int, kept: float | None
+) -> None:
+    from cluster.model.errors import ValidationError
+    from router.config import parse_config
+
+    doc = {"router": {"coalesce_wait_us": wait_us}, "cluster": {"nodes": []}}
+    if kept is None:
+        with pytest.raises(ValidationError) as refused:
+            parse_config(doc, Path("."))
+        assert str(refused.value) == (
+            "router.coalesce_wait_us: must be 0 (no wait) or from 1000: timers fire in whole ms"
+        )
+    else:
+        assert parse_config(doc, Path(".")).coalesce_wait_us / 1_000_000 == kept
+
+
 def test_an_unwritable_data_dir_is_one_line(tmp_path: Path) -> None:
     """Under a regular file: no one, root included, can make that directory."""
     (tmp_path / "a-file").write_text("")
