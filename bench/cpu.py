@@ -132,12 +132,6 @@ def below(root: int, table: dict[int, tuple[int, int]]) -> set[int]:
     return found
 
 
-def descendants(root: int) -> dict[int, int]:
-    """{pid: cpu ticks} of `root` and every process below it."""
-    table = process_table()
-    return {pid: table[pid][1] for pid in below(root, table)}
-
-
 def outside_ticks(
     first: dict[int, tuple[int, int]], last: dict[int, tuple[int, int]], ours: set[int]
 ) -> int:

@@ -205,14 +205,14 @@ def parse_config(doc: Any, base: Path) -> RouterConfig:
         value = router.get(name, getattr(cfg, name))
         if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
             problems.add(f"router.{name}", f"must be an integer from {low} to {high}")
-        elif name == "coalesce_wait_us" and 0 < value < 1000:
-            # Event-loop timers fire in whole milliseconds (uvloop rounds a delay to the
-            # nearest one, under half of one to none): such a wait would not be kept.
-            problems.add(
-                f"router.{name}", "must be 0 (no wait) or from 1000: timers fire in whole ms"
-            )
         else:
             setattr(cfg, name, value)
+    if 0 < cfg.coalesce_wait_us < 1000:
+        # Event-loop timers fire in whole milliseconds (uvloop rounds a delay to the
+        # nearest one, under half of one to none): such a wait would not be kept.
+        problems.add(
+            "router.coalesce_wait_us", "must be 0 (no wait) or from 1000: timers fire in whole ms"
+        )
     cluster_id = cluster.get("id")
     if cluster_id is not None:
         if not isinstance(cluster_id, str) or not CLUSTER_ID.match(cluster_id):

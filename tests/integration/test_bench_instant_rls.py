@@ -11,7 +11,7 @@ import pytest
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc  # type: ignore[import-untyped]
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
 
-from bench.cpu import descendants, role_of
+from bench.cpu import below, process_table, role_of
 from bench.instant_rls import instant_service
 
 pytestmark = pytest.mark.timeout(60)
@@ -40,5 +40,5 @@ def test_it_answers_ok_for_each_descriptor_and_serves_health() -> None:
         with pytest.raises(grpc.RpcError) as refused:
             channel.unary_unary("/envoy.service.ratelimit.v3.RateLimitService/Nope")(b"", timeout=5)
         assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
-        roles = [role_of(pid) for pid in descendants(os.getpid())]
+        roles = [role_of(pid) for pid in below(os.getpid(), process_table())]
         assert roles.count("instant service") == 1, roles

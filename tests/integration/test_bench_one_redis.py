@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from bench.cpu import descendants, role_of
+from bench.cpu import below, process_table, role_of
 from bench.one_redis import one_redis_server
 
 pytestmark = pytest.mark.timeout(60)
@@ -51,5 +51,5 @@ def test_it_admits_up_to_the_limit_then_denies_and_refuses_bad_input() -> None:
         assert post(url, refused.encode())[0] == 400
         assert check(url, "user:2")[1]["allowed"] is True  # the 400s counted nothing
         # Other tests' Redis may run beside it (role "redis"): only its own two count.
-        roles = [role_of(pid) for pid in descendants(os.getpid())]
+        roles = [role_of(pid) for pid in below(os.getpid(), process_table())]
         assert roles.count("one-Redis aiohttp") == roles.count("one-Redis redis") == 1, roles
