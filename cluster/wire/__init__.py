@@ -315,9 +315,10 @@ class BatchReply(msgspec.Struct, array_like=True, frozen=True):
 
 _encoder = msgspec.msgpack.Encoder()
 _Message = TypeVar("_Message")
-# What a msgspec decoder raises for bytes that are no message: msgspec lets a string's
-# bad UTF-8 out as UnicodeDecodeError rather than as DecodeError.
+# What a msgspec decoder raises for bytes that are no message: msgspec before 0.23 lets a
+# string's bad UTF-8 out as UnicodeDecodeError rather than as DecodeError.
 DECODE_ERRORS: Final = (msgspec.DecodeError, UnicodeDecodeError)
+NOT_UTF8: Final = "a string is not UTF-8"
 _batch_decoder = msgspec.msgpack.Decoder(Batch)
 _reply_decoder = msgspec.msgpack.Decoder(BatchReply)
 
@@ -327,10 +328,16 @@ def encode(message: Batch | BatchReply) -> bytes:
 
 
 def _decoded(decoder: msgspec.msgpack.Decoder[_Message], body: bytes | memoryview) -> _Message:
+    """Bad UTF-8 in a string is one DecodeError, worded the same whichever msgspec raised
+    it (before 0.23 a UnicodeDecodeError, from 0.23 a DecodeError of its own wording)."""
     try:
         return decoder.decode(body)
-    except UnicodeDecodeError as exc:  # one of DECODE_ERRORS, said as the other
-        raise msgspec.DecodeError(f"a string is not UTF-8: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise msgspec.DecodeError(f"{NOT_UTF8}: {exc}") from None
+    except msgspec.DecodeError as exc:
+        if "UTF-8" in str(exc):
+            raise msgspec.DecodeError(f"{NOT_UTF8}: {exc}") from None
+        raise
 
 
 def decode_batch(data: bytes) -> Batch:
