@@ -14,8 +14,9 @@ key changes owner, with three stages running at once:
   next chunk is being found;
 - **budget**: the copy takes at most `busy_pct` percent of the source Redis' time
   (a call that blocked Redis for d is followed by d * (100 / busy_pct - 1) of
-  Redis left to live traffic, counted on one clock for the finder and the mover),
-  and at most `rate` keys/s when a rate is set. A Redis slowed down by live traffic
+  Redis left to live traffic, counted on one clock for the finder and the mover,
+  and the time their calls overlap counted once), and at most `rate` keys/s when a
+  rate is set. A Redis slowed down by live traffic
   makes d longer, and the copy backs off with it. (A copy slowed further when live
   latency rises was tried and dropped: live checks of moving keys pay a first-touch
   pull until their key is copied, so a slower copy made them slower for longer.)
@@ -114,18 +115,23 @@ class Budget:
     paused_s: float = 0.0  # time the copy waited (the finder's and the mover's at once: once)
     free_at: float = 0.0
     _held_to: float = 0.0  # the end of the waiting counted in paused_s so far
+    _span: tuple[float, float] = (0.0, 0.0)  # the calls counted last, merged where they overlap
 
-    async def after(self, blocked_s: float, moved: int = 0) -> None:
+    async def after(self, blocked_s: float, moved: int = 0, ended: float | None = None) -> None:
+        """A copy call that blocked Redis for `blocked_s`, answered at `ended` (now if
+        None), has returned: wait, if need be, for live traffic's share of the time."""
         now = self.clock()
+        ended = now if ended is None else ended
         if self.started is None:
-            self.started = now - blocked_s
+            self.started = ended - blocked_s
         self.moved += moved
         if 0 < self.busy_pct < 100:
+            busy = self._not_counted(ended - blocked_s, ended)
             # The call's share of the time runs from when it began, or from the end of the
             # last one's if that was later. A gap between them of up to MIN_PAUSE_S (a
             # timer firing late) is credited, a longer one (an idle copy) is not.
-            begun = max(self.free_at, now - blocked_s - MIN_PAUSE_S)
-            self.free_at = begun + blocked_s * 100 / self.busy_pct
+            begun = max(self.free_at, ended - busy - MIN_PAUSE_S)
+            self.free_at = begun + busy * 100 / self.busy_pct
         if self.rate > 0:
             self.free_at = max(self.free_at, self.started + self.moved / self.rate)
         wait = self.free_at - now
@@ -137,6 +143,19 @@ class Budget:
             woke = self.clock()
             self.paused_s += max(0.0, woke - max(now, self._held_to))
             self._held_to = max(self._held_to, woke)
+
+    def _not_counted(self, began: float, ended: float) -> float:
+        """The part of [began, ended] that no call counted before covers. The finder's
+        SCAN and the mover's MIGRATE run at once, and Redis runs one while the other
+        waits behind it: both calls' times span that wait, which was Redis' once."""
+        first, last = self._span
+        if ended <= first:  # wholly before the calls counted last (answered late)
+            return ended - began
+        if began >= last:
+            self._span = (began, ended)
+            return ended - began
+        self._span = (min(first, began), max(last, ended))
+        return max(0.0, first - began) + max(0.0, ended - last)
 
 
 class Finder:
@@ -167,6 +186,7 @@ class Finder:
         elif isinstance(new, RingPartitioner) and isinstance(old, RingPartitioner):
             self.arcs = MovingArcs(self.node_id, old, new)
         self.blocked_s = 0.0  # how long the last find call kept Redis busy
+        self.answered_at: float | None = None  # and when it was answered
         # Nothing leaves this node (it only gains, or the change is elsewhere): no SCAN.
         # Removing a node otherwise had every staying node scan all its keys for none.
         self.loses_nothing = (self.slot_targets is not None and not any(self.slot_targets)) or (
@@ -180,7 +200,8 @@ class Finder:
         began = time.monotonic()
         if self.slot_table is not None and self.in_redis:
             reply = await self.scan_script(keys=[], args=[cursor, SCAN_ROUND, examine, self.bitmap])
-            self.blocked_s = time.monotonic() - began
+            self.answered_at = time.monotonic()
+            self.blocked_s = self.answered_at - began
             found: dict[str, list[str]] = {}
             table = self.slot_table
             for i in range(2, len(reply), 2):
@@ -191,7 +212,8 @@ class Finder:
         next_cursor, names = await self.client.scan(
             cursor=cursor, match=DATA_KEYS_PATTERN, count=examine
         )
-        self.blocked_s = time.monotonic() - began
+        self.answered_at = time.monotonic()
+        self.blocked_s = self.answered_at - began
         found = {}
         if self.slot_targets is None and self.arcs is None:
             for raw in names:
@@ -292,7 +314,7 @@ async def copy_step(
                 break
             # Only the Redis call counts: not the classifying here, nor waiting for the mover
             # (which counted its MIGRATE calls itself), both of which the budget paid for.
-            await budget.after(finder.blocked_s)
+            await budget.after(finder.blocked_s, ended=finder.answered_at)
         for target, buffer in pending.items():
             if buffer:
                 await put((target, buffer))

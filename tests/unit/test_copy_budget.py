@@ -87,6 +87,24 @@ async def test_the_finder_and_the_mover_wait_for_the_same_clock() -> None:
     assert budget.paused_s == pytest.approx(0.003)  # the waiting counted once
 
 
+@pytest.mark.parametrize("first", ["migrate", "scan"])
+async def test_a_scan_waiting_behind_a_migrate_is_not_counted_twice(first: str) -> None:
+    """The finder's SCAN, sent while the mover's MIGRATE runs, waits behind it in Redis:
+    both calls span the MIGRATE's time, which was Redis' once (whichever is counted first)."""
+    timers = MillisecondTimers()
+    budget = Budget(busy_pct=80, clock=timers.clock, sleep=timers.sleep)
+    began = timers.now
+    for _ in range(200):
+        sent = timers.now
+        timers.run(0.001)  # the MIGRATE from `sent` for 0.8 ms, the SCAN from 0.2 ms to 1.0
+        calls = [(0.0008, 100, sent + 0.0008), (0.0008, 0, sent + 0.001)]
+        for blocked_s, moved, ended in calls if first == "migrate" else calls[::-1]:
+            await budget.after(blocked_s, moved, ended)
+    busy = 200 * 0.001
+    assert busy / (timers.now - began) == pytest.approx(0.8, abs=0.005)
+    assert budget.paused_s == pytest.approx(timers.now - began - busy)
+
+
 async def test_a_rate_holds_the_copy_to_its_keys_per_second() -> None:
     timers = MillisecondTimers()
     budget = Budget(busy_pct=100, rate=1000, clock=timers.clock, sleep=timers.sleep)
