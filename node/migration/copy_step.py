@@ -9,7 +9,7 @@ key changes owner, with three stages running at once:
   node/store/lua/scan_moving.lua SCANs inside Redis and computes each key's slot there,
   so only the names of moving keys reach this process. (ring mode): SCAN here;
   each key costs one MD5 and one bisect over the arcs of the ring that change owner
-  (MovingArcs), not two owner lookups;
+  (MovingArcs, on the digest's bytes), not two owner lookups;
 - **move**: `MIGRATE ... KEYS` of a chunk straight to the target's Redis, while the
   next chunk is being found;
 - **budget**: the copy takes at most `busy_pct` percent of the source Redis' time
@@ -40,8 +40,6 @@ from cluster.model.partition import (
     HASH_SLOTS,
     RingPartitioner,
     SlotPartitioner,
-    ring_hash,
-    routing_part,
 )
 from cluster.wire.control import COPY_BUSY_PCT
 from node.store.scripts import read_lua
@@ -94,10 +92,10 @@ class MovingArcs:
                 self.bounds.append(start)
                 self.targets.append(target)
                 previous = target
-
-    def target(self, limit_key: str) -> str | None:
-        position = ring_hash(routing_part(limit_key))
-        return self.targets[bisect_right(self.bounds, position) - 1]
+        # The bounds as a key's MD5 digest compares with them: a digest is at or past a
+        # ring position (its first 8 bytes, big-endian) exactly when it is at or past that
+        # position's 8 bytes followed by 8 zero bytes. So the digest is bisected as it is.
+        self.digest_bounds = [bound.to_bytes(8, "big") + bytes(8) for bound in self.bounds]
 
 
 @dataclass
@@ -227,7 +225,7 @@ class Finder:
         # and cluster.model.partition.routing_part on bytes; "{", "}" and "|" are ASCII, so
         # UTF-8 bytes split where the str would); only moving names are decoded.
         slots, arcs = self.slot_targets, self.arcs
-        bounds, targets = (arcs.bounds, arcs.targets) if arcs is not None else ([], [])
+        bounds, targets = (arcs.digest_bounds, arcs.targets) if arcs is not None else ([], [])
         raws: list[bytes] = names  # type: ignore[assignment]  # this client never decodes
         for index, raw in enumerate(raws):
             if index and not index % YIELD_EVERY:
@@ -251,8 +249,9 @@ class Finder:
             if slots is not None:
                 target = slots[crc_hqx(part, 0) & SLOT_MASK]
             else:
-                digest = md5(part, usedforsecurity=False).digest()
-                target = targets[bisect_right(bounds, int.from_bytes(digest[:8], "big")) - 1]
+                target = targets[
+                    bisect_right(bounds, md5(part, usedforsecurity=False).digest()) - 1
+                ]
             if target is not None:
                 found.setdefault(target, []).append(raw.decode())
         return int(next_cursor), len(names), found
