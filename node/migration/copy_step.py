@@ -9,17 +9,19 @@ key changes owner, with three stages running at once:
   node/store/lua/scan_moving.lua SCANs inside Redis and computes each key's slot there,
   so only the names of moving keys reach this process. (ring mode): SCAN here;
   each key costs one MD5 and one bisect over the arcs of the ring that change owner
-  (MovingArcs, on the digest's bytes), not two owner lookups;
+  (MovingArcs, on the digest's bytes), not two owner lookups. The next SCAN is sent
+  while the names of the last one are classified;
 - **move**: `MIGRATE ... KEYS` of a chunk straight to the target's Redis, while the
   next chunk is being found;
-- **budget**: the copy takes at most `busy_pct` percent of the source Redis' time
-  (a call that blocked Redis for d is followed by d * (100 / busy_pct - 1) of
-  Redis left to live traffic, counted on one clock for the finder and the mover,
-  and the time their calls overlap counted once), and at most `rate` keys/s when a
-  rate is set. A Redis slowed down by live traffic
-  makes d longer, and the copy backs off with it. (A copy slowed further when live
-  latency rises was tried and dropped: live checks of moving keys pay a first-touch
-  pull until their key is copied, so a slower copy made them slower for longer.)
+- **budget**: the copy takes at most `busy_pct` percent of the source Redis' time, as
+  that Redis counts its MIGRATE, SCAN and DUMP commands (node/migration/redis_time.py):
+  after using d of it, the finder and the mover wait, on one clock, until
+  d * 100 / busy_pct has passed. And at most `rate` keys/s when a rate is set. Where
+  Redis refuses INFO, the budget times each call here instead (the time the finder's
+  and the mover's calls overlap counted once) and sends no SCAN ahead, whose time
+  would then include the classifying. (A copy slowed further when live latency rises
+  was tried and dropped: live checks of moving keys pay a first-touch pull until their
+  key is copied, so a slower copy made them slower for longer.)
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from cluster.model.partition import (
     SlotPartitioner,
 )
 from cluster.wire.control import COPY_BUSY_PCT
+from node.migration.redis_time import RedisTime
 from node.store.scripts import read_lua
 from node.topology.ownership import Ownership
 
@@ -59,6 +62,7 @@ YIELD_EVERY = 100
 FIND_IN_REDIS = False
 
 Mover = Callable[[str, list[str]], Awaitable[int]]  # (target, keys) -> keys moved
+Scanned = tuple[int, list[bytes], float, float]  # next cursor, names, blocked s, answered at
 Chunk = Callable[[str], int]  # target -> keys per move
 
 
@@ -114,6 +118,13 @@ class Budget:
     free_at: float = 0.0
     _held_to: float = 0.0  # the end of the waiting counted in paused_s so far
     _span: tuple[float, float] = (0.0, 0.0)  # the calls counted last, merged where they overlap
+    # The Redis time of the copy's commands as Redis counts it; None, or once Redis refuses
+    # to tell, each call's time as timed here (`blocked_s`).
+    redis_time: RedisTime | None = None
+
+    @property
+    def counted_by_redis(self) -> bool:
+        return self.redis_time is not None and self.redis_time.usable
 
     async def after(self, blocked_s: float, moved: int = 0, ended: float | None = None) -> None:
         """A copy call that blocked Redis for `blocked_s`, answered at `ended` (now if
@@ -124,12 +135,20 @@ class Budget:
             self.started = ended - blocked_s
         self.moved += moved
         if 0 < self.busy_pct < 100:
-            busy = self._not_counted(ended - blocked_s, ended)
-            # The call's share of the time runs from when it began, or from the end of the
-            # last one's if that was later. A gap between them of up to MIN_PAUSE_S (a
-            # timer firing late) is credited, a longer one (an idle copy) is not.
-            begun = max(self.free_at, ended - busy - MIN_PAUSE_S)
-            self.free_at = begun + busy * 100 / self.busy_pct
+            if self.redis_time is not None and self.redis_time.usable:
+                # What the copy's commands took since the last reading, from that reading.
+                reading = await self.redis_time.used()
+                if reading is not None:
+                    used, since = reading
+                    self.free_at = max(self.free_at, since) + used * 100 / self.busy_pct
+                now = self.clock()
+            else:
+                busy = self._not_counted(ended - blocked_s, ended)
+                # The call's share of the time runs from when it began, or from the end of
+                # the last one's if that was later. A gap between them of up to MIN_PAUSE_S
+                # (a timer firing late) is credited, a longer one (an idle copy) is not.
+                begun = max(self.free_at, ended - busy - MIN_PAUSE_S)
+                self.free_at = begun + busy * 100 / self.busy_pct
         if self.rate > 0:
             self.free_at = max(self.free_at, self.started + self.moved / self.rate)
         wait = self.free_at - now
@@ -185,18 +204,24 @@ class Finder:
             self.arcs = MovingArcs(self.node_id, old, new)
         self.blocked_s = 0.0  # how long the last find call kept Redis busy
         self.answered_at: float | None = None  # and when it was answered
+        self._ahead: tuple[tuple[int, int], asyncio.Future[Scanned]] | None = None
         # Nothing leaves this node (it only gains, or the change is elsewhere): no SCAN.
         # Removing a node otherwise had every staying node scan all its keys for none.
         self.loses_nothing = (self.slot_targets is not None and not any(self.slot_targets)) or (
             self.arcs is not None and not any(self.arcs.targets)
         )
 
-    async def find(self, cursor: int, examine: int) -> tuple[int, int, dict[str, list[str]]]:
-        """(next cursor, names examined, target -> Redis keys)."""
+    async def find(
+        self, cursor: int, examine: int, ahead: int = 0
+    ) -> tuple[int, int, dict[str, list[str]]]:
+        """(next cursor, names examined, target -> Redis keys). `ahead`: the names the
+        caller may still examine, this call's included; while it wants more, the next
+        SCAN is sent before this one's names are classified (only where the budget
+        counts Redis' own time: timed here, a SCAN sent ahead also spans the classifying)."""
         if self.loses_nothing:
             return 0, 0, {}
-        began = time.monotonic()
         if self.slot_table is not None and self.in_redis:
+            began = time.monotonic()
             reply = await self.scan_script(keys=[], args=[cursor, SCAN_ROUND, examine, self.bitmap])
             self.answered_at = time.monotonic()
             self.blocked_s = self.answered_at - began
@@ -207,11 +232,7 @@ class Finder:
                 name = raw.decode() if isinstance(raw, bytes) else str(raw)
                 found.setdefault(table[int(reply[i + 1])], []).append(name)
             return int(reply[0]), int(reply[1]), found
-        next_cursor, names = await self.client.scan(
-            cursor=cursor, match=DATA_KEYS_PATTERN, count=examine
-        )
-        self.answered_at = time.monotonic()
-        self.blocked_s = self.answered_at - began
+        next_cursor, names = await self._scanned(cursor, examine, ahead)
         found = {}
         if self.slot_targets is None and self.arcs is None:
             for raw in names:
@@ -226,8 +247,7 @@ class Finder:
         # UTF-8 bytes split where the str would); only moving names are decoded.
         slots, arcs = self.slot_targets, self.arcs
         bounds, targets = (arcs.digest_bounds, arcs.targets) if arcs is not None else ([], [])
-        raws: list[bytes] = names  # type: ignore[assignment]  # this client never decodes
-        for index, raw in enumerate(raws):
+        for index, raw in enumerate(names):
             if index and not index % YIELD_EVERY:
                 await asyncio.sleep(0)
             if raw[:1] == b"c":
@@ -255,6 +275,37 @@ class Finder:
             if target is not None:
                 found.setdefault(target, []).append(raw.decode())
         return int(next_cursor), len(names), found
+
+    async def _scanned(self, cursor: int, examine: int, ahead: int) -> tuple[int, list[bytes]]:
+        """One SCAN's reply: the one sent ahead for `cursor`, else one sent now; and,
+        while `ahead` wants more names, the next SCAN sent at once."""
+        sent, self._ahead = self._ahead, None
+        if sent is not None and sent[0] == (cursor, examine):
+            scanned = await sent[1]
+        else:  # none sent, or not for this call (it finishes unread)
+            scanned = await self._scan(cursor, examine)
+        next_cursor, names, self.blocked_s, self.answered_at = scanned
+        if next_cursor and len(names) < ahead:
+            following = asyncio.ensure_future(self._scan(next_cursor, examine))
+            following.add_done_callback(_seen)
+            self._ahead = ((next_cursor, examine), following)
+        return next_cursor, names
+
+    async def _scan(self, cursor: int, examine: int) -> Scanned:
+        began = time.monotonic()
+        next_cursor, names = await self.client.scan(
+            cursor=cursor, match=DATA_KEYS_PATTERN, count=examine
+        )
+        answered = time.monotonic()
+        raws: list[bytes] = names  # type: ignore[assignment]  # this client never decodes
+        return int(next_cursor), raws, answered - began, answered
+
+
+def _seen(sent: asyncio.Future[Scanned]) -> None:
+    """A SCAN sent ahead may end up unread (its step stopped): its error, if any, is
+    marked retrieved here, and still raised to whoever awaits it."""
+    if not sent.cancelled():
+        sent.exception()
 
 
 async def copy_step(
@@ -297,7 +348,8 @@ async def copy_step(
     try:
         while True:
             began = time.monotonic()
-            cursor, examined, found = await finder.find(cursor, min(FIND_BATCH, count))
+            ahead = count - totals["scanned"] if budget.counted_by_redis else 0
+            cursor, examined, found = await finder.find(cursor, min(FIND_BATCH, count), ahead)
             timing["find_s"] += time.monotonic() - began
             totals["scanned"] += examined
             for target, keys in found.items():

@@ -21,6 +21,7 @@ from node.migration.durable import held
 from node.migration.entries import ExportEntry, decode_entries, encode_entries, entries_of
 from node.migration.peer_client import Endpoints, PeerClient
 from node.migration.peer_redis import PeerRedis
+from node.migration.redis_time import RedisTime
 from node.migration.source_reads import SourceReads
 from node.store.scripts import read_lua
 from node.topology.ownership import Ownership
@@ -127,7 +128,7 @@ class Migrator:
         """The pacing of this source's copy: kept across the steps of a migration, so
         a keys/s rate holds over the whole copy."""
         if self._budget is None or self._budget[0] != migration_id:
-            self._budget = (migration_id, Budget(busy_pct, rate))
+            self._budget = (migration_id, Budget(busy_pct, rate, redis_time=RedisTime(self.client)))
         budget = self._budget[1]
         budget.busy_pct, budget.rate = busy_pct, rate
         return budget

@@ -382,12 +382,22 @@ async def test_reshard_cli_plan_and_status(cluster: Cluster) -> None:
     assert code == 2 and "401" in err
 
 
-@pytest.mark.parametrize(("kind", "in_redis"), [("ring", False), ("slots", False), ("slots", True)])
+@pytest.mark.parametrize(
+    ("kind", "in_redis", "ahead"),
+    [
+        ("ring", False, False),
+        ("ring", False, True),
+        ("slots", False, False),
+        ("slots", False, True),
+        ("slots", True, False),
+    ],
+)
 async def test_a_source_finds_exactly_the_keys_that_move(
-    kind: str, in_redis: bool, redis_servers: list[RedisProcess]
+    kind: str, in_redis: bool, ahead: bool, redis_servers: list[RedisProcess]
 ) -> None:
     """The copy's finder (Lua CRC16 slots in Redis, or the ring's moving arcs) keeps
-    exactly the Redis keys whose limit key leaves this node, and names their target."""
+    exactly the Redis keys whose limit key leaves this node, and names their target;
+    `ahead`: each SCAN sent while the names of the one before are classified."""
     nodes = [NodeSpec(f"n{i}", f"http://127.0.0.1:{9000 + i}") for i in range(1, 5)]
     old = new_partitioner(kind, nodes[:3])
     topology = Topology(2, old.resized(nodes), {"id": "m1", "from": old.to_dict()})
@@ -422,10 +432,14 @@ async def test_a_source_finds_exactly_the_keys_that_move(
     aio = aioredis.Redis(port=redis_servers[0].port)
     finder = Finder(aio, ownership, in_redis=in_redis)
     assert (finder.slot_table is not None) == (kind == "slots")
+    wanted = 10**9 if ahead else 0
+    if ahead:  # a call that does not take the SCAN sent ahead gets its own cursor's names
+        first = await finder.find(0, 500, wanted)
+        assert await finder.find(0, 500, wanted) == first
     found: dict[str, set[str]] = {}
     cursor, examined = 0, 0
     while True:
-        cursor, seen, step = await finder.find(cursor, 500)
+        cursor, seen, step = await finder.find(cursor, 500, wanted)
         examined += seen
         for target, keys in step.items():
             found.setdefault(target, set()).update(keys)

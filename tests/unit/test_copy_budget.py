@@ -5,10 +5,13 @@ default share that the router hands every source."""
 from __future__ import annotations
 
 import asyncio
+from typing import cast
 
 import pytest
+import redis.asyncio as aioredis
 
 from node.migration.copy_step import MIN_PAUSE_S, Budget
+from node.migration.redis_time import READ_EVERY_S, RedisTime
 from router.config import RouterConfig
 
 
@@ -103,6 +106,57 @@ async def test_a_scan_waiting_behind_a_migrate_is_not_counted_twice(first: str) 
     busy = 200 * 0.001
     assert busy / (timers.now - began) == pytest.approx(0.8, abs=0.005)
     assert budget.paused_s == pytest.approx(timers.now - began - busy)
+
+
+class CountedTime(RedisTime):
+    """The copy commands' time as a Redis would count it, kept by the test."""
+
+    def __init__(self, timers: MillisecondTimers) -> None:
+        super().__init__(cast(aioredis.Redis, None), clock=timers.clock)
+        self.seconds = 0.0
+
+    async def total(self) -> float:
+        return self.seconds
+
+
+@pytest.mark.parametrize("busy_pct", [25, 50, 80])
+async def test_counted_by_redis_the_copy_takes_its_share_of_what_redis_counts(
+    busy_pct: int,
+) -> None:
+    """Each call takes 1 ms as the node times it, of which Redis counts 0.4 ms (the rest is
+    the round trip and the node's own work): the budget holds the 0.4 ms to its share."""
+    timers = MillisecondTimers()
+    counted = CountedTime(timers)
+    budget = Budget(busy_pct=busy_pct, clock=timers.clock, sleep=timers.sleep, redis_time=counted)
+    assert budget.counted_by_redis
+    began = timers.now
+    for _ in range(500):
+        timers.run(0.001)
+        counted.seconds += 0.0004
+        await budget.after(0.001, moved=100)
+    elapsed = timers.now - began
+    share = 500 * 0.0004 / elapsed
+    # Read every READ_EVERY_S, the budget lags by at most one reading's worth.
+    if busy_pct < 40:
+        assert share == pytest.approx(busy_pct / 100, abs=0.01)
+    else:  # Redis' share is 40 % with no pause at all
+        assert share == pytest.approx(0.4) and budget.paused_s == 0.0
+    assert budget.moved == 50_000
+
+
+async def test_counts_that_start_over_are_not_charged() -> None:
+    """A Redis whose counts went back (a restart) or leapt (another Redis after a
+    failover) gives no reading: the next one starts from there."""
+    timers = MillisecondTimers()
+    counted = CountedTime(timers)
+    assert await counted.used() is None  # the first reading only sets where counts begin
+    for seconds, expected in [(0.002, 0.002), (0.001, None), (9.0, None), (9.003, 0.003)]:
+        timers.run(READ_EVERY_S * 1.1)
+        counted.seconds = seconds
+        reading = await counted.used()
+        assert (reading and round(reading[0], 6)) == expected
+    timers.run(READ_EVERY_S / 2)
+    assert await counted.used() is None  # not due yet
 
 
 async def test_a_rate_holds_the_copy_to_its_keys_per_second() -> None:

@@ -1,0 +1,70 @@
+"""The source Redis' time a copy used, as that Redis counts it (INFO commandstats).
+
+A copy call timed from the node spans more than the Redis time it took: the round trip
+to Redis, the wait behind live commands, and the wait for the node's event loop to read
+the reply, which grows when the finder sends its next SCAN while it classifies the last
+one's names. Redis counts each command's own time (`usec`), so the budget charges that:
+the copy's commands are MIGRATE, SCAN and DUMP, which no live script calls (SCAN inside
+a script is the copy's own scan_moving.lua).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
+
+log = logging.getLogger("shardlimit.node")
+
+COPY_COMMANDS = ("migrate", "scan", "dump")
+READ_EVERY_S = 0.005  # an INFO commandstats costs Redis about 25 µs
+# A command running at a reading is counted whole in the next one, so a window may hold
+# a little more Redis time than its own length.
+STRADDLE_S = 0.1
+
+
+class RedisTime:
+    """Reads the copy commands' time from one Redis, at most every READ_EVERY_S.
+    `usable` turns false for good when Redis refuses INFO (an ACL user without it): the
+    budget then times the copy's calls itself."""
+
+    def __init__(self, client: aioredis.Redis, clock: Callable[[], float] = time.monotonic):
+        self.client = client
+        self.clock = clock
+        self.usable = True
+        self._total: float | None = None  # the copy commands' seconds at the last reading
+        self._read_at = 0.0
+
+    async def used(self) -> tuple[float, float] | None:
+        """(seconds the copy's commands took since the last reading, when that was), or
+        None: not due yet, the first reading, or a Redis whose counts started over."""
+        now = self.clock()
+        since = self._read_at
+        if now - since < READ_EVERY_S:
+            return None
+        self._read_at = now  # before the call: the finder and the mover share one reading
+        try:
+            total = await self.total()
+        except ResponseError as exc:  # refused (ACL, a renamed command); a lost Redis raises
+            self.usable = False
+            log.warning("copy budget times its calls: INFO commandstats refused (%s)", exc)
+            return None
+        previous, self._total = self._total, total
+        if previous is None:
+            return None
+        used = total - previous
+        # Less than before: counts reset (CONFIG RESETSTAT, a restart). Far more than the
+        # time that passed: another Redis answers now (a failover). Either way, a new start.
+        if not 0 <= used <= self.clock() - since + STRADDLE_S:
+            return None
+        return used, since
+
+    async def total(self) -> float:
+        """Seconds the copy commands have taken in this Redis since its counts began."""
+        stats: dict[str, Any] = await self.client.info("commandstats")
+        usec = sum(int(stats.get(f"cmdstat_{name}", {}).get("usec", 0)) for name in COPY_COMMANDS)
+        return usec / 1e6
