@@ -135,7 +135,8 @@ class Budget:
             self.started = ended - blocked_s
         self.moved += moved
         if 0 < self.busy_pct < 100:
-            if self.redis_time is not None and self.redis_time.usable:
+            if self.counted_by_redis:
+                assert self.redis_time is not None
                 # What the copy's commands took since the last reading, from that reading.
                 reading = await self.redis_time.used()
                 if reading is not None:
