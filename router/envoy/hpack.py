@@ -23,6 +23,11 @@ MAX_TABLE_SIZE = 4096  # SETTINGS_HEADER_TABLE_SIZE: the default, which the serv
 # indexing them (a user agent, a path); longer ones would make the cache a memory sink.
 MAX_CACHED_STRINGS = 1024
 MAX_CACHED_STRING = 128
+# Whole header blocks decoded once per state of the dynamic table: a client that indexes
+# what it repeats (Envoy) sends the same block, all references, for every call.
+MAX_CACHED_BLOCKS = 256
+MAX_CACHED_BLOCK = 1024
+Headers = tuple[tuple[bytes, bytes], ...]
 
 
 class HpackError(ValueError):
@@ -216,6 +221,8 @@ class Decoder:
         self.size = 0
         self.max_size = MAX_TABLE_SIZE
         self._strings: dict[bytes, bytes] = {}  # Huffman strings already decoded
+        self._blocks: dict[bytes, Headers] = {}  # blocks decoded on the table as it is
+        self._changes = 0  # of the table: entries added, its size updated
 
     def _string(self, data: bytes, at: int) -> tuple[bytes, int]:
         if at >= len(data):
@@ -250,14 +257,33 @@ class Decoder:
             name, value = self.table.pop()
             self.size -= len(name) + len(value) + 32
 
+    def _changed(self) -> None:
+        self._changes += 1
+        self._blocks.clear()
+
     def _add(self, name: bytes, value: bytes) -> None:
+        self._changed()
         entry = len(name) + len(value) + 32
         self._evict(entry)
         if entry <= self.max_size:
             self.table.insert(0, (name, value))
             self.size += entry
 
-    def decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
+    def decode(self, block: bytes) -> Headers:
+        """A header block's fields, in order. A block that leaves the dynamic table as it
+        was decodes alike until the table changes: it is kept, by its bytes, until then."""
+        known = self._blocks.get(block)
+        if known is not None:
+            return known
+        changes = self._changes
+        headers = self._decode(block)
+        if self._changes == changes and len(block) <= MAX_CACHED_BLOCK:
+            if len(self._blocks) >= MAX_CACHED_BLOCKS:
+                self._blocks.clear()
+            self._blocks[block] = headers
+        return headers
+
+    def _decode(self, block: bytes) -> Headers:
         headers: list[tuple[bytes, bytes]] = []
         at, end = 0, len(block)
         while at < end:
@@ -271,6 +297,7 @@ class Decoder:
                 if size > MAX_TABLE_SIZE:
                     raise HpackError("table size update over the limit")
                 self.max_size = size
+                self._changed()
                 self._evict(0)
                 continue
             indexing = bool(byte & 0x40)
@@ -283,4 +310,4 @@ class Decoder:
             if indexing:
                 self._add(name, value)
             headers.append((name, value))
-        return headers
+        return tuple(headers)

@@ -38,7 +38,7 @@ def test_rfc7541_response_examples_with_eviction() -> None:
             "6e919d29ad171863c78f0b97c8e9ae82ae43d3"
         )
     )
-    assert first == [
+    assert list(first) == [
         (b":status", b"302"),
         (b"cache-control", b"private"),
         (b"date", b"Mon, 21 Oct 2013 20:13:21 GMT"),
@@ -55,6 +55,20 @@ def test_rfc7541_response_examples_with_eviction() -> None:
     )
     assert third[-1] == (b"set-cookie", b"foo=ASDJKHQKBZXOQWEOPIUAXQWEOIU; max-age=3600; version=1")
     assert decoder.size == 215
+
+
+def test_a_block_kept_decoded_follows_the_dynamic_table() -> None:
+    """The same bytes of references name other fields once the table has changed."""
+    decoder = Decoder()
+    newest = b"\xbe"  # indexed: 62, the newest entry of the dynamic table
+    decoder.decode(hpack.literal(b"x-a", b"1").replace(b"\x00", b"\x40", 1))  # incremental
+    assert decoder.decode(newest) == ((b"x-a", b"1"),)
+    assert decoder.decode(newest) == ((b"x-a", b"1"),)
+    decoder.decode(hpack.literal(b"x-b", b"2").replace(b"\x00", b"\x40", 1))
+    assert decoder.decode(newest) == ((b"x-b", b"2"),)
+    decoder.decode(b"\x20")  # a table size update to 0 evicts every entry
+    with pytest.raises(HpackError):
+        decoder.decode(newest)
 
 
 def test_huffman_padding_and_eos_are_refused() -> None:
