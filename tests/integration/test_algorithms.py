@@ -14,6 +14,7 @@ from tests.conftest import Cluster
 H = 3_600_000
 M = 60_000
 S = 1000
+SPREAD_MAX = 60 * S  # the longest a counter outlives its window (node/store/lua/common.lua)
 # An hour boundary well away from "now": 2027-03-01T10:00:00Z.
 T = int(datetime(2027, 3, 1, 10, tzinfo=ZoneInfo("UTC")).timestamp() * 1000)
 
@@ -86,7 +87,8 @@ async def test_fixed_window_adds_in_place_and_still_ends_with_its_window(
     cluster: Cluster,
 ) -> None:
     """After the first hit a window's count is added to in place: the stored count is
-    exact and the key still expires when the window ends, not a window after a hit."""
+    exact and the key still expires when the window ends (within its spread), not a
+    window after a hit."""
     limit = {"algorithm": "fixed_window", "limit": 50, "window": "1h"}
     await cluster.set_time(T - 10 * S)  # this window ends 10 s from now
     results = await hits(cluster, body("fw:inplace", limit, cost=2), 3)
@@ -99,7 +101,65 @@ async def test_fixed_window_adds_in_place_and_still_ends_with_its_window(
         ttl = await client.pttl(names[0])
     finally:
         await client.aclose()
-    assert 5 * S < ttl <= 10 * S
+    assert 5 * S < ttl <= 10 * S + SPREAD_MAX
+
+
+@pytest.mark.parametrize(
+    ("limit", "base"),
+    [
+        ({"algorithm": "fixed_window", "limit": 5, "window": "1h"}, 10 * S),
+        # Its count weighs on the next window, so it lives until that one ends.
+        ({"algorithm": "sliding_window", "limit": 5, "window": "1h"}, H + 10 * S),
+        (
+            {"algorithm": "calendar", "period": "day", "timezone": "UTC", "max_count": 5},
+            14 * H + 10 * S,
+        ),
+    ],
+    ids=["fixed_window", "sliding_window", "calendar"],
+)
+async def test_counters_of_one_window_do_not_all_expire_at_once(
+    cluster: Cluster, limit: dict[str, Any], base: int
+) -> None:
+    """Counters written in one aligned window outlive it by up to a minute each, picked
+    by Redis' clock: all expiring at its end together, they would hold Redis up while
+    its active expiry deleted them."""
+    await cluster.set_time(T - 10 * S)  # the hour, and this window, end 10 s from now
+    keys = [f"spread:{limit['algorithm']}:{i}" for i in range(100)]
+    for key in keys:
+        status, _ = await cluster.check(body(key, limit))
+        assert status == 200
+    ttls = []
+    for key in keys:
+        client = aioredis.Redis(port=cluster.owner_redis(key).port)
+        try:
+            [name] = [name async for name in client.scan_iter(match=f"c*|{key}")]
+            ttls.append(await client.pttl(name))
+        finally:
+            await client.aclose()
+    assert all(base - 5 * S < ttl <= base + SPREAD_MAX for ttl in ttls), (min(ttls), max(ttls))
+    assert max(ttls) - min(ttls) > 2 * S  # a hundred checks take more than 2 ms
+
+
+async def test_a_fixed_window_count_that_outlives_its_window_is_not_counted(
+    cluster: Cluster,
+) -> None:
+    """A count whose key lives on after its window by the longest spread is still its
+    own window's count until the window ends, and none of the next window's."""
+    limit = {"algorithm": "fixed_window", "limit": 5, "window": "1h"}
+    payload = body("fw:outlives", limit)
+    await cluster.set_time(T - 10 * S)
+    assert allowed(await hits(cluster, payload, 5)) == 5
+    client = aioredis.Redis(port=cluster.owner_redis("fw:outlives").port)
+    try:
+        [name] = [name async for name in client.scan_iter(match="c*|fw:outlives")]
+        await client.pexpire(name, 10 * S + SPREAD_MAX - 1)
+    finally:
+        await client.aclose()
+    assert allowed(await hits(cluster, payload, 1)) == 0
+    await cluster.set_time(T + 1 * S)
+    results = await hits(cluster, payload, 6)
+    assert allowed(results) == 5
+    assert results[0]["limits"][0]["remaining"] == 4
 
 
 async def test_sliding_log_is_exact_over_the_window(cluster: Cluster) -> None:

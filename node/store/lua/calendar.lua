@@ -41,7 +41,7 @@ ALG[CODE] = {
     r.consumes = cost > 0 or amount > 0
     r.commit = function()
       redis.call('SET', key, fmt(start) .. ':' .. fmt(count + cost) .. ':' .. fmt(total + amount),
-        'PX', math.max(1, reset))
+        'PX', math.max(1, reset) + expiry_spread(t, finish - start))
       return { start, cost, amount }
     end
     return r

@@ -23,6 +23,20 @@ local function clock(offset_us)
   return { us = us, ms = math.floor(us / 1000) }
 end
 
+-- How long a counter outlives its window: up to a quarter of the window, at most a
+-- minute, picked by Redis' clock. The counters of one aligned window (every key's hour,
+-- every key's day) would otherwise all expire at its end together, and Redis' active
+-- expiry holds up every command while it deletes them (15 ms for 33,000 counters,
+-- 38 ms for 100,000 on a bare Redis). A quarter keeps a fixed window's count within
+-- half a window of its end, where fixed_window.lua tells it is the current one.
+local EXPIRY_SPREAD_MAX_MS = 60000
+
+local function expiry_spread(t, window_ms)
+  local most = math.min(math.floor(window_ms / 4), EXPIRY_SPREAD_MAX_MS)
+  if most < 1 then return 0 end
+  return t.us % most
+end
+
 local function ceil_div(a, b)
   return math.ceil(a / b)
 end

@@ -2,9 +2,10 @@
 -- shares small integers, so a counter costs no value allocation). Windows are
 -- aligned to multiples of window_ms since the Unix epoch, and the window a count
 -- belongs to is carried by the key's expiry: it is written with PX = window end
--- - now, so it expires when its window ends. A key whose remaining TTL does not
--- match the current window's end is from another window (the node's clock was
--- moved, or the key is a leftover) and counts as empty.
+-- - now, plus common.lua's `expiry_spread` (under a quarter window), so it expires
+-- shortly after its window ends. A key whose remaining TTL is not within half a
+-- window of the current window's end is from another window (the node's clock was
+-- moved, or the key outlives its window) and counts as empty.
 local function fw_current(key, reset, win)
   return math.abs(redis.call('PTTL', key) - reset) * 2 < win
 end
@@ -30,12 +31,12 @@ local function fw_read(key, win, t)
   return 0, w, reset
 end
 
-local function fw_add(key, used, cost, reset)
+local function fw_add(key, used, cost, reset, t, win)
   if used > 0 then
-    -- The key holds this window's count and expires at its end: add in place.
+    -- The key holds this window's count and expires after its end: add in place.
     redis.call('INCRBY', key, fmt(cost))
   else
-    redis.call('SET', key, fmt(cost), 'PX', math.max(1, reset))
+    redis.call('SET', key, fmt(cost), 'PX', math.max(1, reset) + expiry_spread(t, win))
   end
 end
 
@@ -56,10 +57,10 @@ ALG[CODE] = {
     r.consumes = cost > 0
     if not r.ok and cost > 0 and fw_flag(flags, FW_COUNT_DENIED) then
       -- The denied hit is counted here: the batch commits only what it admits.
-      redis.call('SET', key, fmt(used + cost), 'PX', math.max(1, reset))
+      redis.call('SET', key, fmt(used + cost), 'PX', math.max(1, reset) + expiry_spread(t, win))
     end
     r.commit = function()
-      fw_add(key, used, cost, reset)
+      fw_add(key, used, cost, reset, t, win)
       return { w, cost }
     end
     return r
@@ -80,7 +81,7 @@ ALG[CODE] = {
     if cost == 0 or dry_run then
       return { 1, 0, 1, 1, limit, left, reset, -1, -1, -1, -1 }
     end
-    fw_add(key, used, cost, reset)
+    fw_add(key, used, cost, reset, t, win)
     return { 1, 0, 1, 1, limit, left, reset, -1, -1, -1, -1, cmsgpack.pack({ { key, CODE, w, cost } }) }
   end,
   refund = function(key, p, t, u)

@@ -48,7 +48,7 @@ ALG[CODE] = {
     r.consumes = cost > 0
     r.commit = function()
       redis.call('SET', key, fmt(w) .. ':' .. fmt(prev) .. ':' .. fmt(curr + cost),
-        'PX', 2 * win - elapsed)
+        'PX', 2 * win - elapsed + expiry_spread(t, win))
       return { w, cost }
     end
     return r
