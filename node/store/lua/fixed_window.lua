@@ -31,12 +31,17 @@ local function fw_read(key, win, t)
   return 0, w, reset
 end
 
+-- A count written now lives until its window ends, and its spread after.
+local function fw_ttl(reset, t, win)
+  return math.max(1, reset) + expiry_spread(t, win)
+end
+
 local function fw_add(key, used, cost, reset, t, win)
   if used > 0 then
     -- The key holds this window's count and expires after its end: add in place.
     redis.call('INCRBY', key, fmt(cost))
   else
-    redis.call('SET', key, fmt(cost), 'PX', math.max(1, reset) + expiry_spread(t, win))
+    redis.call('SET', key, fmt(cost), 'PX', fw_ttl(reset, t, win))
   end
 end
 
@@ -57,7 +62,7 @@ ALG[CODE] = {
     r.consumes = cost > 0
     if not r.ok and cost > 0 and fw_flag(flags, FW_COUNT_DENIED) then
       -- The denied hit is counted here: the batch commits only what it admits.
-      redis.call('SET', key, fmt(used + cost), 'PX', math.max(1, reset) + expiry_spread(t, win))
+      redis.call('SET', key, fmt(used + cost), 'PX', fw_ttl(reset, t, win))
     end
     r.commit = function()
       fw_add(key, used, cost, reset, t, win)
