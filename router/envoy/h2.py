@@ -96,10 +96,22 @@ class _Answers(asyncio.Protocol):
     def respond(self, stream_id: int, message: bytes) -> None:
         """A unary answer: headers, the message, status OK."""
         stream = self.streams.get(stream_id)
-        if stream is not None and stream.trailers is None:
-            stream.out += f.grpc_message(message)
-            stream.trailers = f.OK_TRAILERS
-            self._write(self._pump(stream_id, stream))
+        if stream is None or stream.trailers is not None:
+            return
+        size = len(message) + 5
+        if (
+            not stream.headers_sent
+            and size <= self.send_window
+            and size <= stream.window
+            and size <= self.peer_max_frame
+        ):  # the usual answer, whole at once: its three frames made in one piece
+            self.send_window -= size
+            self._closed(stream_id)
+            self._write([f.unary_answer(stream_id, message)])
+            return
+        stream.out += f.grpc_message(message)
+        stream.trailers = f.OK_TRAILERS
+        self._write(self._pump(stream_id, stream))
 
     def send_message(self, stream_id: int, message: bytes) -> None:
         stream = self.streams.get(stream_id)
@@ -342,7 +354,7 @@ class H2Connection(_Answers):
                     encoding = value
             stream = self.streams[stream_id] = Stream(path, encoding, self.peer_window)
         if ended:
-            self._ended(stream_id, stream)
+            self._ended(stream_id, stream, self._taken(stream))
 
     def _data(self, flags: int, stream_id: int, payload: bytes) -> None:
         self.unacked += len(payload)
@@ -355,6 +367,9 @@ class H2Connection(_Answers):
         stream = self.streams.get(stream_id)
         if stream is None or stream.task is not None or stream.trailers is not None:
             return  # closed, or answered already (too large)
+        if flags == f.END_STREAM and not stream.body:  # the request in one unpadded frame
+            self._ended(stream_id, stream, payload)
+            return
         stream.body += payload[start:end]
         self.held += end - start
         if self.held > f.MAX_HELD:
@@ -366,13 +381,18 @@ class H2Connection(_Answers):
                 self.pending.append(f.rst_stream(stream_id, f.NO_ERROR))
             return
         if flags & f.END_STREAM:
-            self._ended(stream_id, stream)
+            self._ended(stream_id, stream, self._taken(stream))
         elif len(stream.body) >= f.RECEIVE_WINDOW // 2:
             self.pending.append(f.window_update(stream_id, len(payload)))
 
-    def _ended(self, stream_id: int, stream: Stream) -> None:
-        """The request is complete: its one message to the calls."""
-        body = stream.body
+    def _taken(self, stream: Stream) -> bytes:
+        """The DATA a stream holds, handed on: not held while the call runs."""
+        body, stream.body = bytes(stream.body), bytearray()
+        self.held -= len(body)
+        return body
+
+    def _ended(self, stream_id: int, stream: Stream, body: bytes) -> None:
+        """The request is complete (`body`, all its DATA): its one message to the calls."""
         if stream.trailers is not None:
             return
         if len(body) < 5 or int.from_bytes(body[1:5], "big") != len(body) - 5:
@@ -382,7 +402,4 @@ class H2Connection(_Answers):
             text = f"Compressed messages are not supported (grpc-encoding {stream.encoding!r})"
             self.finish(stream_id, f.GRPC_UNIMPLEMENTED, text)
             return
-        message = bytes(body[5:])
-        self.held -= len(body)
-        stream.body = bytearray()  # handed on: not held while the call runs
-        stream.task = self.calls.call(self, stream_id, stream.path, message)
+        stream.task = self.calls.call(self, stream_id, stream.path, body[5:])

@@ -103,6 +103,39 @@ def status_trailers(code: int, message: str) -> bytes:
     return block
 
 
+_ANSWER_HEADERS = (
+    len(RESPONSE_HEADERS).to_bytes(3, "big") + bytes((HEADERS, END_HEADERS)),
+    RESPONSE_HEADERS,
+)
+_DATA_KIND = bytes((DATA, 0))
+_OK_TRAILERS = (
+    len(OK_TRAILERS).to_bytes(3, "big") + bytes((HEADERS, END_HEADERS | END_STREAM)),
+    OK_TRAILERS,
+)
+
+
+def unary_answer(stream_id: int, message: bytes) -> bytes:
+    """HEADERS, one DATA frame of the message and the OK trailers: a unary call's whole
+    answer, as `frame` would make the three of them."""
+    sid = stream_id.to_bytes(4, "big")
+    return b"".join(
+        (
+            _ANSWER_HEADERS[0],
+            sid,
+            _ANSWER_HEADERS[1],
+            (len(message) + 5).to_bytes(3, "big"),
+            _DATA_KIND,
+            sid,
+            b"\x00",
+            len(message).to_bytes(4, "big"),
+            message,
+            _OK_TRAILERS[0],
+            sid,
+            _OK_TRAILERS[1],
+        )
+    )
+
+
 # What one connection may hold: calls in flight (more are refused with REFUSED_STREAM,
 # which a client retries), the size of one header block with its CONTINUATIONs, and the
 # request bodies of all its open streams (without it, 1,024 streams of 4 MiB each).

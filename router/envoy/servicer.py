@@ -92,8 +92,8 @@ class RateLimitService:
         # (`_domains`): a request's descriptors are looked up once, not level by level.
         self._matches: dict[tuple[str, tuple[tuple[str, str], ...]], Match | None] = {}
         self._domains: dict[str, Any] | None = None
-        # Each (domain, stat key)'s counters, by stat name.
-        self._stats: dict[tuple[str, str], dict[str, Any]] = {}
+        # Each (domain, stat key)'s counters, in STAT_NAMES' order.
+        self._stats: dict[tuple[str, str], list[Any]] = {}
 
     async def ShouldRateLimit(self, request: Any, context: Any) -> Any:
         started = time.perf_counter()
@@ -137,12 +137,15 @@ class RateLimitService:
             for m in found
         ]
 
-    def _check(self, found: Match, hits: int) -> CheckRequest | DescriptorOutcome | None:
-        """The check a matched descriptor needs, its answer when no node is asked, or
-        None when a `rule:` names a rule since deleted (as if nothing matched)."""
+    def _check(
+        self, found: Match, hits: int, status: Any
+    ) -> CheckRequest | DescriptorOutcome | None:
+        """The check a matched descriptor needs, its answer (written into `status`) when
+        no node is asked, or None when a `rule:` names a rule since deleted (as if
+        nothing matched)."""
         limit = found.limit
         if limit.blocked:
-            return envoy_status.blocked(limit, hits)
+            return envoy_status.blocked(status, limit, hits)
         rule = limit.rule
         if limit.rule_ref is not None:
             named = self.router.rules.get(limit.rule_ref)
@@ -156,41 +159,41 @@ class RateLimitService:
 
     async def decide(self, request: Any) -> Any:
         matches = self._limits(request)
-        statuses: list[Any] = [None] * len(matches)
+        # Each status is made in the response and filled there (not copied into it).
+        response = rls_pb2.RateLimitResponse()
+        add_status = response.statuses.add
+        statuses = [add_status(code=OK) for _ in matches]
         quota_modes: list[bool | None] = [False] * len(matches)
         checks: list[tuple[int, DescriptorLimit, CheckRequest]] = []
         blocked_over = False  # a requests_per_unit 0 descriptor was hit
         for index, (descriptor, found) in enumerate(zip(request.descriptors, matches, strict=True)):
             if found is None:
-                statuses[index] = rls_pb2.RateLimitResponse.DescriptorStatus(code=OK)
                 continue
             limit = found.limit
             if limit.unlimited:
-                statuses[index] = rls_pb2.RateLimitResponse.DescriptorStatus(
-                    code=OK, limit_remaining=MAX_UINT32
-                )
+                statuses[index].limit_remaining = MAX_UINT32
                 quota_modes[index] = None
                 continue
             quota_modes[index] = limit.quota_mode
             hits = _hits(request, descriptor)
-            check = self._check(found, hits)
+            check = self._check(found, hits, statuses[index])
             if check is None:
-                statuses[index] = rls_pb2.RateLimitResponse.DescriptorStatus(code=OK)
-            elif isinstance(check, DescriptorOutcome):
-                statuses[index] = self._record(request.domain, limit, check)
+                continue
+            if isinstance(check, DescriptorOutcome):
+                self._record(request.domain, limit, check)
                 blocked_over = blocked_over or check.over
             else:
                 checks.append((index, limit, check))
         decided = await self._run([check for _, _, check in checks], blocked_over)
         for (index, limit, check), (body, withheld) in zip(checks, decided, strict=True):
             outcome = envoy_status.checked(
-                limit, check.rule.limits, body, check.cost, self.settings, withheld
+                statuses[index], limit, check.rule.limits, body, check.cost, self.settings, withheld
             )
-            statuses[index] = self._record(request.domain, limit, outcome)
+            self._record(request.domain, limit, outcome)
             if limit.shadow_mode and outcome.over:
                 self.router.metrics.shadow(check.rule.name).inc()
         code, least = envoy_status.overall(statuses, quota_modes, self.settings)
-        response = rls_pb2.RateLimitResponse(overall_code=code, statuses=statuses)
+        response.overall_code = code
         if self.settings.response_headers and least is not None:
             envoy_status.add_headers(response, least, self.settings)
         if code == OVER_LIMIT and self.settings.global_shadow_mode:
@@ -214,11 +217,11 @@ class RateLimitService:
         all-or-nothing batch (or, next to a requests_per_unit 0 hit, as reads only), and
         a check admitted but not counted so is withheld."""
         stop = self.settings.stop_increment_when_over_limit
-        spread = any(check.rule.spread > 1 for check in checks)
         if blocked_over and stop:
             checks = [msgspec.structs.replace(check, dry_run=True) for check in checks]
-        together = stop and not blocked_over and not spread and len(checks) > 1
-        if together or len(checks) > 1:
+        if len(checks) > 1:
+            spread = any(check.rule.spread > 1 for check in checks)
+            together = stop and not blocked_over and not spread
             bodies = (await self.router.batch(checks, together)).results
         elif checks:  # one check: the path of POST /v1/check (as a batch of one decides)
             bodies = [await self.router.check(checks[0])]
@@ -229,19 +232,18 @@ class RateLimitService:
             for body in bodies
         ]
 
-    def _record(self, domain: str, limit: DescriptorLimit, outcome: DescriptorOutcome) -> Any:
+    def _record(self, domain: str, limit: DescriptorLimit, outcome: DescriptorOutcome) -> None:
         """Count a descriptor's stats (domain and config key, never a value)."""
         if limit.shadow_mode and outcome.over:
             self.shadow_overrides += 1
         counters = self._stats.get((domain, limit.stats_key))
         if counters is None:  # every series exists from the first hit
             stats = self.router.metrics.envoy_stats
-            counters = {name: stats[name](domain, limit.stats_key) for name in outcome.stats}
+            counters = [stats[name](domain, limit.stats_key) for name in envoy_status.STAT_NAMES]
             self._stats[domain, limit.stats_key] = counters
-        for name, hits in outcome.stats.items():
+        for counter, hits in zip(counters, outcome.stats, strict=True):
             if hits:
-                counters[name].inc(hits)
-        return outcome.status
+                counter.inc(hits)
 
 
 class EnvoyListener:

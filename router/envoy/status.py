@@ -32,15 +32,17 @@ STAT_NAMES = (
     "within_limit",
     "shadow_mode",
 )
+# A descriptor's hits by stat: a list in STAT_NAMES' order, these its indexes.
+TOTAL, OVER, OVER_CACHED, NEAR, WITHIN, SHADOW = range(len(STAT_NAMES))
 
 
 @dataclass
 class DescriptorOutcome:
-    """A checked descriptor: its answer and the hits its stats count."""
+    """A checked descriptor: whether it was over, and the hits its stats count (its
+    answer is the DescriptorStatus it was given to fill)."""
 
-    status: Any  # DescriptorStatus
     over: bool  # over its limit (before shadow mode turned the code OK)
-    stats: dict[str, int]
+    stats: list[int]  # hits by stat, in STAT_NAMES' order
 
 
 _CONFIGURED: dict[tuple[str, int, str], Any] = {}  # current_limit of rate_limit descriptors
@@ -58,8 +60,8 @@ def current_limit(
     """The configured requests_per_unit and unit, else the reported limit's count and,
     when its window is one unit, that unit."""
     if limit.requests_per_unit is not None and limit.unit is not None:
-        # A rate_limit's answer is the same every time: built once (a message passed to
-        # DescriptorStatus is copied into it, so the one kept here is never changed).
+        # A rate_limit's answer is the same every time: built once (a status copies it,
+        # so the one kept here is never changed).
         configured = (limit.name, limit.requests_per_unit, limit.unit)
         out = _CONFIGURED.get(configured)
         if out is None:
@@ -91,32 +93,28 @@ def _reported(body: answers.Decision) -> int:
     return counts.index(min(counts))
 
 
-def _hit_stats(
-    limit: int, before: int | None, hits: int, over: bool, ratio: float
-) -> dict[str, int]:
+def _hit_stats(limit: int, before: int | None, hits: int, over: bool, ratio: float) -> list[int]:
     """base_limiter.go's arithmetic: which of `hits` were within, near or over the limit
     (`before` None: the counter was already at or over it)."""
-    stats = dict.fromkeys(STAT_NAMES, 0)
-    stats["total_hits"] = hits
+    stats = [hits, 0, 0, 0, 0, 0]
     near = math.floor(limit * ratio)
     if over:
         if before is None or before >= limit:
-            stats["over_limit"] = hits
-            stats["shadow_mode"] = hits
+            stats[OVER] = stats[SHADOW] = hits
         else:
-            stats["over_limit"] = before + hits - limit
-            stats["shadow_mode"] = before + hits - limit
-            stats["near_limit"] = limit - max(near, before)
+            stats[OVER] = stats[SHADOW] = before + hits - limit
+            stats[NEAR] = limit - max(near, before)
         return stats
     before = before or 0
     after = before + hits
     if after > near:
-        stats["near_limit"] = hits if before >= near else after - near
-    stats["within_limit"] = hits
+        stats[NEAR] = hits if before >= near else after - near
+    stats[WITHIN] = hits
     return stats
 
 
 def checked(
+    status: Any,
     limit: DescriptorLimit,
     specs: tuple[LimitSpec, ...],
     body: answers.Decision,
@@ -124,7 +122,8 @@ def checked(
     settings: EnvoySettings,
     withheld: bool = False,
 ) -> DescriptorOutcome:
-    """A descriptor a node (or on_failure) decided. `withheld`: admitted but not counted
+    """A descriptor a node (or on_failure) decided, its answer written into `status` (a
+    DescriptorStatus of the response). `withheld`: admitted but not counted
     (another descriptor of the request was over, with
     STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT): OK, with what is left uncounted."""
     index = _reported(body)
@@ -137,45 +136,40 @@ def checked(
         if body.rolled_back is not True:  # a rolled-back check shows what is left after it
             remaining = min(remaining + hits, configured)
     counts_denied = bool(specs[index].envoy_flags & 1)
-    status = rls_pb2.RateLimitResponse.DescriptorStatus(
-        code=OVER_LIMIT if over and not limit.shadow_mode else OK,
-        current_limit=current_limit(limit, specs[index], row),
-        # Upstream reports 0 left when over; with denials consuming nothing the true
-        # remaining is meaningful and shown.
-        limit_remaining=0 if over and counts_denied else min(remaining, MAX_UINT32),
-    )
+    status.code = OVER_LIMIT if over and not limit.shadow_mode else OK
+    status.current_limit.CopyFrom(current_limit(limit, specs[index], row))
+    # Upstream reports 0 left when over; with denials consuming nothing the true
+    # remaining is meaningful and shown.
+    status.limit_remaining = 0 if over and counts_denied else min(remaining, MAX_UINT32)
     if row.reset_after_ms is not None:
         status.duration_until_reset.seconds = seconds_until(row.reset_after_ms)
     if body.degraded:
-        stats = dict.fromkeys(STAT_NAMES, 0)
-        stats["total_hits"] = hits
+        stats = [hits, 0, 0, 0, 0, 0]
     elif over:
         before = configured - remaining if remaining > 0 else None
         stats = _hit_stats(configured, before, hits, True, settings.near_limit_ratio)
         if body.cached is True:  # answered by the router's denial cache
-            stats["over_limit_with_local_cache"] = hits
+            stats[OVER_CACHED] = hits
     else:
         before = configured - remaining - hits
         stats = _hit_stats(configured, before, hits, False, settings.near_limit_ratio)
     if not (over and limit.shadow_mode):
-        stats["shadow_mode"] = 0
-    return DescriptorOutcome(status, over, stats)
+        stats[SHADOW] = 0
+    return DescriptorOutcome(over, stats)
 
 
-def blocked(limit: DescriptorLimit, hits: int) -> DescriptorOutcome:
-    """requests_per_unit: 0: over the limit with any hit, OK for a check-only read."""
+def blocked(status: Any, limit: DescriptorLimit, hits: int) -> DescriptorOutcome:
+    """requests_per_unit: 0: over the limit with any hit, OK for a check-only read
+    (written into `status`)."""
     window = ENVOY_UNIT_MS[limit.unit or "second"]
     over = hits > 0
-    status = rls_pb2.RateLimitResponse.DescriptorStatus(
-        code=OVER_LIMIT if over and not limit.shadow_mode else OK,
-        current_limit=current_limit(limit, None, None),
-        limit_remaining=0,
-    )
+    status.code = OVER_LIMIT if over and not limit.shadow_mode else OK
+    status.current_limit.CopyFrom(current_limit(limit, None, None))
     status.duration_until_reset.seconds = seconds_until(window - int(time.time() * 1000) % window)
     stats = _hit_stats(0, 0, hits, over, 0.0)
     if not (over and limit.shadow_mode):
-        stats["shadow_mode"] = 0
-    return DescriptorOutcome(status, over, stats)
+        stats[SHADOW] = 0
+    return DescriptorOutcome(over, stats)
 
 
 def overall(
