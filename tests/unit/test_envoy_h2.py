@@ -299,3 +299,45 @@ async def test_request_bodies_held_past_the_limit_close_the_connection() -> None
     connection.data_received(flood)
     assert _goaway_code(transport) == f.ENHANCE_YOUR_CALM
     assert transport.closed and len(calls.calls) == 1
+
+
+async def test_a_request_reaches_the_calls_whole_however_its_data_is_framed() -> None:
+    """One DATA frame, several, padded, or ended by the client's trailers: the same
+    message reaches the calls, and nothing stays held."""
+    connection, _transport, calls = _connected()
+    block = b"\x83\x84"  # :method POST, :path /
+    body = f.grpc_message(b"ratelimit request")
+    connection.data_received(
+        f.PREFACE
+        + f.frame(f.HEADERS, f.END_HEADERS, 1, block)
+        + f.frame(f.DATA, f.END_STREAM, 1, body)
+        + f.frame(f.HEADERS, f.END_HEADERS, 3, block)
+        + f.frame(f.DATA, 0, 3, body[:7])
+        + f.frame(f.DATA, f.END_STREAM, 3, body[7:])
+        + f.frame(f.HEADERS, f.END_HEADERS, 5, block)
+        + f.frame(f.DATA, f.END_STREAM | f.PADDED, 5, b"\x03" + body + b"\x00\x00\x00")
+        + f.frame(f.HEADERS, f.END_HEADERS, 7, block)
+        + f.frame(f.DATA, 0, 7, body)
+        + f.frame(f.HEADERS, f.END_HEADERS | f.END_STREAM, 7, b"")  # trailers
+    )
+    assert calls.calls == [(s, b"/", b"ratelimit request") for s in (1, 3, 5, 7)]
+    assert connection.held == 0
+
+
+async def test_a_unary_answer_is_its_three_frames_in_one_write() -> None:
+    connection, transport, _calls = _connected()
+    block = b"\x83\x84"
+    connection.data_received(
+        f.PREFACE
+        + f.frame(f.HEADERS, f.END_HEADERS, 1, block)
+        + f.frame(f.DATA, f.END_STREAM, 1, f.grpc_message(b"?"))
+    )
+    transport.frames()
+    connection.respond(1, b"answer")
+    assert bytes(transport.out) == (
+        f.frame(f.HEADERS, f.END_HEADERS, 1, f.RESPONSE_HEADERS)
+        + f.frame(f.DATA, 0, 1, f.grpc_message(b"answer"))
+        + f.frame(f.HEADERS, f.END_HEADERS | f.END_STREAM, 1, f.OK_TRAILERS)
+    )
+    assert not connection.streams
+    assert connection.send_window == f.DEFAULT_WINDOW - len(f.grpc_message(b"answer"))
