@@ -38,6 +38,7 @@ __all__ = [
     "PrimaryConnection",
     "host_port",
     "primary_address",
+    "promotable",
     "redis_client",
     "sentinel_pool",
     "sentinel_replicas",
@@ -173,12 +174,25 @@ def host_port(host: Any, port: Any) -> str:
     return f"{host.decode() if isinstance(host, bytes) else host}:{int(port)}"
 
 
+def promotable(replica: dict[str, Any]) -> bool:
+    """Whether the Sentinel that lists `replica` (its SENTINEL REPLICAS entry) could
+    promote it: it sees it up and has read its INFO at least once (its run id is
+    known). Sentinel never promotes a replica whose INFO it has not read
+    (sentinelSelectSlave). An entry it has not read yet is mostly the old primary's,
+    made at the switch: while that process restarts, Sentinel's connection to it can
+    be open with no answer yet, and the entry shows neither down nor disconnected for
+    a second or more."""
+    if replica.get("is_sdown") or replica.get("is_disconnected"):
+        return False
+    return bool(replica.get("runid"))
+
+
 async def sentinel_replicas(client: aioredis.Redis) -> dict[str, bool] | None:
-    """{"host:port": seen up} of every replica of the shard any Sentinel knows, up when
-    any of them sees it up (a replica being promoted is still one until the failover
-    ends; a Sentinel may not have discovered a new replica yet), less the primary the
-    node writes to (it follows a promotion before the Sentinels confirm it); None
-    without Sentinel, or when none answers."""
+    """{"host:port": promotable} of every replica of the shard any Sentinel knows,
+    promotable when any of them could promote it (a replica being promoted is still
+    one until the failover ends; a Sentinel may not have discovered a new replica yet),
+    less the primary the node writes to (it follows a promotion before the Sentinels
+    confirm it); None without Sentinel, or when none answers."""
     pool = sentinel_pool(client)
     if pool is None:
         return None
@@ -196,8 +210,7 @@ async def sentinel_replicas(client: aioredis.Redis) -> dict[str, bool] | None:
         known = known if known is not None else {}
         for r in replicas:
             address = host_port(r["ip"], r["port"])
-            up = not (r.get("is_sdown") or r.get("is_disconnected"))
-            known[address] = known.get(address, False) or up
+            known[address] = known.get(address, False) or promotable(r)
     if known is not None:
         known.pop(primary or "", None)
     return known

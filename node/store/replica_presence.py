@@ -10,8 +10,9 @@ batch would hold its in-flight slot for the whole WAIT timeout while the replica
 down, and `durability: primary` checks of the same node would queue behind it.
 
 While replicas answer, `needed` is how many WAIT asks for: every replica of the shard
-that any Sentinel sees up (recounted each RECOUNT_S, and at once after a WAIT that fell
-short), at least one. Waiting for one of two would let Sentinel promote the other,
+that any Sentinel could promote (up, and its INFO read: node/store/connect.py
+`promotable`; recounted each RECOUNT_S, and at once after a WAIT that fell short), at
+least one. Waiting for one of two would let Sentinel promote the other,
 which may lack the decision just acknowledged: Sentinel picks the replica with the
 largest offset it last saw, not the one that answered WAIT. The count is Sentinel's,
 not the primary's: a replica being promoted has left the primary but is still a

@@ -1,5 +1,5 @@
-"""A `durability: replica` WAIT asks for every replica of the shard the Sentinels see
-up, not for one: Sentinel may promote any of them. On a real primary with two replicas
+"""A `durability: replica` WAIT asks for every replica of the shard the Sentinels could
+promote, not for one: Sentinel may promote any of them. On a real primary with two replicas
 and three real Sentinels."""
 
 from __future__ import annotations
@@ -9,15 +9,17 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+import redis
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from cluster.local.ports import free_port
 from cluster.local.redis_proc import RedisProcess
-from cluster.local.sentinel_proc import Replication, sentinel_master, wait_for
-from node.store.connect import redis_client
+from cluster.local.sentinel_proc import Replication, ask, sentinel_master, wait_for
+from node.store.connect import redis_client, sentinel_replicas
 from node.store.counter_store import ReplicaAcks
 from node.store.replica_presence import ReplicaPresence
 
@@ -145,3 +147,62 @@ async def test_a_primary_being_failed_over_acknowledges_nothing_the_new_one_lack
         await presence.close()
         await sentinel_client.aclose()
         await old.aclose()
+
+
+def _entries(shard: Shard, address: tuple[str, int]) -> list[dict[str, Any]]:
+    """Each Sentinel's SENTINEL REPLICAS entry for the replica at `address`."""
+    found = []
+    for sentinel in shard.replication.sentinels:
+        client = redis.Redis(host=sentinel.host, port=sentinel.port, socket_timeout=0.5)
+        try:
+            replicas = client.sentinel_slaves("n1")
+        except redis.RedisError:
+            continue
+        finally:
+            client.close()
+        found += [r for r in replicas if (r["ip"], r["port"]) == address]
+    return found
+
+
+async def test_a_replica_no_sentinel_has_read_is_not_waited_for(shard: Shard) -> None:
+    """At a switch each Sentinel makes a new entry for every replica. One whose process
+    does not answer (stopped here; a restarting Redis does the same) shows neither down
+    nor disconnected until `down-after`, the connection being open, but Sentinel never
+    promotes a replica it has not read: it is not counted among those WAIT asks for."""
+    client = redis_client(shard.url, socket_timeout=5.0)
+    first, second = shard.replicas
+    address = (second.host, second.port)
+    try:
+        # The stopped replica must not be the one promoted.
+        assert ask(second.host, second.port, "CONFIG", "SET", "replica-priority", "0") == b"OK"
+        wait_for(
+            lambda: (
+                bool(_entries(shard, address))
+                and all(r["slave-priority"] == 0 for r in _entries(shard, address))
+            ),
+            20,
+            "the Sentinels reading the priority",
+        )
+        assert await sentinel_replicas(client) == {
+            f"{first.host}:{first.port}": True,
+            f"{second.host}:{second.port}": True,
+        }
+        second.pause()
+        sentinel = shard.replication.sentinels[0]
+        assert ask(sentinel.host, sentinel.port, "SENTINEL", "FAILOVER", "n1") == b"OK"
+
+        def only_unread_and_up() -> bool:
+            """Some Sentinel's new entry shows it up, and every Sentinel that shows it
+            up has not read it (the leader keeps the entry it read until the failover
+            ends, and marks it down after `down-after`)."""
+            up = [
+                r for r in _entries(shard, address) if not (r["is_sdown"] or r["is_disconnected"])
+            ]
+            return bool(up) and not any(r["runid"] for r in up)
+
+        wait_for(only_unread_and_up, 20, "the Sentinels' new entries for the stopped replica")
+        known = await sentinel_replicas(client)
+        assert known is not None and known[f"{second.host}:{second.port}"] is False
+    finally:
+        second.resume()
+        await client.aclose()
