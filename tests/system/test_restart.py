@@ -23,6 +23,7 @@ from cluster.local.cluster import (
     scratch_options,
 )
 from cluster.local.ports import free_port, listening
+from cluster.local.procs import ChildProcess
 from cluster.local.recorded import recorded_members, redis_version
 from cluster.local.redis_proc import RedisProcess, bundled_redis_server
 from cluster.local.up_options import UpOptions
@@ -88,10 +89,8 @@ async def test_a_restart_after_live_changes_keeps_every_counter(tmp_path: Path) 
     data = tmp_path / "data"
     options = scratch_options(3, data_dir=data)
     local = LocalCluster(options, ADMIN, TOKEN)
-    n4_redis = RedisProcess(port=free_port(), data_dir=data / "redis-n4")
-    n4_port = free_port()
-    log = data / "logs" / "n4-by-hand.log"
-    n4 = node_process("n4", n4_port, n4_redis.url, log=log, env=local.env())
+    n4_redis: RedisProcess | None = None
+    n4: ChildProcess | None = None
     used: dict[str, int] = {}
     async with aiohttp.ClientSession() as http:
         client = Client(http, local.router_url)
@@ -99,6 +98,12 @@ async def test_a_restart_after_live_changes_keeps_every_counter(tmp_path: Path) 
             local.start()
             await client.consume(used, 0)
             # n4 is started by hand, its Redis data under the data dir (as the README says).
+            # Its ports are picked once the cluster's are bound: a port picked before
+            # could be one the cluster was about to take.
+            n4_redis = RedisProcess(port=free_port(), data_dir=data / "redis-n4")
+            n4_port = free_port()
+            log = data / "logs" / "n4-by-hand.log"
+            n4 = node_process("n4", n4_port, n4_redis.url, log=log, env=local.env())
             n4_redis.start()
             n4.start()
             await client.migrate(
@@ -114,8 +119,10 @@ async def test_a_restart_after_live_changes_keeps_every_counter(tmp_path: Path) 
             assert sorted(held) == ["n1", "n3", "n4"] and held["n4"] > 0
         finally:
             local.stop()
-            n4.stop()
-            n4_redis.stop()
+            if n4 is not None:
+                n4.stop()
+            if n4_redis is not None:
+                n4_redis.stop()
         # `up` again on the same data dir, with the options of the first start.
         again = LocalCluster(scratch_options_like(options, data), ADMIN, TOKEN)
         try:
