@@ -36,6 +36,13 @@ STAT_NAMES = (
 TOTAL, OVER, OVER_CACHED, NEAR, WITHIN, SHADOW = range(len(STAT_NAMES))
 
 
+def _hits_only(hits: int) -> list[int]:
+    """Stats that count `hits` in total_hits and nowhere else yet."""
+    stats = [0] * len(STAT_NAMES)
+    stats[TOTAL] = hits
+    return stats
+
+
 @dataclass
 class DescriptorOutcome:
     """A checked descriptor: whether it was over, and the hits its stats count (its
@@ -96,7 +103,7 @@ def _reported(body: answers.Decision) -> int:
 def _hit_stats(limit: int, before: int | None, hits: int, over: bool, ratio: float) -> list[int]:
     """base_limiter.go's arithmetic: which of `hits` were within, near or over the limit
     (`before` None: the counter was already at or over it)."""
-    stats = [hits, 0, 0, 0, 0, 0]
+    stats = _hits_only(hits)
     near = math.floor(limit * ratio)
     if over:
         if before is None or before >= limit:
@@ -144,7 +151,7 @@ def checked(
     if row.reset_after_ms is not None:
         status.duration_until_reset.seconds = seconds_until(row.reset_after_ms)
     if body.degraded:
-        stats = [hits, 0, 0, 0, 0, 0]
+        stats = _hits_only(hits)
     elif over:
         before = configured - remaining if remaining > 0 else None
         stats = _hit_stats(configured, before, hits, True, settings.near_limit_ratio)
