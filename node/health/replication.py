@@ -6,7 +6,9 @@
 
 `replicas` joins the primary's INFO replication (the replicas connected to it, with
 the time since each last acknowledged the stream: Redis counts it in whole seconds)
-with the replicas a Sentinel knows, so one that is down is listed too, as not up.
+with the replicas a Sentinel knows, so one that is down is listed too, as not up (`up`:
+online at the primary, and, as the Sentinels last read it, promotable and following the
+stream: node/store/connect.py `sentinel_replicas`).
 `failovers` counts the promotions this node followed since it started.
 A shard without Sentinel is not `replicated`: its `durability: replica` rules are
 served as `primary` ones (nothing waits for a replica).
@@ -19,21 +21,20 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from node.store.connect import host_port, sentinel_pool, sentinel_replicas
+from node.store.replica_presence import listed_replicas
 
 __all__ = ["replication_status"]
 
 
 def _connected(info: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """addr -> {"lag_ms", "up"} of the replicas INFO replication lists."""
-    found: dict[str, dict[str, Any]] = {}
-    for name, value in info.items():
-        if name.startswith("slave") and isinstance(value, dict) and "ip" in value:
-            lag = value.get("lag")
-            found[host_port(value["ip"], value["port"])] = {
-                "lag_ms": int(lag) * 1000 if lag is not None else None,
-                "up": value.get("state") == "online",
-            }
-    return found
+    return {
+        addr: {
+            "lag_ms": int(value["lag"]) * 1000 if value.get("lag") is not None else None,
+            "up": value.get("state") == "online",
+        }
+        for addr, value in listed_replicas(info).items()
+    }
 
 
 async def replication_status(

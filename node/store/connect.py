@@ -37,6 +37,7 @@ __all__ = [
     "FollowingPool",
     "PrimaryConnection",
     "host_port",
+    "linked",
     "primary_address",
     "promotable",
     "redis_client",
@@ -187,12 +188,23 @@ def promotable(replica: dict[str, Any]) -> bool:
     return bool(replica.get("runid"))
 
 
+def linked(replica: dict[str, Any]) -> bool:
+    """Whether its link to the primary was up when the Sentinel that lists `replica`
+    last read it: a replica that is not following the stream (restarting, connecting,
+    loading what a full sync sent) acknowledges nothing until it is."""
+    return bool(replica.get("master-link-status", "ok") == "ok")
+
+
 async def sentinel_replicas(client: aioredis.Redis) -> dict[str, bool] | None:
-    """{"host:port": promotable} of every replica of the shard any Sentinel knows,
-    promotable when any of them could promote it (a replica being promoted is still
-    one until the failover ends; a Sentinel may not have discovered a new replica yet),
-    less the primary the node writes to (it follows a promotion before the Sentinels
-    confirm it); None without Sentinel, or when none answers."""
+    """{"host:port": waited for} of every replica of the shard any Sentinel knows, less
+    the primary the node writes to (it follows a promotion before the Sentinels confirm
+    it); None without Sentinel, or when none answers.
+
+    A replica is waited for when some Sentinel could promote it (a replica being
+    promoted is still one until the failover ends; a Sentinel may not have discovered a
+    new replica yet) and the freshest read of it among those showed its link to the
+    primary up: one away from the stream has none of it since it left, and gets all of
+    it once back, whatever a WAIT asks meanwhile."""
     pool = sentinel_pool(client)
     if pool is None:
         return None
@@ -202,6 +214,7 @@ async def sentinel_replicas(client: aioredis.Redis) -> dict[str, bool] | None:
         return_exceptions=True,
     )
     known: dict[str, bool] | None = None
+    read_ms_ago: dict[str, int] = {}  # the freshest read of a promotable replica
     for replicas in answers:
         if isinstance(replicas, (RedisError, OSError)):
             continue
@@ -210,7 +223,11 @@ async def sentinel_replicas(client: aioredis.Redis) -> dict[str, bool] | None:
         known = known if known is not None else {}
         for r in replicas:
             address = host_port(r["ip"], r["port"])
-            known[address] = known.get(address, False) or promotable(r)
+            known.setdefault(address, False)
+            age = int(r.get("info-refresh", 0))
+            if promotable(r) and (address not in read_ms_ago or age < read_ms_ago[address]):
+                read_ms_ago[address] = age
+                known[address] = linked(r)
     if known is not None:
         known.pop(primary or "", None)
     return known

@@ -18,6 +18,16 @@ largest offset it last saw, not the one that answered WAIT. The count is Sentine
 not the primary's: a replica being promoted has left the primary but is still a
 replica to the Sentinels until the failover ends, so meanwhile the old primary, which
 only the other replicas still follow, acknowledges nothing.
+
+Except a replica away from the stream: one whose link to the primary was down at the
+Sentinels' freshest read of it (restarting, connecting), or that the primary lists as
+still taking its dataset (a full sync: its state not yet `online`). It acknowledges
+nothing until it is back, so a WAIT for it only times out, and every durable check of
+the shard would answer degraded for as long as that takes, each time a replica
+restarts. Not waiting for it loses nothing it could have held: once back, the sync
+brings it every write made meanwhile, and what was acknowledged while it was away it
+lacks whatever WAIT asks. With equal `replica-priority`, Sentinel promotes the replica
+with the largest offset, which one away from the stream does not have.
 """
 
 from __future__ import annotations
@@ -30,9 +40,9 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from node.store.connect import sentinel_replicas
+from node.store.connect import host_port, sentinel_replicas
 
-__all__ = ["ReplicaPresence", "live_replicas"]
+__all__ = ["ReplicaPresence", "listed_replicas", "live_replicas", "needed_of", "syncing_replicas"]
 
 log = logging.getLogger("shardlimit.node")
 
@@ -41,16 +51,36 @@ RECOUNT_S = 1.0
 LIVE_LAG_S = 1  # Redis reports the lag in whole seconds; replicas acknowledge each second
 
 
+def listed_replicas(info: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """ "host:port" -> its entry (state, offset, lag) of each replica INFO replication
+    lists: those connected to the primary."""
+    return {
+        host_port(value["ip"], value["port"]): value
+        for name, value in info.items()
+        if name.startswith("slave") and isinstance(value, dict) and "ip" in value
+    }
+
+
 def live_replicas(info: dict[str, Any]) -> int:
     """Replicas INFO replication lists as online and acknowledging."""
     return sum(
         1
-        for name, value in info.items()
-        if name.startswith("slave")
-        and isinstance(value, dict)
-        and value.get("state") == "online"
-        and int(value.get("lag", 0)) <= LIVE_LAG_S
+        for value in listed_replicas(info).values()
+        if value.get("state") == "online" and int(value.get("lag", 0)) <= LIVE_LAG_S
     )
+
+
+def syncing_replicas(info: dict[str, Any]) -> set[str]:
+    """The replicas INFO replication lists as still taking the dataset."""
+    return {a for a, value in listed_replicas(info).items() if value.get("state") != "online"}
+
+
+def needed_of(known: dict[str, bool], info: dict[str, Any]) -> int:
+    """How many replicas a WAIT asks for: those the Sentinels' view waits for
+    (node/store/connect.py `sentinel_replicas`) less those the primary's INFO
+    replication `info` lists as taking the dataset, at least one."""
+    syncing = syncing_replicas(info)
+    return max(1, sum(waited and a not in syncing for a, waited in known.items()))
 
 
 class ReplicaPresence:
@@ -79,7 +109,11 @@ class ReplicaPresence:
             self._recount_now.clear()
             known = await sentinel_replicas(self.client)
             if known is not None:
-                self.needed = max(1, sum(known.values()))
+                try:
+                    info = await self.client.info("replication")
+                except (RedisError, OSError):  # every check of the shard waits on it anyway
+                    info = {}
+                self.needed = needed_of(known, info)
 
     def missed(self, why: str = "no replica acknowledges") -> None:
         """No replica acknowledged a WAIT in time (or none can yet: `why`)."""

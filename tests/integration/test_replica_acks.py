@@ -206,3 +206,107 @@ async def test_a_replica_no_sentinel_has_read_is_not_waited_for(shard: Shard) ->
     finally:
         second.resume()
         await client.aclose()
+
+
+def _state_at_primary(shard: Shard, replica: RedisProcess) -> str | None:
+    """The replica's state in the primary's INFO replication, None when not listed."""
+    client = redis.Redis(host=shard.primary.host, port=shard.primary.port, socket_timeout=0.5)
+    try:
+        info = client.info("replication")
+    finally:
+        client.close()
+    for name, value in info.items():
+        if name.startswith("slave") and (value["ip"], value["port"]) == (
+            replica.host,
+            replica.port,
+        ):
+            return str(value["state"])
+    return None
+
+
+async def test_a_replica_taking_the_dataset_is_not_waited_for_until_it_has_it(
+    shard: Shard,
+) -> None:
+    """A replica in a full sync acknowledges nothing until it ends: WAIT asks for the
+    replicas that can answer, so durable checks are not answered degraded meanwhile,
+    and for it again once it is online."""
+    client = redis_client(shard.url, socket_timeout=5.0)
+    presence = ReplicaPresence(client)
+    presence.start()
+    second = shard.replicas[1]
+    primary = (shard.primary.host, shard.primary.port)
+    try:
+        await _until(lambda: presence.needed == 2, 10)
+        # The primary holds a replica that asks for the dataset until told to send it.
+        for setting in (("repl-diskless-sync", "yes"), ("repl-diskless-sync-delay", 300)):
+            assert ask(*primary, "CONFIG", "SET", *setting) == b"OK"
+        # A replica that was a primary, however briefly, has a history of its own: it
+        # cannot continue the stream, and takes the whole dataset again.
+        assert ask(second.host, second.port, "REPLICAOF", "NO", "ONE") == b"OK"
+        assert ask(second.host, second.port, "REPLICAOF", *primary) == b"OK"
+        wait_for(
+            lambda: _state_at_primary(shard, second) not in (None, "online"),
+            20,
+            "the replica asking for the dataset",
+        )
+        await _until(lambda: presence.needed == 1, 10)
+        acks = ReplicaAcks(500, presence.needed)
+        await _write(client, acks, 1)
+        assert (acks.missing, acks.acked) == (False, 1)
+        assert _state_at_primary(shard, second) not in (None, "online")
+
+        assert ask(*primary, "CONFIG", "SET", "repl-diskless-sync-delay", 0) == b"OK"
+        wait_for(lambda: _state_at_primary(shard, second) == "online", 20, "the sync")
+        await _until(lambda: presence.needed == 2, 10)
+        acks = ReplicaAcks(2000, presence.needed)
+        await _write(client, acks, 2)
+        assert (acks.missing, acks.acked) == (False, 2)
+        replica = aioredis.Redis(host=second.host, port=second.port)
+        assert await replica.lrange("sl|acks", 0, -1) == [b"1", b"2"]
+        await replica.aclose()
+    finally:
+        await presence.close()
+        await client.aclose()
+
+
+async def test_a_replica_away_from_the_primary_is_not_waited_for_until_it_is_back(
+    shard: Shard,
+) -> None:
+    """A replica whose link to the primary is down (here: pointed at an address where
+    nothing listens; a restarting one is the same until it connects) acknowledges
+    nothing: once the Sentinels have read it so, WAIT asks for the replicas that can
+    answer, and for it again once the Sentinels read it following the primary."""
+    client = redis_client(shard.url, socket_timeout=5.0)
+    presence = ReplicaPresence(client)
+    presence.start()
+    second = shard.replicas[1]
+    address = f"{second.host}:{second.port}"
+    try:
+        await _until(lambda: presence.needed == 2, 10)
+        assert ask(second.host, second.port, "REPLICAOF", "127.0.0.1", free_port()) == b"OK"
+
+        async def waited_for() -> bool | None:
+            known = await sentinel_replicas(client)
+            return None if known is None else known.get(address)
+
+        deadline = time.monotonic() + 30
+        while await waited_for() is not False:  # a Sentinel reads a replica every 10 s
+            assert time.monotonic() < deadline, "no Sentinel read the replica's link down"
+            await asyncio.sleep(0.1)
+        assert any(
+            r["runid"] and not r["is_sdown"] for r in _entries(shard, (second.host, second.port))
+        )
+        await _until(lambda: presence.needed == 1, 10)
+        acks = ReplicaAcks(500, presence.needed)
+        await _write(client, acks, 1)
+        assert (acks.missing, acks.acked) == (False, 1)
+
+        primary = (shard.primary.host, shard.primary.port)
+        assert ask(second.host, second.port, "REPLICAOF", *primary) == b"OK"
+        await _until(lambda: presence.needed == 2, 20)
+        acks = ReplicaAcks(2000, presence.needed)
+        await _write(client, acks, 2)
+        assert (acks.missing, acks.acked) == (False, 2)
+    finally:
+        await presence.close()
+        await client.aclose()
