@@ -5,8 +5,9 @@ and three real Sentinels."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,20 @@ def shard(tmp_path: Path) -> Iterator[Shard]:
         process.stop()
 
 
+@contextlib.asynccontextmanager
+async def _counting(shard: Shard) -> AsyncIterator[tuple[aioredis.Redis, ReplicaPresence]]:
+    """A node's client of the shard's primary, and its count of the replicas a WAIT asks
+    for, kept up to date until the block ends."""
+    client = redis_client(shard.url, socket_timeout=5.0)
+    presence = ReplicaPresence(client)
+    presence.start()
+    try:
+        yield client, presence
+    finally:
+        await presence.close()
+        await client.aclose()
+
+
 async def _write(client: aioredis.Redis, acks: ReplicaAcks, value: int = 0) -> None:
     """One write and the batch's WAIT, on one connection, as the node sends them."""
     pipe = client.pipeline(transaction=False)
@@ -70,10 +85,7 @@ async def _until(condition: Callable[[], bool], within: float) -> None:
 async def test_a_stopped_replica_is_waited_for_until_sentinel_sees_it_down(
     shard: Shard,
 ) -> None:
-    client = redis_client(shard.url, socket_timeout=5.0)
-    presence = ReplicaPresence(client)
-    presence.start()
-    try:
+    async with _counting(shard) as (client, presence):
         await _until(lambda: presence.needed == 2, 10)
         acks = ReplicaAcks(500, presence.needed)
         await _write(client, acks)
@@ -96,9 +108,6 @@ async def test_a_stopped_replica_is_waited_for_until_sentinel_sees_it_down(
         acks = ReplicaAcks(500, presence.needed)
         await _write(client, acks)
         assert (acks.missing, acks.acked) == (False, 2)
-    finally:
-        await presence.close()
-        await client.aclose()
 
 
 async def test_a_primary_being_failed_over_acknowledges_nothing_the_new_one_lacks(
@@ -230,12 +239,9 @@ async def test_a_replica_taking_the_dataset_is_not_waited_for_until_it_has_it(
     """A replica in a full sync acknowledges nothing until it ends: WAIT asks for the
     replicas that can answer, so durable checks are not answered degraded meanwhile,
     and for it again once it is online."""
-    client = redis_client(shard.url, socket_timeout=5.0)
-    presence = ReplicaPresence(client)
-    presence.start()
     second = shard.replicas[1]
     primary = (shard.primary.host, shard.primary.port)
-    try:
+    async with _counting(shard) as (client, presence):
         await _until(lambda: presence.needed == 2, 10)
         # The primary holds a replica that asks for the dataset until told to send it.
         for setting in (("repl-diskless-sync", "yes"), ("repl-diskless-sync-delay", 300)):
@@ -264,9 +270,6 @@ async def test_a_replica_taking_the_dataset_is_not_waited_for_until_it_has_it(
         replica = aioredis.Redis(host=second.host, port=second.port)
         assert await replica.lrange("sl|acks", 0, -1) == [b"1", b"2"]
         await replica.aclose()
-    finally:
-        await presence.close()
-        await client.aclose()
 
 
 async def test_a_replica_away_from_the_primary_is_not_waited_for_until_it_is_back(
@@ -276,12 +279,9 @@ async def test_a_replica_away_from_the_primary_is_not_waited_for_until_it_is_bac
     nothing listens; a restarting one is the same until it connects) acknowledges
     nothing: once the Sentinels have read it so, WAIT asks for the replicas that can
     answer, and for it again once the Sentinels read it following the primary."""
-    client = redis_client(shard.url, socket_timeout=5.0)
-    presence = ReplicaPresence(client)
-    presence.start()
     second = shard.replicas[1]
     address = f"{second.host}:{second.port}"
-    try:
+    async with _counting(shard) as (client, presence):
         await _until(lambda: presence.needed == 2, 10)
         assert ask(second.host, second.port, "REPLICAOF", "127.0.0.1", free_port()) == b"OK"
 
@@ -307,6 +307,3 @@ async def test_a_replica_away_from_the_primary_is_not_waited_for_until_it_is_bac
         acks = ReplicaAcks(2000, presence.needed)
         await _write(client, acks, 2)
         assert (acks.missing, acks.acked) == (False, 2)
-    finally:
-        await presence.close()
-        await client.aclose()
