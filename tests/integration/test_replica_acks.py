@@ -22,7 +22,7 @@ from cluster.local.redis_proc import RedisProcess
 from cluster.local.sentinel_proc import Replication, ask, sentinel_master, wait_for
 from node.store.connect import redis_client, sentinel_replicas
 from node.store.counter_store import ReplicaAcks
-from node.store.replica_presence import ReplicaPresence
+from node.store.replica_presence import ReplicaPresence, listed_replicas
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -224,13 +224,8 @@ def _state_at_primary(shard: Shard, replica: RedisProcess) -> str | None:
         info = client.info("replication")
     finally:
         client.close()
-    for name, value in info.items():
-        if name.startswith("slave") and (value["ip"], value["port"]) == (
-            replica.host,
-            replica.port,
-        ):
-            return str(value["state"])
-    return None
+    listed = listed_replicas(info).get(f"{replica.host}:{replica.port}")
+    return None if listed is None else str(listed["state"])
 
 
 async def test_a_replica_taking_the_dataset_is_not_waited_for_until_it_has_it(
