@@ -51,15 +51,16 @@ RESULTS = Path(__file__).parent / "runs"  # git-ignored
 # move, which the probe before never paid (bench/README.md, `migration`). The move's
 # time is the router's own figure (`seconds`), not the poll's.
 STATUS_POLL_S = 0.5
+# What a fixed_window counter holds: its count, a plain integer (node/store/lua/fixed_window.lua).
+COUNT = 1
 
 
 def fill(servers: dict[str, RedisProcess], owner_of: Any, keys: int) -> None:
     clients = {n: redis.Redis(port=s.port) for n, s in servers.items()}
     pipes = {n: c.pipeline(transaction=False) for n, c in clients.items()}
-    window = int(time.time() * 1000) // 3_600_000
     for i in range(keys):
         key = f"user:{i}"
-        pipes[owner_of(key)].set(counter_key("basic", SHAPE, key), f"{window}:1", px=3_600_000)
+        pipes[owner_of(key)].set(counter_key("basic", SHAPE, key), COUNT, px=3_600_000)
         if i % 10_000 == 9_999:
             for pipe in pipes.values():
                 pipe.execute()
@@ -80,7 +81,7 @@ def raw_migrate(keys: int, tmp: Path, batch: int, name: str = "raw") -> float:
         pipe = src.pipeline(transaction=False)
         names = [counter_key("basic", SHAPE, f"user:{i}") for i in range(keys)]
         for i, name in enumerate(names):
-            pipe.set(name, "123456:1", px=3_600_000)
+            pipe.set(name, COUNT, px=3_600_000)
             if i % 10_000 == 9_999:
                 pipe.execute()
         pipe.execute()

@@ -16,6 +16,8 @@ from node.migration.copy_step import MIGRATE_CHUNK
 from node.migration.durable import target_gone
 from node.migration.peer_client import Endpoints, PeerClient, RedisAddress
 from node.migration.peer_redis import PeerRedis
+from node.store.redispy_pipe import RedisPyPipe
+from node.store.resp import RespPipe
 
 __all__ = ["LANDED_GROUP", "DirectMover"]
 
@@ -32,6 +34,10 @@ class DirectMover:
         self.client = client
         self.peers = peers
         self.peer_redis = peer_redis  # the targets' Redis (the MIGRATE address): _drop_if_there
+        # MIGRATE calls go through a lean pipe of their own (hiredis packs a call's hundred
+        # names), not the check path's: redis-py's generic client (TLS) where it cannot.
+        self.pipe = RespPipe.for_client(client)
+        self.sender: RespPipe | RedisPyPipe = self.pipe or RedisPyPipe(client)
 
     async def move(self, target: Endpoints, keys: list[str]) -> list[str]:
         """Redis-to-Redis MIGRATE (TTL kept, never REPLACE), MIGRATE_CHUNK keys a call;
@@ -66,16 +72,19 @@ class DirectMover:
         """One MIGRATE call: True, False when the target refused some keys (BUSYKEY), None
         when no writable primary answered at `address` (node/migration/durable.py)."""
         host, port, db = address
-        try:
-            migrate = self.client.execute_command  # redis-py leaves it untyped
-            copying = ("COPY",) if copy else ()
-            await migrate("MIGRATE", host, port, "", db, 10_000, *copying, "KEYS", *keys)  # type: ignore[no-untyped-call]
-        except ResponseError as exc:
-            if target_gone(exc):
-                log.info("MIGRATE to %s:%s: %s", host, port, exc)
+        copying = ("COPY",) if copy else ()
+        command = ("MIGRATE", host, port, "", db, 10_000, *copying, "KEYS", *keys)
+        (reply,) = await self.sender.execute([command])
+        if isinstance(reply, ResponseError):
+            if target_gone(reply):
+                log.info("MIGRATE to %s:%s: %s", host, port, reply)
                 return None
             return False
         return True
+
+    async def close(self) -> None:
+        if self.pipe is not None:
+            await self.pipe.close()
 
     async def _still_here(self, keys: list[str]) -> list[str]:
         pipe = self.client.pipeline(transaction=False)

@@ -215,6 +215,7 @@ class Migrator:
         return (await held(self.client, [], True, needed=needed))[1] >= needed
 
     async def close(self) -> None:
+        await self.direct.close()
         await self.sources.close()
         await self.peer_redis.close()
 
