@@ -1,6 +1,6 @@
 """Exact under load: bursts from another process on a healthy cluster of real processes
-answer nothing degraded and admit exactly the limit; a node hung past its batches'
-deadlines applies none of them once it runs again.
+answer nothing degraded and admit exactly the limit; a node, or a node's Redis, hung past
+its batches' deadlines applies none of them once it runs again.
 
 The load comes from `cluster.local.loadgen` in a child process (never from the pytest
 process, whose event loop would measure itself), with 128 or more connections.
@@ -182,5 +182,68 @@ async def test_node_hung_past_its_deadlines_applies_nothing_it_did_not_answer(
         assert used == admitted.get(key, 0), (key, cluster.owner(key))
     print(
         f"hung node: {report['degraded']} degraded answers, node found "
+        f"{stats['expired_batches']} late batches, took back {stats['undone_checks']} checks"
+    )
+
+
+@pytest.mark.timeout(120)
+async def test_redis_hung_past_its_batches_deadlines_applies_nothing_it_did_not_answer(
+    processes: ChaosCluster,
+) -> None:
+    """SIGSTOP a node's Redis with batches in flight. The node stays up and waits for its
+    Redis; the router sends a batch with no answer by its deadline plus the margin again
+    (3 times) while the node is up, then answers its checks degraded `timeout`. SIGCONT
+    once a check has been answered so: the scripts Redis then runs apply nothing past
+    their deadline, so the counters hold exactly what was admitted, and only the hung
+    shard's keys were degraded."""
+    cluster = processes
+    prefix = f"rstop:{tag()}"
+    keys = [f"{prefix}:{i}" for i in range(60)]
+    victim = cluster.node_id(0)
+    assert 0 < sum(cluster.owner(key) == victim for key in keys) < len(keys)
+    probe = next(key for i in range(1000) if cluster.owner(key := f"{prefix}:probe:{i}") == victim)
+    body = orjson.dumps({"key": prefix + ":{i}", "rule": WINDOW}).decode()
+    load = await start_loadgen(
+        cluster.router_url + "/v1/check", connections=128, body=body, keys=60, per_key=True
+    )
+    try:
+
+        async def flowing() -> bool:
+            return (await cluster.metrics())["shardlimit_node_requests_total"][victim] >= 200
+
+        await until(flowing, 30, "load reaching the victim")
+        cluster.redis[0].pause()
+        # Sent after the load's checks of the victim's keys, answered after them too.
+        async with cluster.http.post(
+            cluster.router_url + "/v1/check", json={"key": probe, "rule": WINDOW}
+        ) as resp:
+            answer = await resp.json()
+        assert answer["degraded"] and answer["degraded_reason"].startswith("timeout:"), answer
+        metrics = await cluster.metrics()
+        assert metrics["shardlimit_node_up"][victim] == 1  # its process answers: up
+        assert metrics["shardlimit_node_timeouts_total"][victim] >= 4  # the probe's 4 sends
+        cluster.redis[0].resume()
+        served = (await cluster.metrics())["shardlimit_node_requests_total"][victim]
+
+        async def serving_again() -> bool:
+            return (await cluster.metrics())["shardlimit_node_requests_total"][victim] > served + 50
+
+        await until(serving_again, 30, "victim serving again")
+    finally:
+        report = await load.stop()
+    assert report["errors"] == 0, report["error_samples"]
+    reasons = report["degraded_reasons"]
+    # Only the hung shard's checks were degraded (each reason names its node).
+    hung = f"timeout: node {victim}:"
+    assert report["degraded"] > 0 and all(r.startswith(hung) for r in reasons), reasons
+    admitted = report["allowed_by_key"]
+    assert set(admitted) == set(keys)  # every key, the hung shard's too, was served
+    for key in keys:
+        used, _ = await cluster.usage(key, WINDOW)
+        assert used == admitted[key], (key, cluster.owner(key))
+    assert await cluster.usage(probe, WINDOW) == (0, 0)
+    stats = await node_stats(cluster, 0)
+    print(
+        f"hung Redis: {report['degraded']} degraded answers, node found "
         f"{stats['expired_batches']} late batches, took back {stats['undone_checks']} checks"
     )
