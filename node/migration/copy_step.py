@@ -1,4 +1,4 @@
-"""A migration source's background copy: find what moves, MIGRATE it, under a budget.
+"""A migration source's background copy: find what moves, move it, under a budget.
 
 See docs/resharding.md ("Background copy"). One copy step (POST MIGRATE_PATH)
 examines up to `count` Redis keys from a SCAN cursor and moves those whose limit
@@ -11,10 +11,10 @@ key changes owner, with three stages running at once:
   each key costs one MD5 and one bisect over the arcs of the ring that change owner
   (MovingArcs, on the digest's bytes), not two owner lookups. The next SCAN is sent
   while the names of the last one are classified;
-- **move**: `MIGRATE ... KEYS` of a chunk straight to the target's Redis, while the
-  next chunk is being found;
+- **move**: a chunk read here and RESTOREd straight into the target's Redis
+  (node/migration/direct.py), MOVERS chunks at once, while the next ones are found;
 - **budget**: the copy takes at most `busy_pct` percent of the source Redis' time, as
-  that Redis counts its MIGRATE, SCAN and DUMP commands (node/migration/redis_time.py):
+  that Redis counts its SCAN, DUMP and UNLINK commands (node/migration/redis_time.py):
   after using d of it, the finder and the mover wait, on one clock, until
   d * 100 / busy_pct has passed. And at most `rate` keys/s when a rate is set. Where
   Redis refuses INFO, the budget times each call here instead (the time the finder's
@@ -48,13 +48,16 @@ from node.migration.redis_time import RedisTime
 from node.store.scripts import read_lua
 from node.topology.ownership import Ownership
 
-MIGRATE_CHUNK = 100  # keys per MIGRATE: each one blocks the source Redis while it runs
+MOVE_CHUNK = 100  # keys per move call: read here, restored at the target, dropped here
+# Moves in flight at once: while one chunk's RESTOREs run at the target, the next one's
+# reads run here, and neither Redis waits on this node's round trips in between.
+MOVERS = 2
 SCAN_ROUND = 1000  # SCAN COUNT per round inside scan_moving.lua
 MIN_PAUSE_S = 0.001  # the shortest pause the copy takes (see Budget.after)
 FIND_BATCH = 500  # names examined per find call (one Lua call or a few SCANs)
 SLOT_MASK = HASH_SLOTS - 1
 # Names classified between two returns to the event loop: a whole SCAN reply at once held
-# up live checks, and the move in flight, whose MIGRATE then looked longer to the budget.
+# up live checks, and the moves in flight, whose calls then looked longer to the budget.
 YIELD_EVERY = 100
 # Slots mode: find moving keys inside Redis (scan_moving.lua) rather than here. Measured
 # on one host: the Lua CRC16 costs Redis ~2x the time of SCAN plus binascii.crc_hqx here,
@@ -67,7 +70,7 @@ Chunk = Callable[[str], int]  # target -> keys per move
 
 
 def _migrate_chunk(target: str) -> int:
-    return MIGRATE_CHUNK
+    return MOVE_CHUNK
 
 
 def _owner_at(points: list[Any], owners: list[Any], position: int) -> str:
@@ -164,8 +167,8 @@ class Budget:
 
     def _not_counted(self, began: float, ended: float) -> float:
         """The part of [began, ended] that no call counted before covers. The finder's
-        SCAN and the mover's MIGRATE run at once, and Redis runs one while the other
-        waits behind it: both calls' times span that wait, which was Redis' once."""
+        SCAN and the movers' calls run at once, and Redis runs one while the others
+        wait behind it: each call's time spans that wait, which was Redis' once."""
         first, last = self._span
         if ended <= first:  # wholly before the calls counted last (answered late)
             return ended - began
@@ -302,6 +305,26 @@ class Finder:
         return int(next_cursor), raws, answered - began, answered
 
 
+class MovesInFlight:
+    """The time during which at least one of the movers' calls was in flight."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.since = 0.0
+
+    def begin(self) -> float:
+        now = time.monotonic()
+        if not self.count:
+            self.since = now
+        self.count += 1
+        return now
+
+    def end(self) -> float:
+        """The time to add to the moves' total: all of it once none is left in flight."""
+        self.count -= 1
+        return 0.0 if self.count else time.monotonic() - self.since
+
+
 def _seen(sent: asyncio.Future[Scanned]) -> None:
     """A SCAN sent ahead may end up unread (its step stopped): its error, if any, is
     marked retrieved here, and still raised to whoever awaits it."""
@@ -325,23 +348,29 @@ async def copy_step(
     totals = {"scanned": 0, "moved": 0, "restored": 0}
     timing = {"find_s": 0.0, "move_s": 0.0, "paused_s": budget.paused_s}
     started = time.monotonic()
+    in_flight = MovesInFlight()
 
     async def mover() -> None:
         while (item := await queue.get()) is not None:
             target, keys = item
-            began = time.monotonic()
-            restored = await move(target, keys)
-            timing["move_s"] += time.monotonic() - began
+            began = in_flight.begin()
+            try:
+                restored = await move(target, keys)
+            finally:
+                timing["move_s"] += in_flight.end()
             totals["moved"] += len(keys)
             totals["restored"] += restored
             await budget.after(time.monotonic() - began, len(keys))
 
-    moving = asyncio.get_running_loop().create_task(mover())
+    loop = asyncio.get_running_loop()
+    movers = [loop.create_task(mover()) for _ in range(MOVERS)]
+    moving = asyncio.gather(*movers)
     pending: dict[str, list[str]] = {}
 
     async def put(item: tuple[str, list[str]] | None) -> None:
         putting = asyncio.ensure_future(queue.put(item))
-        await asyncio.wait({putting, moving}, return_when=asyncio.FIRST_COMPLETED)
+        either: set[asyncio.Future[Any]] = {putting, moving}
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         if not putting.done():  # the mover stopped on an error: raise it
             putting.cancel()
             await moving
@@ -365,16 +394,19 @@ async def copy_step(
             if cursor == 0 or totals["scanned"] >= count:
                 break
             # Only the Redis call counts: not the classifying here, nor waiting for the mover
-            # (which counted its MIGRATE calls itself), both of which the budget paid for.
+            # (which counted its own calls), both of which the budget paid for.
             await budget.after(finder.blocked_s, ended=finder.answered_at)
         for target, buffer in pending.items():
             if buffer:
                 await put((target, buffer))
-        await put(None)
+        for _ in movers:
+            await put(None)
         await moving
     finally:
-        if not moving.done():
-            moving.cancel()
+        for task in movers:
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(*movers, return_exceptions=True)
     timing["paused_s"] = budget.paused_s - timing["paused_s"]
     timing["seconds"] = time.monotonic() - started
     return {"cursor": cursor, **totals, **{k: round(v, 4) for k, v in timing.items()}}

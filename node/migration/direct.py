@@ -1,66 +1,79 @@
-"""A copy step's moves to a target that takes MIGRATE: keys go Redis to Redis, straight
-into the target's primary (docs/resharding.md, "Background copy" and "Resharding with
-replicas"), and are dropped here once the target holds them (a replica of it too, when
-it has replicas: node/migration/durable.py)."""
+"""A copy step's moves to a target whose Redis this node reaches: each key is read here
+(PTTL and DUMP) and RESTOREd straight into the target's primary (docs/resharding.md,
+"Background copy" and "Resharding with replicas"), and dropped here once the target
+holds it (a replica of it too, when it has replicas: node/migration/durable.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import (
+    BusyLoadingError,
+    MasterDownError,
+    ReadOnlyError,
+    RedisError,
+    ResponseError,
+)
 
 from cluster import wire
 from node.errors import PeerError
-from node.migration.copy_step import MIGRATE_CHUNK
-from node.migration.durable import target_gone
+from node.migration.copy_step import MOVE_CHUNK
 from node.migration.peer_client import Endpoints, PeerClient, RedisAddress
-from node.migration.peer_redis import PeerRedis
+from node.migration.peer_redis import CONNECT_TIMEOUT_S, PeerRedis
 from node.store.redispy_pipe import RedisPyPipe
 from node.store.resp import RespPipe
 
 __all__ = ["LANDED_GROUP", "DirectMover"]
 
 log = logging.getLogger("shardlimit.node")
-# Keys per move to a target that has (or may have) replicas: MIGRATE calls of
-# MIGRATE_CHUNK keys, then one LANDED_PATH call (a replica barrier) for all of them.
-LANDED_GROUP = 5 * MIGRATE_CHUNK
+# Keys per move to a target that has (or may have) replicas: copies of MOVE_CHUNK keys,
+# then one LANDED_PATH call (a replica barrier) for all of them.
+LANDED_GROUP = 5 * MOVE_CHUNK
+# A target's Redis that does not answer a chunk's RESTOREs in this long is taken for gone
+# (the keys go through its node's import endpoint).
+RESTORE_TIMEOUT_S = 10.0
+# The error replies of an address that is no longer a writable primary.
+_GONE = (ReadOnlyError, MasterDownError, BusyLoadingError)
 
 
 class DirectMover:
-    """MIGRATE from this node's Redis (`client`) to the targets' (`peers` names them)."""
+    """Copies keys from this node's Redis (`client`) to the targets' (`peers` names them)."""
 
     def __init__(self, client: aioredis.Redis, peers: PeerClient, peer_redis: PeerRedis) -> None:
         self.client = client
         self.peers = peers
-        self.peer_redis = peer_redis  # the targets' Redis (the MIGRATE address): _drop_if_there
-        # MIGRATE calls go through a lean pipe of their own (hiredis packs a call's hundred
-        # names), not the check path's: redis-py's generic client (TLS) where it cannot.
+        self.peer_redis = peer_redis  # the targets' Redis (their address): _drop_if_there
+        # Reads and deletions here go through a lean pipe of their own, not the check
+        # path's (redis-py's generic client where it cannot go: TLS); RESTOREs through
+        # one per target address.
         self.pipe = RespPipe.for_client(client)
         self.sender: RespPipe | RedisPyPipe = self.pipe or RedisPyPipe(client)
+        self._targets: dict[RedisAddress, RespPipe] = {}
 
     async def move(self, target: Endpoints, keys: list[str]) -> list[str]:
-        """Redis-to-Redis MIGRATE (TTL kept, never REPLACE), MIGRATE_CHUNK keys a call;
-        returns the keys still here (for the import endpoint).
+        """Copy `keys` to the target's Redis (TTL kept, never REPLACE), MOVE_CHUNK keys
+        a pipeline, and drop them here; returns the keys still here (for the import
+        endpoint).
 
-        Without REPLACE a key the target already holds (imported on first touch and
-        maybe counted since) is refused with BUSYKEY and stays here; it is dropped
-        here if the target has it, else it goes through the import endpoint.
-        A target that has (or may have) replicas gets the keys by MIGRATE COPY: they
-        are dropped here once a replica of it holds them (node/migration/durable.py).
-        A MIGRATE that finds no writable primary at the target's address (a failover
-        moved it, or it is down; or MIGRATE cannot speak to it: TLS) forgets that
-        address, and the keys go through the target node's import endpoint, which
-        writes to its current primary, or fails the step while it has none.
+        A key the target already holds (imported on first touch and maybe counted
+        since) is refused with BUSYKEY and stays there as it is; it is dropped here if
+        the target has it, else it goes through the import endpoint. A target that has
+        (or may have) replicas keeps the keys here until a replica of it holds them
+        (node/migration/durable.py). A target's address with no writable primary (a
+        failover moved it, or it is down) is forgotten, and the keys go through the
+        target node's import endpoint, which writes to its current primary, or fails
+        the step while it has none.
         """
         address = await self.peer_redis.address(target)
         if address is None:
             return keys
         durable = self.peers.replicated.get(target, True)  # unknown: as if it had
         left: list[str] = []
-        for start in range(0, len(keys), MIGRATE_CHUNK):
-            chunk = keys[start : start + MIGRATE_CHUNK]
-            done = await self._migrate(address, chunk, copy=durable)
+        for start in range(0, len(keys), MOVE_CHUNK):
+            chunk = keys[start : start + MOVE_CHUNK]
+            done = await self.copy_chunk(address, chunk, keep=durable)
             if done is None:
                 await self._forget(target, address)
                 return left + await self._still_here(keys if durable else keys[start:])
@@ -68,23 +81,69 @@ class DirectMover:
                 left += await self._drop_if_there(address, await self._still_here(chunk))
         return await self._drop_landed(target, address, keys) if durable else left
 
-    async def _migrate(self, address: RedisAddress, keys: list[str], copy: bool) -> bool | None:
-        """One MIGRATE call: True, False when the target refused some keys (BUSYKEY), None
-        when no writable primary answered at `address` (node/migration/durable.py)."""
-        host, port, db = address
-        copying = ("COPY",) if copy else ()
-        command = ("MIGRATE", host, port, "", db, 10_000, *copying, "KEYS", *keys)
-        (reply,) = await self.sender.execute([command])
-        if isinstance(reply, ResponseError):
-            if target_gone(reply):
-                log.info("MIGRATE to %s:%s: %s", host, port, reply)
+    async def copy_chunk(self, address: RedisAddress, keys: list[str], keep: bool) -> bool | None:
+        """One chunk: PTTL and DUMP of each key here (one pipeline), RESTORE of each at
+        `address` (one pipeline), then, unless `keep`, UNLINK here of the keys restored.
+        True; False when the target refused some keys (they stay here); None when no
+        writable primary answered at `address` (node/migration/durable.py).
+
+        This node's copy of a moving key is frozen (nothing here writes it), so the read
+        and the deletion need not be one step (as MIGRATE's are, which held this Redis
+        for the whole round trip, the target's RESTOREs included, about 5 µs a key):
+        meanwhile the key is at both shards, as it is for a replicated target."""
+        read = await self.sender.execute(
+            [c for key in keys for c in (("PTTL", key), ("DUMP", key))]
+        )
+        restores: list[tuple[str, str, int, bytes]] = []
+        for key, ttl, payload in zip(keys, read[0::2], read[1::2], strict=True):
+            for reply in (ttl, payload):
+                if isinstance(reply, Exception):
+                    raise reply
+            if payload is None:
+                continue  # expired since it was found
+            # PTTL -1: no expiry, RESTORE's 0; under a millisecond left reads 0: kept 1.
+            restores.append(("RESTORE", key, 0 if ttl == -1 else max(int(ttl), 1), payload))
+        if not restores:
+            return True
+        try:
+            async with asyncio.timeout(RESTORE_TIMEOUT_S):
+                answers = await self._target(address).execute(restores)
+        except (RedisError, OSError, TimeoutError) as exc:
+            log.info("copy to %s:%s: %s", address[0], address[1], exc or type(exc).__name__)
+            await self._close_target(address)
+            return None
+        restored: list[str] = []
+        for (_, key, _, _), answer in zip(restores, answers, strict=True):
+            if not isinstance(answer, ResponseError):
+                restored.append(key)
+            elif isinstance(answer, _GONE):
+                log.info("copy to %s:%s: %s", address[0], address[1], answer)
                 return None
-            return False
-        return True
+        if restored and not keep:
+            (deleted,) = await self.sender.execute([("UNLINK", *restored)])
+            if isinstance(deleted, Exception):
+                raise deleted
+        return len(restored) == len(restores)
+
+    def _target(self, address: RedisAddress) -> RespPipe:
+        pipe = self._targets.get(address)
+        if pipe is None:
+            host, port, db = address
+            pipe = self._targets[address] = RespPipe(
+                host=host, port=port, db=db, connect_timeout_s=CONNECT_TIMEOUT_S
+            )
+        return pipe
+
+    async def _close_target(self, address: RedisAddress) -> None:
+        pipe = self._targets.pop(address, None)
+        if pipe is not None:
+            await pipe.close()
 
     async def close(self) -> None:
         if self.pipe is not None:
             await self.pipe.close()
+        for address in list(self._targets):
+            await self._close_target(address)
 
     async def _still_here(self, keys: list[str]) -> list[str]:
         pipe = self.client.pipeline(transaction=False)
@@ -96,7 +155,7 @@ class DirectMover:
     async def _drop_landed(
         self, target: Endpoints, address: RedisAddress, keys: list[str]
     ) -> list[str]:
-        """After MIGRATE COPY: drop here the keys the target's primary holds, answered
+        """After a kept copy: drop here the keys the target's primary holds, answered
         once a replica of it holds them too; returns the others (to be imported). A
         target of an older version (no such endpoint) has no replica barrier: its Redis
         is asked directly, as for a target without replicas."""
@@ -117,9 +176,10 @@ class DirectMover:
     async def _forget(self, target: Endpoints, address: RedisAddress) -> None:
         self.peers.forget_redis(target)
         await self.peer_redis.forget(address)
+        await self._close_target(address)
 
     async def _drop_if_there(self, address: RedisAddress, keys: list[str]) -> list[str]:
-        """Of the keys MIGRATE left here, drop those the target's Redis already has;
+        """Of the keys a copy left here, drop those the target's Redis already has;
         the others are returned (to go through the import endpoint).
 
         A moving key present at the target is the current one: the target writes it

@@ -1,10 +1,11 @@
 """Handing keys over between replicated shards (docs/resharding.md, "Resharding with
 replicas").
 
-A shard's replicas follow its primary asynchronously: a key MIGRATEd to a target lives
+A shard's replicas follow its primary asynchronously: a key copied to a target lives
 for a while in the target's primary alone, and a failover of the target then would lose
 it, counts and all, were the source's copy already gone. So, while the target may have
-replicas, a source MIGRATEs with COPY and drops its copy only once the target answered
+replicas, a source keeps its copy (node/migration/direct.py) and drops it only once the
+target answered
 which of those keys its primary holds, behind a *replica barrier*: on the same
 connection, a write of its own (WAIT waits for the writes of its connection: an INCR,
 then a DEL, so no key is left) and a WAIT for `needed` replicas. Replication is one
@@ -17,21 +18,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import redis.asyncio as aioredis
-from redis.exceptions import ResponseError
 
-__all__ = ["BARRIER_KEY", "BARRIER_WAIT_MS", "held", "target_gone"]
+__all__ = ["BARRIER_KEY", "BARRIER_WAIT_MS", "held"]
 
 BARRIER_KEY = "sl|barrier"  # node-local (outside DATA_KEYS_PATTERN), deleted at once
 BARRIER_WAIT_MS = 2_000  # a replica acknowledges in about a millisecond when it is up
-# What a MIGRATE answers when its address is no longer the target's primary: nothing
-# listens there or it does not answer (IOERR), or it was demoted to a replica.
-_GONE = ("IOERR", "READONLY", "MASTERDOWN", "LOADING")
-
-
-def target_gone(error: ResponseError) -> bool:
-    """A MIGRATE failed because its address is not (or no longer) a writable primary."""
-    text = str(error)
-    return any(word in text for word in _GONE)
 
 
 async def held(
@@ -43,7 +34,7 @@ async def held(
 ) -> tuple[list[str], int]:
     """(the keys of `keys` this Redis lacks, how many replicas acknowledged the barrier
     behind the others: -1 when `replicated` is False and none was asked), on one
-    connection. One EXISTS counts them all; only when some lack (a MIGRATE that went
+    connection. One EXISTS counts them all; only when some lack (a copy that went
     wrong) are they asked one by one, again before a barrier."""
     missing, acked = await _held(client, keys, replicated, wait_ms, needed, one_by_one=False)
     if missing:

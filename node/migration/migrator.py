@@ -15,7 +15,7 @@ import redis.asyncio as aioredis
 from cluster import wire
 from cluster.model.keys import marker_key, marker_pattern
 from node.errors import PeerError
-from node.migration.copy_step import MIGRATE_CHUNK, Budget, Finder, copy_step
+from node.migration.copy_step import MOVE_CHUNK, Budget, Finder, copy_step
 from node.migration.direct import LANDED_GROUP, DirectMover
 from node.migration.durable import held
 from node.migration.entries import ExportEntry, decode_entries, encode_entries, entries_of
@@ -51,7 +51,7 @@ class Migrator:
         # succeeded: a SCAN cursor means nothing to another Redis process.
         self._scanned_on: tuple[str, str, int] | None = None
         self.peer_redis = PeerRedis(peers)
-        self.direct = DirectMover(client, peers, self.peer_redis)  # MIGRATE to targets' Redis
+        self.direct = DirectMover(client, peers, self.peer_redis)  # straight to targets' Redis
         self.sources = SourceReads(peers, self.peer_redis)  # first touch from sources' Redis
 
     async def export(self, keys: Sequence[str], reverted: str | None = None) -> list[ExportEntry]:
@@ -91,7 +91,7 @@ class Migrator:
         self, migration_id: str, keys: Sequence[str], *, reverting: bool = False
     ) -> list[str]:
         """The keys still to import: no marker, and absent here. A moving key present
-        here without a marker came by the background copy's MIGRATE (this node writes
+        here without a marker came by the background copy (this node writes
         a moving key only after importing it, and a finished migration leaves no copy
         on a node that lost the key), so it is already the current one: no pull.
         Not when an abort hands keys back (`reverting`): a key present here may be the
@@ -146,7 +146,7 @@ class Migrator:
         """One copy step (node/migration/copy_step.py): examine up to `count` keys from
         `cursor`, send those that moved away to their new owners, then drop them here.
         Each move runs under `guard`. When an abort hands keys back, they go through the import
-        endpoint (never MIGRATE, which cannot replace the target's stale copy).
+        endpoint (never a plain RESTORE, which cannot replace the target's stale copy).
 
         A SCAN cursor is good only for the Redis process that made it: the copy starts
         over from 0 unless `cursor` is what the last step that succeeded here answered,
@@ -186,7 +186,7 @@ class Migrator:
         def chunk(target: str) -> int:
             spec = ownership.node_spec(target)
             durable = spec is None or self.peers.replicated.get(spec.urls, True)
-            return LANDED_GROUP if durable and ownership.reverts is None else MIGRATE_CHUNK
+            return LANDED_GROUP if durable and ownership.reverts is None else MOVE_CHUNK
 
         step = await copy_step(finder, move, cursor, count, budget or Budget(), chunk=chunk)
         if await self._server() != server:
@@ -204,7 +204,7 @@ class Migrator:
     async def landed(
         self, keys: Sequence[str], replicated: bool, needed: int = 1
     ) -> tuple[list[str], int]:
-        """At a target: which of `keys` (MIGRATEd here) this node's Redis lacks, and how
+        """At a target: which of `keys` (copied here) this node's Redis lacks, and how
         many replicas (of the `needed` waited for) hold the others (-1: the shard has
         none)."""
         return await held(self.client, keys, replicated, needed=needed)

@@ -1,13 +1,13 @@
 """This node's connections to other shards' Redis, by the address their node's stats
-name (a MIGRATE target's, to look for keys it refused; a migration source's, to read
-moving keys on first touch). Reached like the MIGRATE between them: the same network,
-no credentials of their own.
+name (a copy's target, to RESTORE moving keys into and look for keys it refused; a
+migration source's, to read moving keys on first touch): the same network, no
+credentials of their own.
 
 An address is used only once the Redis it reaches from here answers the run_id the
 shard's stats gave: a node whose `--redis` names a loopback address (a Redis beside it
 in its pod) reports an address that, from another host, reaches another Redis, this
-node's own. Read there, a first touch would import nothing and count from zero; a
-MIGRATE from a Redis to itself blocks that Redis until its timeout (10 s). Such a shard
+node's own. Read there, a first touch would import nothing and count from zero, and a
+copy would restore keys into their own source. Such a shard
 is reached through its node's endpoints instead."""
 
 from __future__ import annotations

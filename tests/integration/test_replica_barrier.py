@@ -1,6 +1,5 @@
-"""The pieces a migration between replicated shards stands on (node/migration/durable.py),
-on real redis-servers: what a MIGRATE answers when its address is no longer the target's
-primary, and the replica barrier behind the keys a target says it holds."""
+"""The piece a migration between replicated shards stands on (node/migration/durable.py),
+on real redis-servers: the replica barrier behind the keys a target says it holds."""
 
 from __future__ import annotations
 
@@ -10,12 +9,11 @@ from pathlib import Path
 import pytest
 import redis
 import redis.asyncio as aioredis
-from redis.exceptions import ResponseError
 
 from cluster.local.ports import free_port
 from cluster.local.redis_proc import RedisProcess
 from cluster.local.sentinel_proc import replica_of, wait_for
-from node.migration.durable import BARRIER_KEY, held, target_gone
+from node.migration.durable import BARRIER_KEY, held
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -38,28 +36,6 @@ def shard(tmp_path: Path) -> Iterator[tuple[RedisProcess, RedisProcess]]:
     yield primary, replica
     replica.stop()
     primary.stop()
-
-
-def _migrate_error(source: redis.Redis, host: str, port: int, key: str) -> ResponseError:
-    with pytest.raises(ResponseError) as raised:
-        source.execute_command("MIGRATE", host, port, "", 0, 2000, "COPY", "KEYS", key)  # type: ignore[no-untyped-call]
-    return raised.value
-
-
-def test_a_migrate_to_no_primary_is_told_from_a_refused_key(
-    shard: tuple[RedisProcess, RedisProcess], redis_servers: list[RedisProcess]
-) -> None:
-    primary, replica = shard
-    source = redis.Redis(port=redis_servers[0].port)
-    source.set("c1|k", 1)
-    redis.Redis(port=primary.port).set("c1|k", 2)
-    busy = _migrate_error(source, primary.host, primary.port, "c1|k")
-    assert "BUSYKEY" in str(busy) and not target_gone(busy)  # the target has it: settled
-    demoted = _migrate_error(source, replica.host, replica.port, "c1|k")
-    assert "READONLY" in str(demoted) and target_gone(demoted)
-    nobody = _migrate_error(source, "127.0.0.1", free_port(), "c1|k")
-    assert str(nobody).startswith("IOERR") and target_gone(nobody)
-    source.close()
 
 
 async def test_held_names_the_missing_keys_behind_a_replica_barrier(

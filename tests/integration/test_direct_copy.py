@@ -1,0 +1,100 @@
+"""A copy step's chunk to a target's Redis (node/migration/direct.py), on real
+redis-servers: each key read here (PTTL, DUMP), RESTOREd there with its expiry, never
+over a key the target holds, and dropped here only once restored; an address that is
+not a writable primary is told apart."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+import redis
+import redis.asyncio as aioredis
+
+from cluster.local.ports import free_port
+from cluster.local.redis_proc import RedisProcess
+from cluster.local.sentinel_proc import replica_of, wait_for
+from node.migration.direct import DirectMover
+from node.migration.peer_client import PeerClient, RedisAddress
+from node.migration.peer_redis import PeerRedis
+
+pytestmark = pytest.mark.timeout(60)
+
+HOUR_MS = 3_600_000
+
+
+@pytest.fixture
+async def mover(redis_servers: list[RedisProcess]) -> AsyncIterator[DirectMover]:
+    client = aioredis.Redis(port=redis_servers[0].port)
+    peers = PeerClient(aiohttp.ClientSession, cluster_token=None)
+    moving = DirectMover(client, peers, PeerRedis(peers))
+    yield moving
+    await moving.close()
+    await client.aclose()
+
+
+def _address(server: RedisProcess) -> RedisAddress:
+    return (server.host, server.port, 0)
+
+
+async def test_a_chunk_lands_with_its_expiry_and_leaves_only_what_the_target_refused(
+    mover: DirectMover, redis_servers: list[RedisProcess]
+) -> None:
+    source, target = (redis.Redis(port=s.port) for s in redis_servers[:2])
+    names = [f"c12345678|user:{i}" for i in range(150)]  # two chunks' worth in one call
+    for i, name in enumerate(names):
+        source.set(name, i + 1, px=HOUR_MS)
+    source.set("c12345678|forever", 7)  # no expiry
+    target.set(names[3], 1000, px=HOUR_MS)  # pulled on first touch and counted since
+    done = await mover.copy_chunk(
+        _address(redis_servers[1]), [*names, "c12345678|forever"], keep=False
+    )
+    assert done is False  # one key refused
+    held = [int(value or 0) for value in target.mget(names)]
+    assert held == [1000 if i == 3 else i + 1 for i in range(150)]
+    assert target.get("c12345678|forever") == b"7" and target.pttl("c12345678|forever") == -1
+    assert all(0 < target.pttl(name) <= HOUR_MS for name in names)
+    assert source.keys("c12345678|*") == [names[3].encode()]  # kept for the caller to settle
+
+
+async def test_a_kept_chunk_stays_here_and_a_key_gone_meanwhile_is_skipped(
+    mover: DirectMover, redis_servers: list[RedisProcess]
+) -> None:
+    source, target = (redis.Redis(port=s.port) for s in redis_servers[:2])
+    source.set("c12345678|a", 5, px=HOUR_MS)
+    done = await mover.copy_chunk(
+        _address(redis_servers[1]), ["c12345678|a", "c12345678|gone"], keep=True
+    )
+    assert done is True
+    assert target.get("c12345678|a") == b"5" and target.exists("c12345678|gone") == 0
+    assert source.get("c12345678|a") == b"5"  # kept until the target's replica has it
+
+
+@pytest.fixture
+def shard(tmp_path: Path) -> Iterator[tuple[RedisProcess, RedisProcess]]:
+    primary = RedisProcess(free_port(), tmp_path / "primary", aof=False)
+    replica = replica_of(primary, free_port(avoid={primary.port}), tmp_path / "replica")
+    primary.start()
+    replica.start()
+    client = redis.Redis(port=primary.port)
+    wait_for(lambda: bool(client.info("replication").get("connected_slaves")), 30, "replica")
+    client.close()
+    yield primary, replica
+    replica.stop()
+    primary.stop()
+
+
+async def test_no_writable_primary_at_the_address_is_told_and_nothing_is_dropped(
+    mover: DirectMover,
+    redis_servers: list[RedisProcess],
+    shard: tuple[RedisProcess, RedisProcess],
+) -> None:
+    source = redis.Redis(port=redis_servers[0].port)
+    source.set("c12345678|a", 5, px=HOUR_MS)
+    _, replica = shard
+    assert await mover.copy_chunk(_address(replica), ["c12345678|a"], keep=False) is None
+    nobody: RedisAddress = ("127.0.0.1", free_port(), 0)
+    assert await mover.copy_chunk(nobody, ["c12345678|a"], keep=False) is None
+    assert source.get("c12345678|a") == b"5"
