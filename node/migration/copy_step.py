@@ -33,7 +33,7 @@ from bisect import bisect_right
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from hashlib import md5
-from typing import Any
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 
@@ -45,6 +45,7 @@ from cluster.model.partition import (
 )
 from cluster.wire.control import COPY_BUSY_PCT
 from node.migration.redis_time import RedisTime
+from node.store.resp import RespPipe
 from node.store.scripts import read_lua
 from node.topology.ownership import Ownership
 
@@ -183,9 +184,15 @@ class Finder:
     """Finds the Redis keys of one source that move, grouped by target."""
 
     def __init__(
-        self, client: aioredis.Redis, ownership: Ownership, *, in_redis: bool = FIND_IN_REDIS
+        self,
+        client: aioredis.Redis,
+        ownership: Ownership,
+        *,
+        in_redis: bool = FIND_IN_REDIS,
+        pipe: RespPipe | None = None,
     ) -> None:
         self.client = client
+        self.pipe = pipe  # the copy's lean pipe to the same Redis, when there is one
         self.in_redis = in_redis
         self.ownership = ownership
         self.node_id = ownership.node_id
@@ -297,11 +304,18 @@ class Finder:
 
     async def _scan(self, cursor: int, examine: int) -> Scanned:
         began = time.monotonic()
-        next_cursor, names = await self.client.scan(
-            cursor=cursor, match=DATA_KEYS_PATTERN, count=examine
-        )
+        if self.pipe is None:
+            next_cursor, names = await self.client.scan(
+                cursor=cursor, match=DATA_KEYS_PATTERN, count=examine
+            )
+        else:
+            command = ("SCAN", cursor, "MATCH", DATA_KEYS_PATTERN, "COUNT", examine)
+            (reply,) = await self.pipe.execute([command])
+            if isinstance(reply, Exception):
+                raise reply
+            next_cursor, names = reply
         answered = time.monotonic()
-        raws: list[bytes] = names  # type: ignore[assignment]  # this client never decodes
+        raws = cast(list[bytes], names)  # neither client decodes
         return int(next_cursor), raws, answered - began, answered
 
 

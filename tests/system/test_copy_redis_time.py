@@ -1,14 +1,17 @@
 """The copy's budget reads its commands' time from the source Redis itself (INFO
-commandstats: MIGRATE, SCAN, DUMP), and times its calls itself where Redis refuses INFO."""
+commandstats: SCAN, DUMP, UNLINK), through redis-py's client or the copy's lean pipe, and
+times its calls itself where Redis refuses INFO."""
 
 from __future__ import annotations
 
+import pytest
 import redis as sync_redis
 import redis.asyncio as aioredis
 
 from cluster.local.redis_proc import RedisProcess
 from node.migration.copy_step import Budget
 from node.migration.redis_time import COPY_COMMANDS, READ_EVERY_S, RedisTime
+from node.store.resp import RespPipe
 
 
 def copy_usec(client: sync_redis.Redis) -> int:
@@ -16,14 +19,16 @@ def copy_usec(client: sync_redis.Redis) -> int:
     return sum(int(stats.get(f"cmdstat_{name}", {}).get("usec", 0)) for name in COPY_COMMANDS)
 
 
+@pytest.mark.parametrize("piped", [False, True], ids=["redis-py", "lean pipe"])
 async def test_a_reading_is_the_time_redis_counted_for_the_copys_commands(
-    redis_servers: list[RedisProcess],
+    redis_servers: list[RedisProcess], piped: bool
 ) -> None:
-    source, target = redis_servers[0], redis_servers[1]
+    source = redis_servers[0]
     admin = sync_redis.Redis(port=source.port)
     now = [100.0]
     client = aioredis.Redis(port=source.port)
-    redis_time = RedisTime(client, clock=lambda: now[0])
+    pipe = RespPipe.for_client(client) if piped else None
+    redis_time = RedisTime(client, clock=lambda: now[0], pipe=pipe)
     try:
         before = copy_usec(admin)
         assert await redis_time.used() is None  # the first reading: where counts begin
@@ -36,7 +41,7 @@ async def test_a_reading_is_the_time_redis_counted_for_the_copys_commands(
             found += len(keys)
             if cursor == 0:
                 break
-        admin.migrate("127.0.0.1", target.port, names[:1000], 0, 5000)
+        admin.unlink(*names[:1000])
         admin.dump(names[-1])
         assert await redis_time.used() is None  # not due: no INFO sent
         now[0] += 2 * READ_EVERY_S
@@ -46,22 +51,26 @@ async def test_a_reading_is_the_time_redis_counted_for_the_copys_commands(
         used, since = reading
         assert since == 100.0 and spent > 0
         assert round(used * 1e6) == spent
-        assert sync_redis.Redis(port=target.port).dbsize() == 1000
+        assert admin.dbsize() == 2001
     finally:
+        if pipe is not None:
+            await pipe.close()
         await client.aclose()
         admin.close()
 
 
+@pytest.mark.parametrize("piped", [False, True], ids=["redis-py", "lean pipe"])
 async def test_where_redis_refuses_info_the_budget_times_the_calls(
-    redis_servers: list[RedisProcess],
+    redis_servers: list[RedisProcess], piped: bool
 ) -> None:
     admin = sync_redis.Redis(port=redis_servers[0].port)
     admin.acl_setuser(
         "copier", enabled=True, passwords=["+secret"], keys=["*"], commands=["+@all", "-info"]
     )
     client = aioredis.Redis(port=redis_servers[0].port, username="copier", password="secret")
+    pipe = RespPipe.for_client(client) if piped else None
     try:
-        redis_time = RedisTime(client)
+        redis_time = RedisTime(client, pipe=pipe)
         budget = Budget(busy_pct=50, redis_time=redis_time)
         assert budget.counted_by_redis
         await budget.after(0.0)
@@ -71,6 +80,8 @@ async def test_where_redis_refuses_info_the_budget_times_the_calls(
         await budget.after(0.004)
         assert budget.paused_s > 0
     finally:
+        if pipe is not None:
+            await pipe.close()
         await client.aclose()
         admin.acl_deluser("copier")
         admin.close()
