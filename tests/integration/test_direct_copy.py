@@ -5,8 +5,7 @@ not a writable primary is told apart."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
@@ -15,7 +14,6 @@ import redis.asyncio as aioredis
 
 from cluster.local.ports import free_port
 from cluster.local.redis_proc import RedisProcess
-from cluster.local.sentinel_proc import replica_of, wait_for
 from node.migration.direct import DirectMover
 from node.migration.peer_client import PeerClient, RedisAddress
 from node.migration.peer_redis import PeerRedis
@@ -72,28 +70,14 @@ async def test_a_kept_chunk_stays_here_and_a_key_gone_meanwhile_is_skipped(
     assert source.get("c12345678|a") == b"5"  # kept until the target's replica has it
 
 
-@pytest.fixture
-def shard(tmp_path: Path) -> Iterator[tuple[RedisProcess, RedisProcess]]:
-    primary = RedisProcess(free_port(), tmp_path / "primary", aof=False)
-    replica = replica_of(primary, free_port(avoid={primary.port}), tmp_path / "replica")
-    primary.start()
-    replica.start()
-    client = redis.Redis(port=primary.port)
-    wait_for(lambda: bool(client.info("replication").get("connected_slaves")), 30, "replica")
-    client.close()
-    yield primary, replica
-    replica.stop()
-    primary.stop()
-
-
 async def test_no_writable_primary_at_the_address_is_told_and_nothing_is_dropped(
     mover: DirectMover,
     redis_servers: list[RedisProcess],
-    shard: tuple[RedisProcess, RedisProcess],
+    primary_and_replica: tuple[RedisProcess, RedisProcess],
 ) -> None:
     source = redis.Redis(port=redis_servers[0].port)
     source.set("c12345678|a", 5, px=HOUR_MS)
-    _, replica = shard
+    _, replica = primary_and_replica
     assert await mover.copy_chunk(_address(replica), ["c12345678|a"], keep=False) is None
     nobody: RedisAddress = ("127.0.0.1", free_port(), 0)
     assert await mover.copy_chunk(nobody, ["c12345678|a"], keep=False) is None

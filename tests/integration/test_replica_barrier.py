@@ -3,45 +3,20 @@ on real redis-servers: the replica barrier behind the keys a target says it hold
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 import redis
 import redis.asyncio as aioredis
 
-from cluster.local.ports import free_port
 from cluster.local.redis_proc import RedisProcess
-from cluster.local.sentinel_proc import replica_of, wait_for
 from node.migration.durable import BARRIER_KEY, held
 
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture
-def shard(tmp_path: Path) -> Iterator[tuple[RedisProcess, RedisProcess]]:
-    """A primary and its replica, in sync."""
-    primary = RedisProcess(free_port(), tmp_path / "primary", aof=False)
-    replica = replica_of(primary, free_port(avoid={primary.port}), tmp_path / "replica")
-    primary.start()
-    replica.start()
-    client = redis.Redis(port=primary.port)
-
-    def online() -> bool:
-        info = client.info("replication")
-        return bool(info.get("connected_slaves")) and info["slave0"]["state"] == "online"
-
-    wait_for(online, 30, "the replica is in sync")
-    client.close()
-    yield primary, replica
-    replica.stop()
-    primary.stop()
-
-
 async def test_held_names_the_missing_keys_behind_a_replica_barrier(
-    shard: tuple[RedisProcess, RedisProcess],
+    primary_and_replica: tuple[RedisProcess, RedisProcess],
 ) -> None:
-    primary, replica = shard
+    primary, replica = primary_and_replica
     client = aioredis.Redis(port=primary.port)
     await client.mset({"c1|a": 1, "c1|b": 2})
     assert await held(client, ["c1|a", "c1|b"], True) == ([], 1)

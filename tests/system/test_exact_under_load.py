@@ -124,6 +124,16 @@ async def node_stats(cluster: ChaosCluster, index: int) -> dict[str, Any]:
         return stats
 
 
+async def serving_again(cluster: ChaosCluster, victim: str) -> None:
+    """Until the router has sent the victim 50 more batches: the load reaches it again."""
+    served = (await cluster.metrics())["shardlimit_node_requests_total"][victim]
+
+    async def serving() -> bool:
+        return (await cluster.metrics())["shardlimit_node_requests_total"][victim] > served + 50
+
+    await until(serving, 30, "victim serving again")
+
+
 @pytest.mark.timeout(120)
 async def test_node_hung_past_its_deadlines_applies_nothing_it_did_not_answer(
     processes: ChaosCluster,
@@ -162,12 +172,7 @@ async def test_node_hung_past_its_deadlines_applies_nothing_it_did_not_answer(
             return (await cluster.metrics())["shardlimit_node_up"][victim] == 1
 
         await until(back, 30, "victim back up")
-        served = (await cluster.metrics())["shardlimit_node_requests_total"][victim]
-
-        async def serving_again() -> bool:
-            return (await cluster.metrics())["shardlimit_node_requests_total"][victim] > served + 50
-
-        await until(serving_again, 30, "victim serving again")
+        await serving_again(cluster, victim)
     finally:
         report = await load.stop()
     assert report["errors"] == 0, report["error_samples"]
@@ -223,12 +228,7 @@ async def test_redis_hung_past_its_batches_deadlines_applies_nothing_it_did_not_
         assert metrics["shardlimit_node_up"][victim] == 1  # its process answers: up
         assert metrics["shardlimit_node_timeouts_total"][victim] >= 4  # the probe's 4 sends
         cluster.redis[0].resume()
-        served = (await cluster.metrics())["shardlimit_node_requests_total"][victim]
-
-        async def serving_again() -> bool:
-            return (await cluster.metrics())["shardlimit_node_requests_total"][victim] > served + 50
-
-        await until(serving_again, 30, "victim serving again")
+        await serving_again(cluster, victim)
     finally:
         report = await load.stop()
     assert report["errors"] == 0, report["error_samples"]
