@@ -49,7 +49,7 @@ from node.store.resp import RespPipe
 from node.store.scripts import read_lua
 from node.topology.ownership import Ownership
 
-MOVE_CHUNK = 100  # keys per move call: read here, restored at the target, dropped here
+MOVE_CHUNK = 200  # keys per move call: read here, restored at the target, dropped here
 # Moves in flight at once: while one chunk's RESTOREs run at the target, the next one's
 # reads run here, and neither Redis waits on this node's round trips in between.
 MOVERS = 2

@@ -30,7 +30,7 @@ __all__ = ["LANDED_GROUP", "DirectMover"]
 log = logging.getLogger("shardlimit.node")
 # Keys per move to a target that has (or may have) replicas: copies of MOVE_CHUNK keys,
 # then one LANDED_PATH call (a replica barrier) for all of them.
-LANDED_GROUP = 5 * MOVE_CHUNK
+LANDED_GROUP = 500
 # A target's Redis that does not answer a chunk's RESTOREs in this long is taken for gone
 # (the keys go through its node's import endpoint).
 RESTORE_TIMEOUT_S = 10.0

@@ -41,7 +41,7 @@ async def test_a_chunk_lands_with_its_expiry_and_leaves_only_what_the_target_ref
     mover: DirectMover, redis_servers: list[RedisProcess]
 ) -> None:
     source, target = (redis.Redis(port=s.port) for s in redis_servers[:2])
-    names = [f"c12345678|user:{i}" for i in range(150)]  # two chunks' worth in one call
+    names = [f"c12345678|user:{i}" for i in range(150)]
     for i, name in enumerate(names):
         source.set(name, i + 1, px=HOUR_MS)
     source.set("c12345678|forever", 7)  # no expiry
