@@ -21,7 +21,7 @@ from cluster import wire
 from node.errors import PeerError
 from node.migration.copy_step import MOVE_CHUNK
 from node.migration.peer_client import Endpoints, PeerClient, RedisAddress
-from node.migration.peer_redis import CONNECT_TIMEOUT_S, PeerRedis
+from node.migration.peer_redis import PeerRedis
 from node.store.redispy_pipe import RedisPyPipe
 from node.store.resp import RespPipe
 
@@ -44,13 +44,12 @@ class DirectMover:
     def __init__(self, client: aioredis.Redis, peers: PeerClient, peer_redis: PeerRedis) -> None:
         self.client = client
         self.peers = peers
-        self.peer_redis = peer_redis  # the targets' Redis (their address): _drop_if_there
+        self.peer_redis = peer_redis  # the targets' Redis, by their address
         # Reads and deletions here go through a lean pipe of their own, not the check
         # path's (redis-py's generic client where it cannot go: TLS); RESTOREs through
-        # one per target address.
+        # the target's (PeerRedis.pipe).
         self.pipe = RespPipe.for_client(client)
         self.sender: RespPipe | RedisPyPipe = self.pipe or RedisPyPipe(client)
-        self._targets: dict[RedisAddress, RespPipe] = {}
 
     async def move(self, target: Endpoints, keys: list[str]) -> list[str]:
         """Copy `keys` to the target's Redis (TTL kept, never REPLACE), MOVE_CHUNK keys
@@ -107,10 +106,10 @@ class DirectMover:
             return True
         try:
             async with asyncio.timeout(RESTORE_TIMEOUT_S):
-                answers = await self._target(address).execute(restores)
+                answers = await self.peer_redis.pipe(address).execute(restores)
         except (RedisError, OSError, TimeoutError) as exc:
             log.info("copy to %s:%s: %s", address[0], address[1], exc or type(exc).__name__)
-            await self._close_target(address)
+            await self.peer_redis.forget(address)  # a pipe that timed out may answer late
             return None
         restored: list[str] = []
         for (_, key, _, _), answer in zip(restores, answers, strict=True):
@@ -125,25 +124,9 @@ class DirectMover:
                 raise deleted
         return len(restored) == len(restores)
 
-    def _target(self, address: RedisAddress) -> RespPipe:
-        pipe = self._targets.get(address)
-        if pipe is None:
-            host, port, db = address
-            pipe = self._targets[address] = RespPipe(
-                host=host, port=port, db=db, connect_timeout_s=CONNECT_TIMEOUT_S
-            )
-        return pipe
-
-    async def _close_target(self, address: RedisAddress) -> None:
-        pipe = self._targets.pop(address, None)
-        if pipe is not None:
-            await pipe.close()
-
     async def close(self) -> None:
         if self.pipe is not None:
             await self.pipe.close()
-        for address in list(self._targets):
-            await self._close_target(address)
 
     async def _still_here(self, keys: list[str]) -> list[str]:
         pipe = self.client.pipeline(transaction=False)
@@ -176,7 +159,6 @@ class DirectMover:
     async def _forget(self, target: Endpoints, address: RedisAddress) -> None:
         self.peers.forget_redis(target)
         await self.peer_redis.forget(address)
-        await self._close_target(address)
 
     async def _drop_if_there(self, address: RedisAddress, keys: list[str]) -> list[str]:
         """Of the keys a copy left here, drop those the target's Redis already has;

@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from node.migration.peer_client import Endpoints, PeerClient, RedisAddress
+from node.store.resp import RespPipe
 
 __all__ = ["PeerRedis"]
 
@@ -31,6 +32,7 @@ class PeerRedis:
     def __init__(self, peers: PeerClient) -> None:
         self.peers = peers
         self._clients: dict[RedisAddress, aioredis.Redis] = {}
+        self._pipes: dict[RedisAddress, RespPipe] = {}  # a copy's RESTOREs, per target
         self._checked: dict[tuple[RedisAddress, str], bool] = {}  # reaches that run_id?
 
     async def address(self, endpoints: Endpoints) -> RedisAddress | None:
@@ -69,12 +71,24 @@ class PeerRedis:
             self._clients[address] = client
         return client
 
+    def pipe(self, address: RedisAddress) -> RespPipe:
+        """A lean pipe to `address` (node/store/resp.py), for pipelines of many commands."""
+        pipe = self._pipes.get(address)
+        if pipe is None:
+            host, port, db = address
+            pipe = self._pipes[address] = RespPipe(
+                host=host, port=port, db=db, connect_timeout_s=CONNECT_TIMEOUT_S
+            )
+        return pipe
+
     async def forget(self, address: RedisAddress) -> None:
         client = self._clients.pop(address, None)
         if client is not None:
             await client.aclose()
+        pipe = self._pipes.pop(address, None)
+        if pipe is not None:
+            await pipe.close()
 
     async def close(self) -> None:
-        for client in self._clients.values():
-            await client.aclose()
-        self._clients.clear()
+        for address in {*self._clients, *self._pipes}:
+            await self.forget(address)

@@ -27,9 +27,11 @@ HOUR_MS = 3_600_000
 async def mover(redis_servers: list[RedisProcess]) -> AsyncIterator[DirectMover]:
     client = aioredis.Redis(port=redis_servers[0].port)
     peers = PeerClient(aiohttp.ClientSession, cluster_token=None)
-    moving = DirectMover(client, peers, PeerRedis(peers))
+    peer_redis = PeerRedis(peers)
+    moving = DirectMover(client, peers, peer_redis)
     yield moving
     await moving.close()
+    await peer_redis.close()
     await client.aclose()
 
 
