@@ -147,7 +147,7 @@ def redis_client(url: str, **options: Any) -> aioredis.Redis:
     if not is_sentinel_url(url):
         return aioredis.from_url(url, **options)
     target = parse_sentinel_url(url)
-    sentinels = Sentinel(  # type: ignore[no-untyped-call]
+    sentinels = Sentinel(  # type: ignore[no-untyped-call,unused-ignore]
         list(target.sentinels),
         socket_timeout=SENTINEL_TIMEOUT_S,
         socket_connect_timeout=SENTINEL_TIMEOUT_S,
