@@ -10,6 +10,7 @@ the lean pipe (node/store/resp.py) as from redis-py's client.
 
 from __future__ import annotations
 
+import redis.exceptions
 from redis.exceptions import (
     AskError,
     AuthenticationError,
@@ -33,9 +34,14 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 __all__ = ["reply_error"]
 
+# A ConnectionError of its own from redis-py 8.2 on, a plain one before.
+_MAX_CLIENTS: type[RedisError] = getattr(
+    redis.exceptions, "MaxClientsReachedError", RedisConnectionError
+)
+
 # The "ERR ..." replies redis-py tells apart, by their text after "ERR ".
 _ERR_BY_TEXT: dict[str, type[RedisError]] = {
-    "max number of clients reached": RedisConnectionError,
+    "max number of clients reached": _MAX_CLIENTS,
     "invalid password": AuthenticationError,
     "wrong number of arguments for 'auth' command": AuthenticationWrongNumberOfArgsError,
     "wrong number of arguments for 'AUTH' command": AuthenticationWrongNumberOfArgsError,
