@@ -45,7 +45,7 @@ from cluster.model.partition import (
 )
 from cluster.wire.control import COPY_BUSY_PCT
 from node.migration.redis_time import RedisTime
-from node.store.resp import RespPipe
+from node.store.redispy_pipe import RedisPyPipe, Sender
 from node.store.scripts import read_lua
 from node.topology.ownership import Ownership
 
@@ -189,10 +189,11 @@ class Finder:
         ownership: Ownership,
         *,
         in_redis: bool = FIND_IN_REDIS,
-        pipe: RespPipe | None = None,
+        sender: Sender | None = None,
     ) -> None:
         self.client = client
-        self.pipe = pipe  # the copy's lean pipe to the same Redis, when there is one
+        # The copy's own connection to the same Redis, for its SCANs.
+        self.sender = sender if sender is not None else RedisPyPipe(client)
         self.in_redis = in_redis
         self.ownership = ownership
         self.node_id = ownership.node_id
@@ -304,16 +305,11 @@ class Finder:
 
     async def _scan(self, cursor: int, examine: int) -> Scanned:
         began = time.monotonic()
-        if self.pipe is None:
-            next_cursor, names = await self.client.scan(
-                cursor=cursor, match=DATA_KEYS_PATTERN, count=examine
-            )
-        else:
-            command = ("SCAN", cursor, "MATCH", DATA_KEYS_PATTERN, "COUNT", examine)
-            (reply,) = await self.pipe.execute([command])
-            if isinstance(reply, Exception):
-                raise reply
-            next_cursor, names = reply
+        command = ("SCAN", cursor, "MATCH", DATA_KEYS_PATTERN, "COUNT", examine)
+        (reply,) = await self.sender.execute([command])
+        if isinstance(reply, Exception):
+            raise reply
+        next_cursor, names = reply
         answered = time.monotonic()
         raws = cast(list[bytes], names)  # neither client decodes
         return int(next_cursor), raws, answered - began, answered

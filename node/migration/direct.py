@@ -22,7 +22,7 @@ from node.errors import PeerError
 from node.migration.copy_step import MOVE_CHUNK
 from node.migration.peer_client import Endpoints, PeerClient, RedisAddress
 from node.migration.peer_redis import PeerRedis
-from node.store.redispy_pipe import RedisPyPipe
+from node.store.redispy_pipe import RedisPyPipe, Sender
 from node.store.resp import RespPipe
 
 __all__ = ["LANDED_GROUP", "DirectMover"]
@@ -49,7 +49,7 @@ class DirectMover:
         # path's (redis-py's generic client where it cannot go: TLS); RESTOREs through
         # the target's (PeerRedis.pipe).
         self.pipe = RespPipe.for_client(client)
-        self.sender: RespPipe | RedisPyPipe = self.pipe or RedisPyPipe(client)
+        self.sender: Sender = self.pipe or RedisPyPipe(client)
 
     async def move(self, target: Endpoints, keys: list[str]) -> list[str]:
         """Copy `keys` to the target's Redis (TTL kept, never REPLACE), MOVE_CHUNK keys

@@ -128,7 +128,7 @@ class Migrator:
         """The pacing of this source's copy: kept across the steps of a migration, so
         a keys/s rate holds over the whole copy."""
         if self._budget is None or self._budget[0] != migration_id:
-            redis_time = RedisTime(self.client, pipe=self.direct.pipe)
+            redis_time = RedisTime(self.direct.sender)
             self._budget = (migration_id, Budget(busy_pct, rate, redis_time=redis_time))
         budget = self._budget[1]
         budget.busy_pct, budget.rate = busy_pct, rate
@@ -166,7 +166,7 @@ class Migrator:
             cursor = 0
         cached = (migration_id, ownership.epoch)
         if self._finder is None or self._finder[0] != cached:
-            self._finder = (cached, Finder(self.client, ownership, pipe=self.direct.pipe))
+            self._finder = (cached, Finder(self.client, ownership, sender=self.direct.sender))
         finder = self._finder[1]
 
         async def move_now(target: str, keys: list[str]) -> int:

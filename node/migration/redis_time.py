@@ -16,10 +16,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from node.store.resp import RespPipe
+from node.store.redispy_pipe import Sender
 
 log = logging.getLogger("shardlimit.node")
 
@@ -35,14 +34,8 @@ class RedisTime:
     `usable` turns false for good when Redis refuses INFO (an ACL user without it): the
     budget then times the copy's calls itself."""
 
-    def __init__(
-        self,
-        client: aioredis.Redis,
-        clock: Callable[[], float] = time.monotonic,
-        pipe: RespPipe | None = None,
-    ) -> None:
-        self.client = client
-        self.pipe = pipe  # the copy's lean pipe to the same Redis, when there is one
+    def __init__(self, sender: Sender, clock: Callable[[], float] = time.monotonic) -> None:
+        self.sender = sender  # the copy's own connection to the source Redis
         self.clock = clock
         self.usable = True
         self._total: float | None = None  # the copy commands' seconds at the last reading
@@ -74,22 +67,19 @@ class RedisTime:
 
     async def total(self) -> float:
         """Seconds the copy commands have taken in this Redis since its counts began."""
-        if self.pipe is None:
-            stats: dict[str, Any] = await self.client.info("commandstats")
-            usec = sum(
-                int(stats.get(f"cmdstat_{name}", {}).get("usec", 0)) for name in COPY_COMMANDS
-            )
-            return usec / 1e6
-        (reply,) = await self.pipe.execute([("INFO", "commandstats")])
+        (reply,) = await self.sender.execute([("INFO", "commandstats")])
         if isinstance(reply, Exception):
             raise reply
         return copy_usec(reply) / 1e6
 
 
-def copy_usec(info: bytes) -> int:
-    """The copy commands' `usec` in an INFO commandstats text: its few lines read alone,
-    rather than every command's parsed into a dict (twice a millisecond of the copy's
-    own CPU, a reading every 5 ms)."""
+def copy_usec(info: bytes | dict[str, Any]) -> int:
+    """The copy commands' `usec` in an INFO commandstats reply: the lean pipe's text, of
+    which its few lines are read alone rather than every command's parsed into a dict
+    (twice a millisecond of the copy's own CPU, a reading every 5 ms); or the dict
+    redis-py parsed it into."""
+    if isinstance(info, dict):
+        return sum(int(info.get(f"cmdstat_{name}", {}).get("usec", 0)) for name in COPY_COMMANDS)
     usec = 0
     for line in info.split(b"\r\n"):
         name, _, fields = line.partition(b":")

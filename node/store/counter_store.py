@@ -23,7 +23,7 @@ from cluster.model.keys import (
 from cluster.model.keys import HOLDS_KEY as HOLDS_KEY  # re-exported: tests read the holds set
 from cluster.wire import OpKind
 from node.errors import ShardMovedOn
-from node.store.redispy_pipe import RedisPyPipe
+from node.store.redispy_pipe import RedisPyPipe, Sender
 from node.store.replies import (
     SKEWED_REPLY,
     adjust_result,
@@ -115,9 +115,7 @@ class CounterStore:
         # Script calls go through a lean pipelined connection (node/store/resp.py) when the
         # client's kind of connection allows it; redis-py's pipeline otherwise (TLS).
         self.pipe = RespPipe.for_client(client) if raw_pipe else None
-        self._sender: RespPipe | RedisPyPipe = (
-            self.pipe if self.pipe is not None else RedisPyPipe(client)
-        )
+        self._sender: Sender = self.pipe if self.pipe is not None else RedisPyPipe(client)
         self.scripts = ScriptBook(client)
         self.calls = ScriptCalls(self.scripts, default_record_ttl_ms)
         self.decision_ttl_ms = DECISION_TTL_MS

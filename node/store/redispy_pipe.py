@@ -10,9 +10,9 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from node.store.resp import Command
+from node.store.resp import Command, RespPipe
 
-__all__ = ["RedisPyPipe"]
+__all__ = ["RedisPyPipe", "Sender"]
 
 
 class RedisPyPipe:
@@ -34,3 +34,7 @@ class RedisPyPipe:
             pipe.execute_command(*command)
         results: list[Any] = await pipe.execute(raise_on_error=False)
         return results
+
+
+# How the store's commands reach one Redis: the lean pipe where it can go, else this.
+Sender = RespPipe | RedisPyPipe

@@ -11,6 +11,7 @@ import redis.asyncio as aioredis
 from cluster.local.redis_proc import RedisProcess
 from node.migration.copy_step import Budget
 from node.migration.redis_time import COPY_COMMANDS, READ_EVERY_S, RedisTime
+from node.store.redispy_pipe import RedisPyPipe
 from node.store.resp import RespPipe
 
 
@@ -28,7 +29,7 @@ async def test_a_reading_is_the_time_redis_counted_for_the_copys_commands(
     now = [100.0]
     client = aioredis.Redis(port=source.port)
     pipe = RespPipe.for_client(client) if piped else None
-    redis_time = RedisTime(client, clock=lambda: now[0], pipe=pipe)
+    redis_time = RedisTime(pipe or RedisPyPipe(client), clock=lambda: now[0])
     try:
         before = copy_usec(admin)
         assert await redis_time.used() is None  # the first reading: where counts begin
@@ -70,7 +71,7 @@ async def test_where_redis_refuses_info_the_budget_times_the_calls(
     client = aioredis.Redis(port=redis_servers[0].port, username="copier", password="secret")
     pipe = RespPipe.for_client(client) if piped else None
     try:
-        redis_time = RedisTime(client, pipe=pipe)
+        redis_time = RedisTime(pipe or RedisPyPipe(client))
         budget = Budget(busy_pct=50, redis_time=redis_time)
         assert budget.counted_by_redis
         await budget.after(0.0)
