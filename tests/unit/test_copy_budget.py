@@ -8,10 +8,10 @@ import asyncio
 from typing import cast
 
 import pytest
-import redis.asyncio as aioredis
 
 from node.migration.copy_step import MIN_PAUSE_S, Budget
 from node.migration.redis_time import READ_EVERY_S, RedisTime
+from node.store.redispy_pipe import Sender
 from router.config import RouterConfig
 
 
@@ -112,7 +112,7 @@ class CountedTime(RedisTime):
     """The copy commands' time as a Redis would count it, kept by the test."""
 
     def __init__(self, timers: MillisecondTimers) -> None:
-        super().__init__(cast(aioredis.Redis, None), clock=timers.clock)
+        super().__init__(cast(Sender, None), clock=timers.clock)
         self.seconds = 0.0
 
     async def total(self) -> float:
