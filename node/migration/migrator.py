@@ -96,13 +96,17 @@ class Migrator:
         on a node that lost the key), so it is already the current one: no pull.
         Not when an abort hands keys back (`reverting`): a key present here may be the
         frozen copy the aborted migration left, so only the marker counts."""
-        pipe = self.client.pipeline(transaction=False)
-        for key in keys:
-            if reverting:
-                pipe.exists(marker_key(migration_id, key))
-            else:
-                pipe.exists(marker_key(migration_id, key), key)
-        found = await pipe.execute()
+        found = await self.direct.sender.execute(
+            [
+                ("EXISTS", marker_key(migration_id, key))
+                if reverting
+                else ("EXISTS", marker_key(migration_id, key), key)
+                for key in keys
+            ]
+        )
+        for present in found:
+            if isinstance(present, Exception):
+                raise present
         return [key for key, present in zip(keys, found, strict=True) if not present]
 
     async def pull(self, ownership: Ownership, source: Endpoints, keys: Sequence[str]) -> int:

@@ -32,7 +32,7 @@ class PeerRedis:
     def __init__(self, peers: PeerClient) -> None:
         self.peers = peers
         self._clients: dict[RedisAddress, aioredis.Redis] = {}
-        self._pipes: dict[RedisAddress, RespPipe] = {}  # a copy's RESTOREs, per target
+        self._pipes: dict[RedisAddress, RespPipe] = {}  # RESTOREs and first-touch reads
         self._checked: dict[tuple[RedisAddress, str], bool] = {}  # reaches that run_id?
 
     async def address(self, endpoints: Endpoints) -> RedisAddress | None:
@@ -72,7 +72,8 @@ class PeerRedis:
         return client
 
     def pipe(self, address: RedisAddress) -> RespPipe:
-        """A lean pipe to `address` (node/store/resp.py), for pipelines of many commands."""
+        """A lean pipe to `address` (node/store/resp.py): a copy's RESTOREs into a target,
+        a first touch's reads from a source. It has no read timeout: callers bound it."""
         pipe = self._pipes.get(address)
         if pipe is None:
             host, port, db = address

@@ -15,7 +15,8 @@ for such an empty export, learns its Redis address and checks that it reaches th
 from here (node/migration/peer_redis.py), off the check path; until that is done for a
 source, its keys come through its export endpoint.
 
-The read is one transaction that also asks ROLE, so a demoted primary (a failover moved
+The read is one transaction, sent through the lean pipe to that Redis
+(node/migration/peer_redis.py), that also asks ROLE, so a demoted primary (a failover moved
 the source's Redis) is never read: its address is forgotten and the export endpoint
 answers instead. A source whose Redis cannot be reached from here (another network, TLS,
 a password, an address that reaches another Redis from here) is read through its node.
@@ -38,7 +39,7 @@ from node.errors import PeerError
 from node.migration.copy_step import MovingArcs
 from node.migration.entries import ExportEntry, entries_of
 from node.migration.peer_client import Endpoints, PeerClient
-from node.migration.peer_redis import PeerRedis
+from node.migration.peer_redis import CALL_TIMEOUT_S, PeerRedis
 from node.topology.ownership import Ownership
 
 __all__ = ["SourceReads", "sources_of"]
@@ -131,16 +132,20 @@ class SourceReads:
         address = await self.peer_redis.address(source)
         if address is None:
             return None
+        commands: list[tuple[str, ...]] = [("MULTI",), ("ROLE",), ("TIME",)]
+        for key in keys:
+            commands += [("DUMP", key), ("PTTL", key)]
         try:
-            pipe = self.peer_redis.client(address).pipeline(transaction=True)
-            pipe.execute_command("ROLE")
-            pipe.time()
-            for key in keys:
-                pipe.dump(key)
-                pipe.pttl(key)
-            replies = await pipe.execute()
-        except (RedisError, OSError) as exc:
-            log.info("reading moving keys at %s:%s: %s; through its node", *address[:2], exc)
+            async with asyncio.timeout(CALL_TIMEOUT_S):
+                *queued, replies = await self.peer_redis.pipe(address).execute(
+                    [*commands, ("EXEC",)]
+                )
+            for reply in (*queued, replies):
+                if isinstance(reply, Exception):
+                    raise reply
+        except (RedisError, OSError, TimeoutError) as exc:
+            why = exc or type(exc).__name__
+            log.info("reading moving keys at %s:%s: %s; through its node", *address[:2], why)
             self._ready.pop(source, None)  # another read may have failed meanwhile
             self.peers.forget_redis(source)
             await self.peer_redis.forget(address)
