@@ -45,7 +45,7 @@ from cluster.model.partition import (
 )
 from cluster.wire.control import COPY_BUSY_PCT
 from node.migration.redis_time import RedisTime
-from node.store.redispy_pipe import RedisPyPipe, Sender
+from node.store.redispy_pipe import RedisPyPipe, Sender, replies_or_raise
 from node.store.scripts import read_lua
 from node.topology.ownership import Ownership
 
@@ -306,10 +306,7 @@ class Finder:
     async def _scan(self, cursor: int, examine: int) -> Scanned:
         began = time.monotonic()
         command = ("SCAN", cursor, "MATCH", DATA_KEYS_PATTERN, "COUNT", examine)
-        (reply,) = await self.sender.execute([command])
-        if isinstance(reply, Exception):
-            raise reply
-        next_cursor, names = reply
+        ((next_cursor, names),) = replies_or_raise(await self.sender.execute([command]))
         answered = time.monotonic()
         raws = cast(list[bytes], names)  # neither client decodes
         return int(next_cursor), raws, answered - began, answered

@@ -22,7 +22,7 @@ from node.errors import PeerError
 from node.migration.copy_step import MOVE_CHUNK
 from node.migration.peer_client import Endpoints, PeerClient, RedisAddress
 from node.migration.peer_redis import PeerRedis
-from node.store.redispy_pipe import RedisPyPipe, Sender
+from node.store.redispy_pipe import RedisPyPipe, Sender, replies_or_raise
 from node.store.resp import RespPipe
 
 __all__ = ["LANDED_GROUP", "DirectMover"]
@@ -90,14 +90,11 @@ class DirectMover:
         and the deletion need not be one step (as MIGRATE's are, which held this Redis
         for the whole round trip, the target's RESTOREs included, about 5 µs a key):
         meanwhile the key is at both shards, as it is for a replicated target."""
-        read = await self.sender.execute(
-            [c for key in keys for c in (("PTTL", key), ("DUMP", key))]
+        read = replies_or_raise(
+            await self.sender.execute([c for key in keys for c in (("PTTL", key), ("DUMP", key))])
         )
         restores: list[tuple[str, str, int, bytes]] = []
         for key, ttl, payload in zip(keys, read[0::2], read[1::2], strict=True):
-            for reply in (ttl, payload):
-                if isinstance(reply, Exception):
-                    raise reply
             if payload is None:
                 continue  # expired since it was found
             # PTTL -1: no expiry, RESTORE's 0; under a millisecond left reads 0: kept 1.
@@ -119,9 +116,7 @@ class DirectMover:
                 log.info("copy to %s:%s: %s", address[0], address[1], answer)
                 return None
         if restored and not keep:
-            (deleted,) = await self.sender.execute([("UNLINK", *restored)])
-            if isinstance(deleted, Exception):
-                raise deleted
+            replies_or_raise(await self.sender.execute([("UNLINK", *restored)]))
         return len(restored) == len(restores)
 
     async def close(self) -> None:

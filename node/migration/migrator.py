@@ -23,6 +23,7 @@ from node.migration.peer_client import Endpoints, PeerClient
 from node.migration.peer_redis import PeerRedis
 from node.migration.redis_time import RedisTime
 from node.migration.source_reads import SourceReads
+from node.store.redispy_pipe import replies_or_raise
 from node.store.scripts import read_lua
 from node.topology.ownership import Ownership
 
@@ -96,17 +97,13 @@ class Migrator:
         on a node that lost the key), so it is already the current one: no pull.
         Not when an abort hands keys back (`reverting`): a key present here may be the
         frozen copy the aborted migration left, so only the marker counts."""
-        found = await self.direct.sender.execute(
-            [
-                ("EXISTS", marker_key(migration_id, key))
-                if reverting
-                else ("EXISTS", marker_key(migration_id, key), key)
-                for key in keys
-            ]
-        )
-        for present in found:
-            if isinstance(present, Exception):
-                raise present
+        lookups = [
+            ("EXISTS", marker_key(migration_id, key))
+            if reverting
+            else ("EXISTS", marker_key(migration_id, key), key)
+            for key in keys
+        ]
+        found = replies_or_raise(await self.direct.sender.execute(lookups))
         return [key for key, present in zip(keys, found, strict=True) if not present]
 
     async def pull(self, ownership: Ownership, source: Endpoints, keys: Sequence[str]) -> int:

@@ -18,7 +18,7 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from node.store.redispy_pipe import Sender
+from node.store.redispy_pipe import Sender, replies_or_raise
 
 log = logging.getLogger("shardlimit.node")
 
@@ -67,9 +67,7 @@ class RedisTime:
 
     async def total(self) -> float:
         """Seconds the copy commands have taken in this Redis since its counts began."""
-        (reply,) = await self.sender.execute([("INFO", "commandstats")])
-        if isinstance(reply, Exception):
-            raise reply
+        (reply,) = replies_or_raise(await self.sender.execute([("INFO", "commandstats")]))
         return copy_usec(reply) / 1e6
 
 

@@ -40,6 +40,7 @@ from node.migration.copy_step import MovingArcs
 from node.migration.entries import ExportEntry, entries_of
 from node.migration.peer_client import Endpoints, PeerClient
 from node.migration.peer_redis import CALL_TIMEOUT_S, PeerRedis
+from node.store.redispy_pipe import replies_or_raise
 from node.topology.ownership import Ownership
 
 __all__ = ["SourceReads", "sources_of"]
@@ -137,12 +138,8 @@ class SourceReads:
             commands += [("DUMP", key), ("PTTL", key)]
         try:
             async with asyncio.timeout(CALL_TIMEOUT_S):
-                *queued, replies = await self.peer_redis.pipe(address).execute(
-                    [*commands, ("EXEC",)]
-                )
-            for reply in (*queued, replies):
-                if isinstance(reply, Exception):
-                    raise reply
+                sent = await self.peer_redis.pipe(address).execute([*commands, ("EXEC",)])
+            *_queued, replies = replies_or_raise(sent)
         except (RedisError, OSError, TimeoutError) as exc:
             why = exc or type(exc).__name__
             log.info("reading moving keys at %s:%s: %s; through its node", *address[:2], why)

@@ -23,7 +23,7 @@ from cluster.model.keys import (
 from cluster.model.keys import HOLDS_KEY as HOLDS_KEY  # re-exported: tests read the holds set
 from cluster.wire import OpKind
 from node.errors import ShardMovedOn
-from node.store.redispy_pipe import RedisPyPipe, Sender
+from node.store.redispy_pipe import RedisPyPipe, Sender, replies_or_raise
 from node.store.replies import (
     SKEWED_REPLY,
     adjust_result,
@@ -285,10 +285,7 @@ class CounterStore:
                 calls.append(self.calls.undo_call(op, packed, now_ms, NO_FENCE))
         if not calls:
             return 0
-        results = await self._evalsha_all(calls)
-        failed = [r for r in results if isinstance(r, Exception)]
-        if failed:
-            raise failed[0]
+        results = replies_or_raise(await self._evalsha_all(calls))
         return sum(1 for r in results if isinstance(r, int) and r > 0)
 
     async def _execute(self, calls: list[ScriptCall], acks: ReplicaAcks | None) -> list[Any]:

@@ -12,7 +12,7 @@ from redis.exceptions import ResponseError
 
 from node.store.resp import Command, RespPipe
 
-__all__ = ["RedisPyPipe", "Sender"]
+__all__ = ["RedisPyPipe", "Sender", "replies_or_raise"]
 
 
 class RedisPyPipe:
@@ -38,3 +38,11 @@ class RedisPyPipe:
 
 # How the store's commands reach one Redis: the lean pipe where it can go, else this.
 Sender = RespPipe | RedisPyPipe
+
+
+def replies_or_raise(replies: list[Any]) -> list[Any]:
+    """A Sender's `replies`, once none of them is an error reply: the first one is raised."""
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
