@@ -50,9 +50,11 @@ from node.store.scripts import read_lua
 from node.topology.ownership import Ownership
 
 MOVE_CHUNK = 200  # keys per move call: read here, restored at the target, dropped here
-# Moves in flight at once: while one chunk's RESTOREs run at the target, the next one's
-# reads run here, and neither Redis waits on this node's round trips in between.
-MOVERS = 2
+# Moves in flight at once. Two let one chunk's RESTOREs run at the target while the next
+# one's reads run here, and moved a node's removal a fifth faster (its addition 5 %), but
+# on cores shared with live checks the copy then ran more at once, and their p99 during
+# the moves was 0.5-1.5 ms longer (bench/README.md, `migration`): one.
+MOVERS = 1
 SCAN_ROUND = 1000  # SCAN COUNT per round inside scan_moving.lua
 MIN_PAUSE_S = 0.001  # the shortest pause the copy takes (see Budget.after)
 FIND_BATCH = 500  # names examined per find call (one Lua call or a few SCANs)
