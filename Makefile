@@ -117,4 +117,4 @@ constraints:
 	mv constraints.txt.new constraints.txt && rm -rf $(CONSTRAINTS_VENV)
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(CONSTRAINTS_VENV) constraints.txt.new build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -22,8 +22,7 @@ from node.errors import PeerError
 from node.migration.copy_step import MOVE_CHUNK
 from node.migration.peer_client import Endpoints, PeerClient, RedisAddress
 from node.migration.peer_redis import PeerRedis
-from node.store.redispy_pipe import RedisPyPipe, Sender, replies_or_raise
-from node.store.resp import RespPipe
+from node.store.redispy_pipe import Sender, replies_or_raise
 
 __all__ = ["LANDED_GROUP", "DirectMover"]
 
@@ -39,17 +38,17 @@ _GONE = (ReadOnlyError, MasterDownError, BusyLoadingError)
 
 
 class DirectMover:
-    """Copies keys from this node's Redis (`client`) to the targets' (`peers` names them)."""
+    """Copies keys from this node's Redis (`client`) to the targets' (`peers` names them).
+    Reads and deletions here go through `sender`, the migration's own connection to this
+    Redis; RESTOREs through the target's (PeerRedis.pipe)."""
 
-    def __init__(self, client: aioredis.Redis, peers: PeerClient, peer_redis: PeerRedis) -> None:
+    def __init__(
+        self, client: aioredis.Redis, peers: PeerClient, peer_redis: PeerRedis, sender: Sender
+    ) -> None:
         self.client = client
         self.peers = peers
         self.peer_redis = peer_redis  # the targets' Redis, by their address
-        # Reads and deletions here go through a lean pipe of their own, not the check
-        # path's (redis-py's generic client where it cannot go: TLS); RESTOREs through
-        # the target's (PeerRedis.pipe).
-        self.pipe = RespPipe.for_client(client)
-        self.sender: Sender = self.pipe or RedisPyPipe(client)
+        self.sender = sender
 
     async def move(self, target: Endpoints, keys: list[str]) -> list[str]:
         """Copy `keys` to the target's Redis (TTL kept, never REPLACE), MOVE_CHUNK keys
@@ -118,10 +117,6 @@ class DirectMover:
         if restored and not keep:
             replies_or_raise(await self.sender.execute([("UNLINK", *restored)]))
         return len(restored) == len(restores)
-
-    async def close(self) -> None:
-        if self.pipe is not None:
-            await self.pipe.close()
 
     async def _still_here(self, keys: list[str]) -> list[str]:
         pipe = self.client.pipeline(transaction=False)

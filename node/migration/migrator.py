@@ -23,7 +23,7 @@ from node.migration.peer_client import Endpoints, PeerClient
 from node.migration.peer_redis import PeerRedis
 from node.migration.redis_time import RedisTime
 from node.migration.source_reads import SourceReads
-from node.store.redispy_pipe import replies_or_raise
+from node.store.redispy_pipe import own_sender, replies_or_raise, run_script
 from node.store.scripts import read_lua
 from node.topology.ownership import Ownership
 
@@ -52,7 +52,11 @@ class Migrator:
         # succeeded: a SCAN cursor means nothing to another Redis process.
         self._scanned_on: tuple[str, str, int] | None = None
         self.peer_redis = PeerRedis(peers)
-        self.direct = DirectMover(client, peers, self.peer_redis)  # straight to targets' Redis
+        # The migration's own connection to this Redis, apart from the check path's: the
+        # copy's reads and deletions, its pacing's readings, first touches' marker lookups.
+        self.sender = own_sender(client)
+        # straight to targets' Redis
+        self.direct = DirectMover(client, peers, self.peer_redis, self.sender)
         self.sources = SourceReads(peers, self.peer_redis)  # first touch from sources' Redis
 
     async def export(self, keys: Sequence[str], reverted: str | None = None) -> list[ExportEntry]:
@@ -85,8 +89,7 @@ class Migrator:
             if replace:
                 args.append(1 if authoritative else 0)
         script = self.revert_script if replace else self.import_script
-        restored: int = await script(keys=keys, args=args)
-        return restored
+        return int(await run_script(self.sender, script, keys, args))
 
     async def missing_markers(
         self, migration_id: str, keys: Sequence[str], *, reverting: bool = False
@@ -103,7 +106,7 @@ class Migrator:
             else ("EXISTS", marker_key(migration_id, key), key)
             for key in keys
         ]
-        found = replies_or_raise(await self.direct.sender.execute(lookups))
+        found = replies_or_raise(await self.sender.execute(lookups))
         return [key for key, present in zip(keys, found, strict=True) if not present]
 
     async def pull(self, ownership: Ownership, source: Endpoints, keys: Sequence[str]) -> int:
@@ -129,7 +132,7 @@ class Migrator:
         """The pacing of this source's copy: kept across the steps of a migration, so
         a keys/s rate holds over the whole copy."""
         if self._budget is None or self._budget[0] != migration_id:
-            redis_time = RedisTime(self.direct.sender)
+            redis_time = RedisTime(self.sender)
             self._budget = (migration_id, Budget(busy_pct, rate, redis_time=redis_time))
         budget = self._budget[1]
         budget.busy_pct, budget.rate = busy_pct, rate
@@ -167,7 +170,7 @@ class Migrator:
             cursor = 0
         cached = (migration_id, ownership.epoch)
         if self._finder is None or self._finder[0] != cached:
-            self._finder = (cached, Finder(self.client, ownership, sender=self.direct.sender))
+            self._finder = (cached, Finder(self.client, ownership, sender=self.sender))
         finder = self._finder[1]
 
         async def move_now(target: str, keys: list[str]) -> int:
@@ -217,7 +220,7 @@ class Migrator:
         return (await held(self.client, [], True, needed=needed))[1] >= needed
 
     async def close(self) -> None:
-        await self.direct.close()
+        await self.sender.close()
         await self.sources.close()
         await self.peer_redis.close()
 

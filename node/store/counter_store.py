@@ -23,7 +23,7 @@ from cluster.model.keys import (
 from cluster.model.keys import HOLDS_KEY as HOLDS_KEY  # re-exported: tests read the holds set
 from cluster.wire import OpKind
 from node.errors import ShardMovedOn
-from node.store.redispy_pipe import RedisPyPipe, Sender, replies_or_raise
+from node.store.redispy_pipe import Sender, own_sender, replies_or_raise
 from node.store.replies import (
     SKEWED_REPLY,
     adjust_result,
@@ -114,8 +114,8 @@ class CounterStore:
         self.client = client
         # Script calls go through a lean pipelined connection (node/store/resp.py) when the
         # client's kind of connection allows it; redis-py's pipeline otherwise (TLS).
-        self.pipe = RespPipe.for_client(client) if raw_pipe else None
-        self._sender: Sender = self.pipe if self.pipe is not None else RedisPyPipe(client)
+        self._sender: Sender = own_sender(client, lean=raw_pipe)
+        self.pipe = self._sender if isinstance(self._sender, RespPipe) else None  # send_now
         self.scripts = ScriptBook(client)
         self.calls = ScriptCalls(self.scripts, default_record_ttl_ms)
         self.decision_ttl_ms = DECISION_TTL_MS
@@ -137,8 +137,7 @@ class CounterStore:
         self.calls.offset_ms = value
 
     async def close(self) -> None:
-        if self.pipe is not None:
-            await self.pipe.close()
+        await self._sender.close()
 
     async def measure_skew(self) -> None:
         before = time.time()

@@ -8,11 +8,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.exceptions import ResponseError
+from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError, ResponseError
 
-from node.store.resp import Command, RespPipe
+from node.store.resp import Arg, Command, RespPipe
 
-__all__ = ["RedisPyPipe", "Sender", "replies_or_raise"]
+__all__ = ["RedisPyPipe", "Sender", "own_sender", "replies_or_raise", "run_script"]
 
 
 class RedisPyPipe:
@@ -35,9 +36,19 @@ class RedisPyPipe:
         results: list[Any] = await pipe.execute(raise_on_error=False)
         return results
 
+    async def close(self) -> None:
+        """Nothing: the client is its owner's, shared with other users."""
+
 
 # How the store's commands reach one Redis: the lean pipe where it can go, else this.
 Sender = RespPipe | RedisPyPipe
+
+
+def own_sender(client: aioredis.Redis, *, lean: bool = True) -> Sender:
+    """A connection of its own to `client`'s server, database and user: the lean pipe
+    where it can go (and `lean`), else redis-py's `client` itself."""
+    pipe = RespPipe.for_client(client) if lean else None
+    return pipe if pipe is not None else RedisPyPipe(client)
 
 
 def replies_or_raise(replies: list[Any]) -> list[Any]:
@@ -46,3 +57,18 @@ def replies_or_raise(replies: list[Any]) -> list[Any]:
         if isinstance(reply, Exception):
             raise reply
     return replies
+
+
+async def run_script(
+    sender: Sender, script: AsyncScript, keys: Sequence[Arg], args: Sequence[Arg]
+) -> Any:
+    """One call of `script` through `sender`: its reply, or its error reply raised. Loaded
+    and called once more when this Redis does not hold it (a restart, SCRIPT FLUSH)."""
+    call = ("EVALSHA", script.sha, len(keys), *keys, *args)
+    (reply,) = await sender.execute([call])
+    if isinstance(reply, NoScriptError):
+        source = script.script
+        loaded = bytes(source) if isinstance(source, memoryview) else source
+        replies_or_raise(await sender.execute([("SCRIPT", "LOAD", loaded)]))
+        (reply,) = await sender.execute([call])
+    return replies_or_raise([reply])[0]

@@ -17,6 +17,7 @@ from cluster.local.redis_proc import RedisProcess
 from node.migration.direct import DirectMover
 from node.migration.peer_client import PeerClient, RedisAddress
 from node.migration.peer_redis import PeerRedis
+from node.store.redispy_pipe import own_sender
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -28,9 +29,10 @@ async def mover(redis_servers: list[RedisProcess]) -> AsyncIterator[DirectMover]
     client = aioredis.Redis(port=redis_servers[0].port)
     peers = PeerClient(aiohttp.ClientSession, cluster_token=None)
     peer_redis = PeerRedis(peers)
-    moving = DirectMover(client, peers, peer_redis)
+    sender = own_sender(client)
+    moving = DirectMover(client, peers, peer_redis, sender)
     yield moving
-    await moving.close()
+    await sender.close()
     await peer_redis.close()
     await client.aclose()
 

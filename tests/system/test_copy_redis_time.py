@@ -11,8 +11,7 @@ import redis.asyncio as aioredis
 from cluster.local.redis_proc import RedisProcess
 from node.migration.copy_step import Budget
 from node.migration.redis_time import COPY_COMMANDS, READ_EVERY_S, RedisTime
-from node.store.redispy_pipe import RedisPyPipe
-from node.store.resp import RespPipe
+from node.store.redispy_pipe import own_sender
 
 
 def copy_usec(client: sync_redis.Redis) -> int:
@@ -28,8 +27,8 @@ async def test_a_reading_is_the_time_redis_counted_for_the_copys_commands(
     admin = sync_redis.Redis(port=source.port)
     now = [100.0]
     client = aioredis.Redis(port=source.port)
-    pipe = RespPipe.for_client(client) if piped else None
-    redis_time = RedisTime(pipe or RedisPyPipe(client), clock=lambda: now[0])
+    sender = own_sender(client, lean=piped)
+    redis_time = RedisTime(sender, clock=lambda: now[0])
     try:
         before = copy_usec(admin)
         assert await redis_time.used() is None  # the first reading: where counts begin
@@ -54,8 +53,7 @@ async def test_a_reading_is_the_time_redis_counted_for_the_copys_commands(
         assert round(used * 1e6) == spent
         assert admin.dbsize() == 2001
     finally:
-        if pipe is not None:
-            await pipe.close()
+        await sender.close()
         await client.aclose()
         admin.close()
 
@@ -69,9 +67,9 @@ async def test_where_redis_refuses_info_the_budget_times_the_calls(
         "copier", enabled=True, passwords=["+secret"], keys=["*"], commands=["+@all", "-info"]
     )
     client = aioredis.Redis(port=redis_servers[0].port, username="copier", password="secret")
-    pipe = RespPipe.for_client(client) if piped else None
+    sender = own_sender(client, lean=piped)
     try:
-        redis_time = RedisTime(pipe or RedisPyPipe(client))
+        redis_time = RedisTime(sender)
         budget = Budget(busy_pct=50, redis_time=redis_time)
         assert budget.counted_by_redis
         await budget.after(0.0)
@@ -81,8 +79,7 @@ async def test_where_redis_refuses_info_the_budget_times_the_calls(
         await budget.after(0.004)
         assert budget.paused_s > 0
     finally:
-        if pipe is not None:
-            await pipe.close()
+        await sender.close()
         await client.aclose()
         admin.acl_deluser("copier")
         admin.close()
