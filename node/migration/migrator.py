@@ -53,9 +53,10 @@ class Migrator:
         self._scanned_on: tuple[str, str, int] | None = None
         self.peer_redis = PeerRedis(peers)
         # The migration's own connection to this Redis, apart from the check path's: the
-        # copy's reads and deletions, its pacing's readings, first touches' marker lookups.
+        # copy's reads and deletions, its pacing's readings, first touches' marker lookups
+        # and imports.
         self.sender = own_sender(client)
-        # straight to targets' Redis
+        # Moves keys straight into the targets' Redis.
         self.direct = DirectMover(client, peers, self.peer_redis, self.sender)
         self.sources = SourceReads(peers, self.peer_redis)  # first touch from sources' Redis
 
