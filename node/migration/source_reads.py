@@ -141,7 +141,7 @@ class SourceReads:
                 sent = await self.peer_redis.pipe(address).execute([*commands, ("EXEC",)])
             *_queued, replies = replies_or_raise(sent)
         except (RedisError, OSError, TimeoutError) as exc:
-            why = exc or type(exc).__name__
+            why = str(exc) or type(exc).__name__  # a timeout says nothing of itself
             log.info("reading moving keys at %s:%s: %s; through its node", *address[:2], why)
             self._ready.pop(source, None)  # another read may have failed meanwhile
             self.peers.forget_redis(source)
