@@ -35,6 +35,8 @@ LANDED_GROUP = 500
 RESTORE_TIMEOUT_S = 10.0
 # The error replies of an address that is no longer a writable primary.
 _GONE = (ReadOnlyError, MasterDownError, BusyLoadingError)
+# The error reply of a RESTORE over a key the target holds.
+_HELD = "BUSYKEY"
 
 
 class DirectMover:
@@ -56,13 +58,13 @@ class DirectMover:
         endpoint).
 
         A key the target already holds (imported on first touch and maybe counted
-        since) is refused with BUSYKEY and stays there as it is; it is dropped here if
-        the target has it, else it goes through the import endpoint. A target that has
-        (or may have) replicas keeps the keys here until a replica of it holds them
-        (node/migration/durable.py). A target's address with no writable primary (a
-        failover moved it, or it is down) is forgotten, and the keys go through the
-        target node's import endpoint, which writes to its current primary, or fails
-        the step while it has none.
+        since) is refused with BUSYKEY and stays there as it is; it is dropped here. A
+        key the target refuses for another reason stays here and goes through the
+        import endpoint. A target that has (or may have) replicas keeps the keys here
+        until a replica of it holds them (node/migration/durable.py). A target's
+        address with no writable primary (a failover moved it, or it is down) is
+        forgotten, and the keys go through the target node's import endpoint, which
+        writes to its current primary, or fails the step while it has none.
         """
         address = await self.peer_redis.address(target)
         if address is None:
@@ -70,25 +72,30 @@ class DirectMover:
         durable = self.peers.replicated.get(target, True)  # unknown: as if it had
         left: list[str] = []
         for start in range(0, len(keys), MOVE_CHUNK):
-            chunk = keys[start : start + MOVE_CHUNK]
-            done = await self.copy_chunk(address, chunk, keep=durable)
-            if done is None:
+            refused = await self.copy_chunk(address, keys[start : start + MOVE_CHUNK], durable)
+            if refused is None:
                 await self._forget(target, address)
                 return left + await self._still_here(keys if durable else keys[start:])
-            if not done and not durable:
-                left += await self._drop_if_there(address, await self._still_here(chunk))
+            left += refused
         return await self._drop_landed(target, address, keys) if durable else left
 
-    async def copy_chunk(self, address: RedisAddress, keys: list[str], keep: bool) -> bool | None:
+    async def copy_chunk(
+        self, address: RedisAddress, keys: list[str], keep: bool
+    ) -> list[str] | None:
         """One chunk: PTTL and DUMP of each key here (one pipeline), RESTORE of each at
-        `address` (one pipeline), then, unless `keep`, UNLINK here of the keys restored.
-        True; False when the target refused some keys (they stay here); None when no
-        writable primary answered at `address` (node/migration/durable.py).
+        `address` (one pipeline), then, unless `keep`, one UNLINK here of the keys the
+        target now holds: those restored, and those it refused as holding them already
+        (BUSYKEY). Returns the keys the target refused for another reason (they stay
+        here: the import endpoint's to settle); None when no writable primary answered
+        at `address` (node/migration/durable.py).
 
         This node's copy of a moving key is frozen (nothing here writes it), so the read
         and the deletion need not be one step (as MIGRATE's are, which held this Redis
         for the whole round trip, the target's RESTOREs included, about 5 µs a key):
-        meanwhile the key is at both shards, as it is for a replicated target."""
+        meanwhile the key is at both shards, as it is for a replicated target. A key the
+        target already holds is the current one: the target writes a moving key only
+        after importing it (from this frozen copy), and no earlier migration left a copy
+        there (Migrator.missing_markers)."""
         read = replies_or_raise(
             await self.sender.execute([c for key in keys for c in (("PTTL", key), ("DUMP", key))])
         )
@@ -99,30 +106,30 @@ class DirectMover:
             # PTTL -1: no expiry, RESTORE's 0; under a millisecond left reads 0: kept 1.
             restores.append(("RESTORE", key, 0 if ttl == -1 else max(int(ttl), 1), payload))
         if not restores:
-            return True
+            return []
         try:
             async with asyncio.timeout(RESTORE_TIMEOUT_S):
                 answers = await self.peer_redis.pipe(address).execute(restores)
         except (RedisError, OSError, TimeoutError) as exc:
-            log.info("copy to %s:%s: %s", address[0], address[1], exc or type(exc).__name__)
+            log.info("copy to %s:%s: %s", address[0], address[1], str(exc) or type(exc).__name__)
             await self.peer_redis.forget(address)  # a pipe that timed out may answer late
             return None
-        restored: list[str] = []
+        there: list[str] = []
+        refused: list[str] = []
         for (_, key, _, _), answer in zip(restores, answers, strict=True):
-            if not isinstance(answer, ResponseError):
-                restored.append(key)
+            if not isinstance(answer, ResponseError) or str(answer).startswith(_HELD):
+                there.append(key)
             elif isinstance(answer, _GONE):
                 log.info("copy to %s:%s: %s", address[0], address[1], answer)
                 return None
-        if restored and not keep:
-            replies_or_raise(await self.sender.execute([("UNLINK", *restored)]))
-        return len(restored) == len(restores)
+            else:
+                refused.append(key)
+        if there and not keep:
+            replies_or_raise(await self.sender.execute([("UNLINK", *there)]))
+        return refused
 
     async def _still_here(self, keys: list[str]) -> list[str]:
-        pipe = self.client.pipeline(transaction=False)
-        for key in keys:
-            pipe.exists(key)
-        present = await pipe.execute()
+        present = replies_or_raise(await self.sender.execute([("EXISTS", key) for key in keys]))
         return [key for key, here in zip(keys, present, strict=True) if here]
 
     async def _drop_landed(
@@ -151,15 +158,8 @@ class DirectMover:
         await self.peer_redis.forget(address)
 
     async def _drop_if_there(self, address: RedisAddress, keys: list[str]) -> list[str]:
-        """Of the keys a copy left here, drop those the target's Redis already has;
-        the others are returned (to go through the import endpoint).
-
-        A moving key present at the target is the current one: the target writes it
-        only after importing it (from this frozen copy), and no earlier migration left
-        a copy there. So the import script would do nothing for it but set a marker,
-        which the target's first touch no longer needs (Migrator.missing_markers).
-        Asking the target's Redis directly saves an HTTP call through the target node
-        per chunk that met a key a live check had already pulled."""
+        """Of `keys`, drop here those the target's Redis already has (the current copy:
+        see copy_chunk); the others are returned (to go through the import endpoint)."""
         if not keys:
             return keys
         try:

@@ -1,7 +1,8 @@
 """A copy step's chunk to a target's Redis (node/migration/direct.py), on real
 redis-servers: each key read here (PTTL, DUMP), RESTOREd there with its expiry, never
-over a key the target holds, and dropped here only once restored; an address that is
-not a writable primary is told apart."""
+over a key the target holds, and dropped here once the target holds it; a key the
+target refuses otherwise stays here; an address that is not a writable primary is told
+apart."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def _address(server: RedisProcess) -> RedisAddress:
     return (server.host, server.port, 0)
 
 
-async def test_a_chunk_lands_with_its_expiry_and_leaves_only_what_the_target_refused(
+async def test_a_chunk_lands_with_its_expiry_and_a_key_the_target_holds_is_left_as_it_is_there(
     mover: DirectMover, redis_servers: list[RedisProcess]
 ) -> None:
     source, target = (redis.Redis(port=s.port) for s in redis_servers[:2])
@@ -50,15 +51,32 @@ async def test_a_chunk_lands_with_its_expiry_and_leaves_only_what_the_target_ref
         source.set(name, i + 1, px=HOUR_MS)
     source.set("c12345678|forever", 7)  # no expiry
     target.set(names[3], 1000, px=HOUR_MS)  # pulled on first touch and counted since
-    done = await mover.copy_chunk(
+    refused = await mover.copy_chunk(
         _address(redis_servers[1]), [*names, "c12345678|forever"], keep=False
     )
-    assert done is False  # one key refused
+    assert refused == []
     held = [int(value or 0) for value in target.mget(names)]
     assert held == [1000 if i == 3 else i + 1 for i in range(150)]
     assert target.get("c12345678|forever") == b"7" and target.pttl("c12345678|forever") == -1
     assert all(0 < target.pttl(name) <= HOUR_MS for name in names)
-    assert source.keys("c12345678|*") == [names[3].encode()]  # kept for the caller to settle
+    assert source.keys("c12345678|*") == []  # the target holds every one
+
+
+async def test_keys_a_target_refuses_for_another_reason_stay_here(
+    mover: DirectMover, redis_servers: list[RedisProcess]
+) -> None:
+    source, target = (redis.Redis(port=s.port) for s in redis_servers[:2])
+    names = [f"c12345678|user:{i}" for i in range(20)]
+    for name in names:
+        source.set(name, 4, px=HOUR_MS)
+    target.config_set("maxmemory", 1)  # every RESTORE refused: OOM
+    try:
+        refused = await mover.copy_chunk(_address(redis_servers[1]), names, keep=False)
+    finally:
+        target.config_set("maxmemory", 0)
+    assert refused == names
+    assert [int(value or 0) for value in source.mget(names)] == [4] * 20
+    assert target.keys("c12345678|*") == []
 
 
 async def test_a_kept_chunk_stays_here_and_a_key_gone_meanwhile_is_skipped(
@@ -66,10 +84,10 @@ async def test_a_kept_chunk_stays_here_and_a_key_gone_meanwhile_is_skipped(
 ) -> None:
     source, target = (redis.Redis(port=s.port) for s in redis_servers[:2])
     source.set("c12345678|a", 5, px=HOUR_MS)
-    done = await mover.copy_chunk(
+    refused = await mover.copy_chunk(
         _address(redis_servers[1]), ["c12345678|a", "c12345678|gone"], keep=True
     )
-    assert done is True
+    assert refused == []
     assert target.get("c12345678|a") == b"5" and target.exists("c12345678|gone") == 0
     assert source.get("c12345678|a") == b"5"  # kept until the target's replica has it
 
