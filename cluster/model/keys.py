@@ -15,6 +15,7 @@ Pending:  sl|dp|<batch id>                  holds of a committed batch not yet s
 Lease:    sl|lease|<name>                   topology or rules change lease; the shard's
                                            sweeper lease (one endpoint sweeps its holds)
 Marker:   sl|i|<migration id>|<redis key>   a key already imported by a migration
+Markers:  sl|im|<migration id>              the markers a migration set (a set), to drop them
 Rules:    sl|rules                          the cluster's rules: version, document
 Topology: sl|topology                       the node's last topology (JSON), its cluster id
 Epoch:    sl|epoch                          the newest topology epoch an endpoint of the
@@ -98,8 +99,8 @@ def marker_key(migration_id: str, redis_key: str) -> str:
     return f"sl|i|{migration_id}|{redis_key}"
 
 
-def marker_pattern(migration_id: str) -> str:
-    return f"sl|i|{migration_id}|*"
+def marker_index_key(migration_id: str) -> str:
+    return f"sl|im|{migration_id}"
 
 
 @lru_cache(maxsize=4096)

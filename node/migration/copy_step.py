@@ -45,7 +45,7 @@ from cluster.model.partition import (
 )
 from cluster.wire.control import COPY_BUSY_PCT
 from node.migration.redis_time import RedisTime
-from node.store.redispy_pipe import RedisPyPipe, Sender, replies_or_raise
+from node.store.redispy_pipe import Sender, replies_or_raise
 from node.store.scripts import read_lua
 from node.topology.ownership import Ownership
 
@@ -189,13 +189,12 @@ class Finder:
         self,
         client: aioredis.Redis,
         ownership: Ownership,
+        sender: Sender,
         *,
         in_redis: bool = FIND_IN_REDIS,
-        sender: Sender | None = None,
     ) -> None:
         self.client = client
-        # The copy's own connection to the same Redis, for its SCANs.
-        self.sender = sender if sender is not None else RedisPyPipe(client)
+        self.sender = sender  # the copy's own connection to the same Redis, for its SCANs
         self.in_redis = in_redis
         self.ownership = ownership
         self.node_id = ownership.node_id

@@ -13,7 +13,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from cluster import wire
-from cluster.model.keys import marker_key, marker_pattern
+from cluster.model.keys import marker_index_key, marker_key
 from node.errors import PeerError
 from node.migration.copy_step import MOVE_CHUNK, Budget, Finder, copy_step
 from node.migration.direct import LANDED_GROUP, DirectMover
@@ -29,9 +29,7 @@ from node.topology.ownership import Ownership
 
 log = logging.getLogger("shardlimit.node")
 MARKER_TTL_MS = 2 * 86_400_000
-# Names per SCAN when markers are dropped: each SCAN blocks the Redis that live checks wait
-# for (5,000 took ~3 ms and showed in their p99 at the end of every migration).
-MARKER_SCAN = 500
+MARKER_DROP = 500  # markers taken from a migration's index and dropped per call
 # Guards one move of a copy step: raises PeerError once the topology changed, and holds
 # back the next topology's acknowledgement while the move runs.
 MoveGuard = Callable[[], AbstractAsyncContextManager[None]]
@@ -82,7 +80,7 @@ class Migrator:
         keys back, over the frozen copy the aborted migration left here."""
         if not entries:
             return 0
-        keys: list[str] = []
+        keys: list[str] = [marker_index_key(migration_id)]
         args: list[Any] = [MARKER_TTL_MS]
         for key, dump, expiry, authoritative in entries:
             keys += [key, marker_key(migration_id, key)]
@@ -171,7 +169,7 @@ class Migrator:
             cursor = 0
         cached = (migration_id, ownership.epoch)
         if self._finder is None or self._finder[0] != cached:
-            self._finder = (cached, Finder(self.client, ownership, sender=self.sender))
+            self._finder = (cached, Finder(self.client, ownership, self.sender))
         finder = self._finder[1]
 
         async def move_now(target: str, keys: list[str]) -> int:
@@ -238,14 +236,15 @@ class Migrator:
         return int(answer.get("restored", 0))
 
     async def drop_markers(self, migration_id: str) -> int:
-        """After a migration: its import markers are no longer consulted."""
+        """After a migration: its import markers are no longer consulted. The import
+        scripts list them in the migration's marker index, so dropping them costs what
+        the migration imported, not a scan of every key. (Markers of a node version
+        without the index are left to their expiry.)"""
+        index = marker_index_key(migration_id)
         dropped = 0
-        cursor = 0
         while True:
-            cursor, names = await self.client.scan(
-                cursor=cursor, match=marker_pattern(migration_id), count=MARKER_SCAN
-            )
-            if names:
-                dropped += await self.client.unlink(*names)
-            if cursor == 0:
+            (markers,) = replies_or_raise(await self.sender.execute([("SPOP", index, MARKER_DROP)]))
+            if not markers:
                 return dropped
+            (unlinked,) = replies_or_raise(await self.sender.execute([("UNLINK", *markers)]))
+            dropped += int(unlinked)

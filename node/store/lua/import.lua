@@ -1,5 +1,7 @@
 -- import: install Redis keys copied from their previous owner, each at most once.
--- KEYS: pairs (redis key, import marker). ARGV: marker_ttl_ms, then per pair:
+-- KEYS: the migration's marker index (a set of its markers, so that dropping them
+-- costs what was imported, not a scan of every key), then pairs (redis key, import
+-- marker). ARGV: marker_ttl_ms, then per pair:
 -- dump ('' when the source had no such key), absolute expiry in ms (-1: none).
 -- A key is restored only if no marker says it was imported already and the
 -- key is absent here; the marker is set either way. Idempotent: a resumed or
@@ -7,10 +9,12 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local marker_ttl = tonumber(ARGV[1])
+local index = KEYS[1]
 local restored = 0
-for i = 1, #KEYS, 2 do
+local marked = 0
+for i = 2, #KEYS, 2 do
   local key, marker = KEYS[i], KEYS[i + 1]
-  local j = 2 + (i - 1)
+  local j = i  -- ARGV[1] is the TTL, then two per pair
   local dump, expiry = ARGV[j], tonumber(ARGV[j + 1])
   if redis.call('EXISTS', marker) == 0 then
     if dump ~= '' and redis.call('EXISTS', key) == 0 and (expiry < 0 or expiry > now) then
@@ -20,6 +24,9 @@ for i = 1, #KEYS, 2 do
       restored = restored + 1
     end
     redis.call('SET', marker, '1', 'PX', marker_ttl)
+    redis.call('SADD', index, marker)
+    marked = marked + 1
   end
 end
+if marked > 0 then redis.call('PEXPIRE', index, marker_ttl) end
 return restored

@@ -1,5 +1,6 @@
 -- import_revert: hand keys back to their owner when a migration is aborted.
--- KEYS: pairs (redis key, import marker of the aborting migration).
+-- KEYS: the aborting migration's marker index (as in import.lua), then pairs (redis
+-- key, import marker of the aborting migration).
 -- ARGV: marker_ttl_ms, then per pair: dump ('' for none), absolute expiry in ms
 -- (-1: none), authoritative (1: the sender's copy is the current one, absence
 -- included; 0: the sender never held it, the copy here is current).
@@ -9,10 +10,12 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local marker_ttl = tonumber(ARGV[1])
+local index = KEYS[1]
 local restored = 0
-for i = 1, #KEYS, 2 do
+local marked = 0
+for i = 2, #KEYS, 2 do
   local key, marker = KEYS[i], KEYS[i + 1]
-  local j = 2 + 3 * ((i - 1) / 2)
+  local j = 2 + 3 * ((i - 2) / 2)
   local dump, expiry, authoritative = ARGV[j], tonumber(ARGV[j + 1]), ARGV[j + 2]
   if redis.call('EXISTS', marker) == 0 then
     if authoritative == '1' then
@@ -26,6 +29,9 @@ for i = 1, #KEYS, 2 do
       end
     end
     redis.call('SET', marker, '1', 'PX', marker_ttl)
+    redis.call('SADD', index, marker)
+    marked = marked + 1
   end
 end
+if marked > 0 then redis.call('PEXPIRE', index, marker_ttl) end
 return restored
