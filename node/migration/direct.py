@@ -23,6 +23,7 @@ from node.migration.copy_step import MOVE_CHUNK
 from node.migration.peer_client import Endpoints, PeerClient, RedisAddress
 from node.migration.peer_redis import PeerRedis
 from node.store.redispy_pipe import Sender, replies_or_raise
+from node.store.resp import EachKey
 
 __all__ = ["LANDED_GROUP", "DirectMover"]
 
@@ -96,9 +97,7 @@ class DirectMover:
         target already holds is the current one: the target writes a moving key only
         after importing it (from this frozen copy), and no earlier migration left a copy
         there (Migrator.missing_markers)."""
-        read = replies_or_raise(
-            await self.sender.execute([c for key in keys for c in (("PTTL", key), ("DUMP", key))])
-        )
+        read = replies_or_raise(await self.sender.execute(EachKey(("PTTL", "DUMP"), keys)))
         restores: list[tuple[str, str, int, bytes]] = []
         for key, ttl, payload in zip(keys, read[0::2], read[1::2], strict=True):
             if payload is None:
@@ -129,7 +128,7 @@ class DirectMover:
         return refused
 
     async def _still_here(self, keys: list[str]) -> list[str]:
-        present = replies_or_raise(await self.sender.execute([("EXISTS", key) for key in keys]))
+        present = replies_or_raise(await self.sender.execute(EachKey(("EXISTS",), keys)))
         return [key for key, here in zip(keys, present, strict=True) if here]
 
     async def _drop_landed(

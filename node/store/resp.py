@@ -21,8 +21,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable, Sequence
-from typing import Any, cast
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, cast, overload
 
 import hiredis
 import redis.asyncio as aioredis
@@ -43,6 +43,54 @@ _pack_command = cast(Callable[[tuple[Arg, ...]], bytes], hiredis.pack_command)
 
 
 Replied = Callable[[list[Any] | Exception], None]
+
+
+class EachKey(Sequence[Command]):
+    """The same commands for each of many keys, in order: EachKey(("PTTL", "DUMP"), keys)
+    is PTTL k1, DUMP k1, PTTL k2, DUMP k2, ... The lean pipe packs them in one pass over
+    the keys, in about a third of hiredis' time a command (a copy reads thousands of
+    keys a second); any other sender reads them as the commands they are."""
+
+    __slots__ = ("keys", "verbs")
+
+    def __init__(self, verbs: Sequence[str], keys: Sequence[str]) -> None:
+        self.verbs = tuple(verbs)
+        self.keys = keys
+
+    def __len__(self) -> int:
+        return len(self.verbs) * len(self.keys)
+
+    @overload
+    def __getitem__(self, index: int) -> Command: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Command]: ...
+
+    def __getitem__(self, index: int | slice) -> Command | Sequence[Command]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        key, verb = divmod(index, len(self.verbs))
+        return (self.verbs[verb], self.keys[key])
+
+    def __iter__(self) -> Iterator[Command]:
+        for key in self.keys:
+            for verb in self.verbs:
+                yield (verb, key)
+
+    def packed(self) -> bytes:
+        """The commands in RESP, as hiredis would pack them one by one."""
+        template = b"".join(
+            b"*2\r\n$%d\r\n%b\r\n$%%d\r\n%%b\r\n" % (len(verb), verb.encode())
+            for verb in self.verbs
+        )
+        width = len(self.verbs)
+        return b"".join(
+            template % ((len(raw), raw) * width) for raw in (key.encode() for key in self.keys)
+        )
 
 
 class _Pending:
@@ -210,6 +258,8 @@ class RespPipe:
 
     @staticmethod
     def _pack(commands: Sequence[Command]) -> bytes:
+        if isinstance(commands, EachKey):
+            return commands.packed()
         if len(commands) == 1:  # the common case: one script call
             command = commands[0]
             return _pack_command(command if isinstance(command, tuple) else tuple(command))
@@ -250,4 +300,4 @@ class RespPipe:
             protocol.transport.close()
 
 
-__all__ = ["RespPipe", "ResponseError"]
+__all__ = ["EachKey", "RespPipe", "ResponseError"]

@@ -14,7 +14,8 @@ from cluster.local.redis_proc import RedisProcess, free_port
 from cluster.wire import Op as WireOp
 from node.batch.ops import parse_op
 from node.store.counter_store import CounterStore
-from node.store.resp import RespPipe
+from node.store.redispy_pipe import own_sender
+from node.store.resp import EachKey, RespPipe
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -37,6 +38,32 @@ async def test_replies_come_back_in_order_to_concurrent_callers(
         assert replies == [[i, str(i).encode()] for i in range(200)]
     finally:
         await pipe.close()
+        await client.aclose()
+
+
+@pytest.mark.parametrize("lean", [True, False], ids=["lean pipe", "redis-py"])
+async def test_the_same_commands_for_each_key_answer_as_written_out(
+    redis_servers: list[RedisProcess], lean: bool
+) -> None:
+    client = aioredis.Redis(port=redis_servers[0].port)
+    sender = own_sender(client, lean=lean)
+    keys = [f"c12345678|user:{i}" for i in range(50)] + ["c12345678|ünïcode", "c12345678|gone"]
+    for i, key in enumerate(keys[:-1]):
+        await client.set(key, i, px=3_600_000 if i % 2 else None)
+    try:
+        each = EachKey(("DUMP", "GET"), keys)
+        assert len(each) == 2 * len(keys) and each[-1] == ("GET", "c12345678|gone")
+        written_out = [(verb, key) for key in keys for verb in ("DUMP", "GET")]
+        assert list(each) == written_out
+        replies = await sender.execute(each)
+        assert replies == await sender.execute(written_out)
+        assert replies[1::2] == [str(i).encode() for i in range(51)] + [None]
+        assert all(isinstance(dump, bytes) for dump in replies[0:102:2]) and replies[-2] is None
+        ttls = await sender.execute(EachKey(("PTTL",), keys))
+        assert [ttl > 0 for ttl in ttls[:50]] == [bool(i % 2) for i in range(50)]
+        assert ttls[50:] == [-1, -2]  # no expiry; no such key
+    finally:
+        await sender.close()
         await client.aclose()
 
 
