@@ -77,7 +77,8 @@ class DirectMover:
             if refused is None:
                 await self._forget(target, address)
                 return left + await self._still_here(keys if durable else keys[start:])
-            left += refused
+            if not durable:  # else the landed call settles every key of the move
+                left += refused
         return await self._drop_landed(target, address, keys) if durable else left
 
     async def copy_chunk(
