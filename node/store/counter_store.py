@@ -23,7 +23,7 @@ from cluster.model.keys import (
 from cluster.model.keys import HOLDS_KEY as HOLDS_KEY  # re-exported: tests read the holds set
 from cluster.wire import OpKind
 from node.errors import ShardMovedOn
-from node.store.redispy_pipe import Sender, own_sender, replies_or_raise
+from node.store.redispy_pipe import Sender, load_scripts, own_sender, replies_or_raise
 from node.store.replies import (
     SKEWED_REPLY,
     adjust_result,
@@ -309,9 +309,7 @@ class CounterStore:
         missing = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
         if not missing:
             return replies
-        # Redis lost its script cache (restart, SCRIPT FLUSH).
-        for script in {calls[i][0].sha: calls[i][0] for i in missing}.values():
-            await self.client.script_load(script.script)
+        await load_scripts(self._sender, {calls[i][0].sha: calls[i][0] for i in missing}.values())
         retried = await self._execute([calls[i] for i in missing], acks)
         replies = list(replies)
         for i, r in zip(missing, retried, strict=True):

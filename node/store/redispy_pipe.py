@@ -4,7 +4,7 @@ replies in order, an error reply as its exception object in its slot."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -13,7 +13,14 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from node.store.resp import Arg, Command, RespPipe
 
-__all__ = ["RedisPyPipe", "Sender", "own_sender", "replies_or_raise", "run_script"]
+__all__ = [
+    "RedisPyPipe",
+    "Sender",
+    "load_scripts",
+    "own_sender",
+    "replies_or_raise",
+    "run_script",
+]
 
 
 class RedisPyPipe:
@@ -67,8 +74,14 @@ async def run_script(
     call = ("EVALSHA", script.sha, len(keys), *keys, *args)
     (reply,) = await sender.execute([call])
     if isinstance(reply, NoScriptError):
-        source = script.script
-        loaded = bytes(source) if isinstance(source, memoryview) else source
-        replies_or_raise(await sender.execute([("SCRIPT", "LOAD", loaded)]))
+        await load_scripts(sender, [script])
         (reply,) = await sender.execute([call])
     return replies_or_raise([reply])[0]
+
+
+async def load_scripts(sender: Sender, scripts: Iterable[AsyncScript]) -> None:
+    """Load `scripts` into the sender's Redis, which answered NOSCRIPT for them (it lost
+    its script cache: a restart, a failover to a replica, SCRIPT FLUSH)."""
+    sources = [script.script for script in scripts]
+    loads = [("SCRIPT", "LOAD", bytes(s) if isinstance(s, memoryview) else s) for s in sources]
+    replies_or_raise(await sender.execute(loads))
