@@ -7,7 +7,8 @@ Each of `workers` asyncio tasks takes a lease `rounds` times: it checks until a 
 allowed (a denied one waits a random 100-400 ms and checks again), holds the lease a random
 1-5 ms, and releases it. It prints one JSON object: every lease with its fencing value, the
 node clock's acquisition time (the decision's `lease.acquired_at_ms`) and release time
-(the release answer's `released_at_ms`), the number of denials, and any error.
+(the release answer's `released_at_ms`; for a release that answered 503 during an outage,
+from sending it again: `_release_again`), the number of denials, and any error.
 
 Tests start it with `start_load` and read its report with `report_of`; `most_held_at_once`
 counts the overlap of the leases it reports.
@@ -50,10 +51,12 @@ async def _worker(
         async with http.post(args.url + "/v1/lease/release", json=release) as resp:
             released = await resp.json()
         if resp.status == 200:
-            released_at_ms = released["released_at_ms"]
+            released_at_ms, was_released = released["released_at_ms"], True
         elif args.through_outage and resp.status == 503:
-            # Not released (a degraded answer changes nothing): held until it expires.
-            released_at_ms = lease["acquired_at_ms"] + lease["ttl_ms"]
+            unanswered_at_ms = int(time.time() * 1000)
+            released_at_ms, was_released = await _release_again(http, args, release, lease)
+            if released_at_ms is None:  # the first release was applied, not answered
+                released_at_ms = unanswered_at_ms
         else:
             raise RuntimeError(f"release answered {resp.status}: {released}")
         leases.append(
@@ -61,10 +64,34 @@ async def _worker(
                 "fencing": lease["fencing"],
                 "acquired_at_ms": lease["acquired_at_ms"],
                 "released_at_ms": released_at_ms,
-                "released": resp.status == 200,
+                "released": was_released,
             }
         )
     return denials
+
+
+async def _release_again(
+    http: aiohttp.ClientSession,
+    args: argparse.Namespace,
+    release: dict[str, Any],
+    lease: dict[str, Any],
+) -> tuple[int | None, bool]:
+    """A release that answered 503 may have been applied all the same (the node lost its
+    Redis after writing, before answering). It is sent again until it answers: 200, the
+    lease was held until then; 404 before the lease's expiry, the first release was
+    applied (None: no later than its 503 came back); 404 after it, the lease expired then
+    (or was released before: counted as held to its end, the cautious side)."""
+    expires_at_ms = lease["acquired_at_ms"] + lease["ttl_ms"]
+    while True:
+        await asyncio.sleep(random.uniform(0.1, 0.4))
+        async with http.post(args.url + "/v1/lease/release", json=release) as resp:
+            answer = await resp.json()
+        if resp.status == 200:
+            return answer["released_at_ms"], True
+        if resp.status == 404:
+            return (None if time.time() * 1000 < expires_at_ms else expires_at_ms), False
+        if resp.status != 503:
+            raise RuntimeError(f"release answered {resp.status}: {answer}")
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
