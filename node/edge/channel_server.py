@@ -76,7 +76,7 @@ class _Peer(asyncio.Protocol):
         except ValueError as exc:
             self._refuse(str(exc))
             return
-        pipe = self.state.store.pipe if len(bodies) > 1 else None
+        pipe = self.state.store.lean_pipe if len(bodies) > 1 else None
         if pipe is None:
             self._messages(bodies)
             return

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import redis.asyncio as aioredis
 from redis.exceptions import (
     BusyLoadingError,
     MasterDownError,
@@ -41,14 +40,11 @@ _HELD = "BUSYKEY"
 
 
 class DirectMover:
-    """Copies keys from this node's Redis (`client`) to the targets' (`peers` names them).
-    Reads and deletions here go through `sender`, the migration's own connection to this
-    Redis; RESTOREs through the target's (PeerRedis.pipe)."""
+    """Copies keys from this node's Redis to the targets' (`peers` names them). Reads and
+    deletions here go through `sender`, the migration's own connection to this Redis;
+    RESTOREs and lookups there through the target's (PeerRedis.pipe)."""
 
-    def __init__(
-        self, client: aioredis.Redis, peers: PeerClient, peer_redis: PeerRedis, sender: Sender
-    ) -> None:
-        self.client = client
+    def __init__(self, peers: PeerClient, peer_redis: PeerRedis, sender: Sender) -> None:
         self.peers = peers
         self.peer_redis = peer_redis  # the targets' Redis, by their address
         self.sender = sender
@@ -124,8 +120,8 @@ class DirectMover:
                 return None
             else:
                 refused.append(key)
-        if there and not keep:
-            replies_or_raise(await self.sender.execute([("UNLINK", *there)]))
+        if not keep:
+            await self._unlink(there)
         return refused
 
     async def _still_here(self, keys: list[str]) -> list[str]:
@@ -148,9 +144,7 @@ class DirectMover:
             return await self._drop_if_there(address, keys)
         self.peers.replicated[target] = bool(answer.get("replicated", True))
         missing = set(answer.get("missing", keys))
-        drop = [key for key in keys if key not in missing]
-        if drop:
-            await self.client.delete(*drop)
+        await self._unlink([key for key in keys if key not in missing])
         return [key for key in keys if key in missing]
 
     async def _forget(self, target: Endpoints, address: RedisAddress) -> None:
@@ -163,13 +157,15 @@ class DirectMover:
         if not keys:
             return keys
         try:
-            pipe = self.peer_redis.client(address).pipeline(transaction=False)
-            for key in keys:
-                pipe.exists(key)
-            there = await pipe.execute()
-        except (RedisError, OSError):
+            async with asyncio.timeout(RESTORE_TIMEOUT_S):
+                there = await self.peer_redis.pipe(address).execute(EachKey(("EXISTS",), keys))
+            replies_or_raise(there)
+        except (RedisError, OSError, TimeoutError):
+            await self.peer_redis.forget(address)  # a pipe that timed out may answer late
             return keys
-        drop = [key for key, found in zip(keys, there, strict=True) if found]
-        if drop:
-            await self.client.delete(*drop)
+        await self._unlink([key for key, found in zip(keys, there, strict=True) if found])
         return [key for key, found in zip(keys, there, strict=True) if not found]
+
+    async def _unlink(self, keys: list[str]) -> None:
+        if keys:
+            replies_or_raise(await self.sender.execute([("UNLINK", *keys)]))

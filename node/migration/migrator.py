@@ -55,7 +55,7 @@ class Migrator:
         # and imports.
         self.sender = own_sender(client)
         # Moves keys straight into the targets' Redis.
-        self.direct = DirectMover(client, peers, self.peer_redis, self.sender)
+        self.direct = DirectMover(peers, self.peer_redis, self.sender)
         self.sources = SourceReads(peers, self.peer_redis)  # first touch from sources' Redis
 
     async def export(self, keys: Sequence[str], reverted: str | None = None) -> list[ExportEntry]:

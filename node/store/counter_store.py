@@ -115,7 +115,9 @@ class CounterStore:
         # Script calls go through a lean pipelined connection (node/store/resp.py) when the
         # client's kind of connection allows it; redis-py's pipeline otherwise (TLS).
         self._sender: Sender = own_sender(client, lean=raw_pipe)
-        self.pipe = self._sender if isinstance(self._sender, RespPipe) else None  # send_now
+        # The same connection where it is the lean pipe, which alone writes without a task
+        # (send_now) and corks writes (node/edge/channel_server.py); else None.
+        self.lean_pipe = self._sender if isinstance(self._sender, RespPipe) else None
         self.scripts = ScriptBook(client)
         self.calls = ScriptCalls(self.scripts, default_record_ttl_ms)
         self.decision_ttl_ms = DECISION_TTL_MS
@@ -229,7 +231,7 @@ class CounterStore:
         """The plan's pipeline written at once, without a task; `replied` gets the raw
         replies (or the connection error). False when that cannot be done now (no open
         lean connection: use run())."""
-        if self.pipe is None:
+        if self.lean_pipe is None:
             return False
         started = time.perf_counter()
 
@@ -237,7 +239,7 @@ class CounterStore:
             self.on_redis_call(time.perf_counter() - started)
             replied(outcome)
 
-        return self.pipe.send_now(evalsha_commands(plan.calls), timed)
+        return self.lean_pipe.send_now(evalsha_commands(plan.calls), timed)
 
     @staticmethod
     def results_now(plan: Plan, replies: list[Any]) -> list[Any] | None:

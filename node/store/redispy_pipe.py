@@ -12,6 +12,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, ResponseError
 
 from node.store.resp import Arg, Command, RespPipe
+from node.store.scripts import evalsha
 
 __all__ = [
     "RedisPyPipe",
@@ -71,7 +72,7 @@ async def run_script(
 ) -> Any:
     """One call of `script` through `sender`: its reply, or its error reply raised. Loaded
     and called once more when this Redis does not hold it (a restart, SCRIPT FLUSH)."""
-    call = ("EVALSHA", script.sha, len(keys), *keys, *args)
+    call = evalsha(script, keys, args)
     (reply,) = await sender.execute([call])
     if isinstance(reply, NoScriptError):
         await load_scripts(sender, [script])

@@ -27,7 +27,7 @@ from cluster.model.keys import (
 from cluster.wire import OpKind
 from node.store.limit_args import LIMIT_ARGS, Rule, RuleCache, limit_args, op_limit_args
 from node.store.nonces import Nonces
-from node.store.scripts import ScriptBook
+from node.store.scripts import ScriptBook, evalsha
 from node.store.store_op import StoreOp
 
 __all__ = ["CHECK", "NO_FENCE", "Plan", "ScriptCall", "ScriptCalls", "evalsha_commands"]
@@ -53,10 +53,7 @@ class Plan(NamedTuple):
 
 
 def evalsha_commands(calls: list[ScriptCall]) -> list[tuple[Any, ...]]:
-    # EVALSHA directly rather than through Script.__call__: a pipeline holding registered
-    # scripts first asks Redis SCRIPT EXISTS, an extra round trip per batch. A NOSCRIPT
-    # answer is handled by CounterStore.complete().
-    return [("EVALSHA", script.sha, len(keys), *keys, *args) for script, keys, args in calls]
+    return [evalsha(script, keys, args) for script, keys, args in calls]
 
 
 def _held_entry(op: StoreOp, limit_args: list[int]) -> list[Any]:

@@ -3,16 +3,17 @@ node's Redis client."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from functools import cache
 from importlib import resources
+from typing import Any
 
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
 from cluster.model.algorithms import ALGORITHMS, BY_CODE
 
-__all__ = ["ScriptBook", "read_lua", "script_source"]
+__all__ = ["ScriptBook", "evalsha", "read_lua", "script_source"]
 
 
 def read_lua(name: str) -> str:
@@ -31,6 +32,14 @@ def script_source(entry: str, codes: tuple[int, ...] | None = None) -> str:
     chosen = [a.code for a in ALGORITHMS] if codes is None else sorted(set(codes))
     algorithms = (f"local CODE = {code}\n" + read_lua(BY_CODE[code].lua_file) for code in chosen)
     return "\n".join([read_lua("common.lua"), *algorithms, read_lua(entry)])
+
+
+def evalsha(script: AsyncScript, keys: Sequence[Any], args: Sequence[Any]) -> tuple[Any, ...]:
+    """The one command that calls `script`: EVALSHA directly rather than through
+    Script.__call__, whose pipelines first ask Redis SCRIPT EXISTS (a round trip more).
+    Its NOSCRIPT answer is its sender's to handle (node/store/redispy_pipe.py
+    `load_scripts`)."""
+    return ("EVALSHA", script.sha, len(keys), *keys, *args)
 
 
 class ScriptBook:

@@ -31,7 +31,7 @@ async def mover(redis_servers: list[RedisProcess]) -> AsyncIterator[DirectMover]
     peers = PeerClient(aiohttp.ClientSession, cluster_token=None)
     peer_redis = PeerRedis(peers)
     sender = own_sender(client)
-    moving = DirectMover(client, peers, peer_redis, sender)
+    moving = DirectMover(peers, peer_redis, sender)
     yield moving
     await sender.close()
     await peer_redis.close()
@@ -104,3 +104,22 @@ async def test_no_writable_primary_at_the_address_is_told_and_nothing_is_dropped
     nobody: RedisAddress = ("127.0.0.1", free_port(), 0)
     assert await mover.copy_chunk(nobody, ["c12345678|a"], keep=False) is None
     assert source.get("c12345678|a") == b"5"
+
+
+async def test_after_a_kept_copy_to_a_target_without_a_replica_barrier_the_keys_it_holds_are_dropped(
+    mover: DirectMover, redis_servers: list[RedisProcess]
+) -> None:
+    """A target of an older version answers the landed call 404: its Redis is asked,
+    through the copy's own connection to it, which keys it holds."""
+    source, target = (redis.Redis(port=s.port) for s in redis_servers[:2])
+    names = [f"c12345678|user:{i}" for i in range(6)]
+    for name in names:
+        source.set(name, 3, px=HOUR_MS)
+    target.set(names[0], 3, px=HOUR_MS)
+    target.set(names[4], 9, px=HOUR_MS)
+    left = await mover._drop_if_there(_address(redis_servers[1]), names)
+    assert left == [names[1], names[2], names[3], names[5]]
+    assert sorted(source.keys("c12345678|*")) == sorted(name.encode() for name in left)
+    nobody: RedisAddress = ("127.0.0.1", free_port(), 0)
+    assert await mover._drop_if_there(nobody, left) == left  # not known there: all stay
+    assert len(source.keys("c12345678|*")) == 4

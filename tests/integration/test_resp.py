@@ -138,7 +138,7 @@ async def test_auth_and_database_come_from_the_client_url(
 def test_tls_clients_keep_redis_py_s_pipeline() -> None:
     client = aioredis.from_url("rediss://127.0.0.1:6380/0")
     assert RespPipe.for_client(client) is None
-    assert CounterStore(client).pipe is None
+    assert CounterStore(client).lean_pipe is None
 
 
 async def test_both_script_paths_decide_alike(redis_servers: list[RedisProcess]) -> None:
@@ -148,7 +148,7 @@ async def test_both_script_paths_decide_alike(redis_servers: list[RedisProcess])
     for raw_pipe, scope in ((True, "raw"), (False, "redispy")):
         client = aioredis.Redis(port=redis_servers[2].port)
         store = CounterStore(client, raw_pipe=raw_pipe)
-        assert (store.pipe is not None) is raw_pipe
+        assert (store.lean_pipe is not None) is raw_pipe
         ops = [parse_op(WireOp("check", "u", scope, [spec], [0], cost=1)) for _ in range(4)]
         refund = parse_op(WireOp("refund", "u", scope, [spec], [0], cost=1, request_id="r1"))
         results = [(await store.run([op]))[0] for op in ops] + await store.run([refund])

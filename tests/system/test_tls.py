@@ -602,7 +602,7 @@ async def test_node_redis_clients_over_tls_use_redis_py_s_pipeline(
     try:
         assert await state.redis.ping() is True
         assert await state.counters.ping() is True
-        assert state.store.pipe is None  # node/store/resp.py does not speak TLS
+        assert state.store.lean_pipe is None  # node/store/resp.py does not speak TLS
         spec = ["fixed_window", 2, 60_000, None, None, None, None, None]
         op = parse_op(wire.Op("check", "u", "tls", [spec], [0], cost=1))
         outcomes = [(await state.store.run([op]))[0][0] for _ in range(3)]
