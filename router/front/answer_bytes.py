@@ -4,14 +4,19 @@ Connection where HTTP/1.0 keep-alive or HTTP/1.1 close needs it."""
 
 from __future__ import annotations
 
+import sys
+import time
+from email.utils import formatdate
 from http import HTTPStatus
 
-from aiohttp.helpers import rfc822_formatted_time
-from aiohttp.http import SERVER_SOFTWARE
+from aiohttp import __version__ as aiohttp_version
 
 JSON = b"\r\nContent-Type: application/json\r\nContent-Length: "
 PROBLEM_JSON = b"\r\nContent-Type: application/problem+json\r\nContent-Length: "
-_SERVER = f"\r\nServer: {SERVER_SOFTWARE}\r\n".encode()
+# The Server header of the router's aiohttp answers (its other endpoints), so that every
+# answer of the router names the same software.
+_PYTHON = f"{sys.version_info[0]}.{sys.version_info[1]}"
+_SERVER = f"\r\nServer: Python/{_PYTHON} aiohttp/{aiohttp_version}\r\n".encode()
 _END = {
     # (HTTP/1.0, keep-alive): the Connection line, and the blank line ending the head
     (False, True): b"\r\n",
@@ -20,7 +25,7 @@ _END = {
     (True, False): b"\r\n",
 }
 _status_lines: dict[tuple[bool, int], bytes] = {}
-_date: tuple[str, bytes] = ("", b"")
+_date: tuple[int, bytes] = (0, b"")
 
 
 def _status_line(http10: bool, status: int) -> bytes:
@@ -38,9 +43,9 @@ def _status_line(http10: bool, status: int) -> bytes:
 
 def _date_value() -> bytes:
     global _date
-    text = rfc822_formatted_time()  # cached by aiohttp for the current second
-    if text is not _date[0]:
-        _date = (text, text.encode())
+    now = int(time.time())
+    if now != _date[0]:  # formatted once a second
+        _date = (now, formatdate(now, usegmt=True).encode())
     return _date[1]
 
 

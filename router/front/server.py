@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -31,7 +32,6 @@ from typing import cast
 
 import httptools
 from aiohttp import web
-from aiohttp.tcp_helpers import tcp_keepalive
 
 from cluster.web.problem import Problem, internal_error, version_not_supported
 from router.api.check_answers import (
@@ -222,7 +222,9 @@ class FrontConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
-        tcp_keepalive(self.transport)
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         self.front.connections.add(self)
         if self.front.closing:
             self.stop()
