@@ -228,21 +228,29 @@ class ChildProcess(Started):
                 self.proc.send_signal(signal.SIGCONT)
                 self.proc.terminate()
 
-    def wait_stopped(self, grace: float = 10.0) -> None:
-        """Wait for the exit `terminate` asked for; SIGKILL after `grace` seconds."""
+    def wait_stopped(self, grace: float = 10.0, *, insist_s: float | None = None) -> None:
+        """Wait for the exit `terminate` asked for, SIGTERM again every `insist_s` seconds
+        (None: once is enough); SIGKILL after `grace` seconds."""
         if self.proc is None:
             return
-        try:
-            self.proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.kill()
-            self.proc.wait()
+        deadline = time.monotonic() + grace
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                self.proc.wait(max(0.0, left if insist_s is None else min(insist_s, left)))
+                return
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline:
+                    break
+                self.terminate()
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()
+        self.proc.wait()
 
-    def stop(self, grace: float = 10.0) -> None:
+    def stop(self, grace: float = 10.0, *, insist_s: float | None = None) -> None:
         """SIGTERM (a clean shutdown), then SIGKILL if it is not gone after `grace` s."""
         self.terminate()
-        self.wait_stopped(grace)
+        self.wait_stopped(grace, insist_s=insist_s)
 
     def tail(self, chars: int = 3000) -> str:
         """The end of the log, to explain a failure (empty without a log)."""

@@ -251,9 +251,11 @@ class RedisProcess:
         self.child.resume()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM: redis-server shuts down cleanly and fsyncs its AOF."""
+        """SIGTERM: redis-server shuts down cleanly and fsyncs its AOF. Sent again every
+        half second: a Redis writing its first AOF (a replica that has just synced)
+        refuses a shutdown ("Writing initial AOF, can't exit") instead of deferring it."""
         if self.child is not None:
-            self.child.stop(timeout)
+            self.child.stop(timeout, insist_s=0.5)
 
 
 def main(argv: list[str]) -> int:
