@@ -269,6 +269,8 @@ class RespPipe:
         """The replies of `commands`, in order; an error reply is its ResponseError
         object in its slot. Raises redis ConnectionError when the connection is lost
         before every reply came."""
+        if not commands:
+            return []  # no reply would ever come to end a wait for none
         protocol = await self._open()
         return await protocol.send(self._pack(commands), len(commands))
 

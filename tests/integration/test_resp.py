@@ -62,6 +62,7 @@ async def test_the_same_commands_for_each_key_answer_as_written_out(
         ttls = await sender.execute(EachKey(("PTTL",), keys))
         assert [ttl > 0 for ttl in ttls[:50]] == [bool(i % 2) for i in range(50)]
         assert ttls[50:] == [-1, -2]  # no expiry; no such key
+        assert await sender.execute(EachKey(("PTTL",), [])) == []
     finally:
         await sender.close()
         await client.aclose()
