@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -164,8 +165,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     rounds = []
     for index in range(args.rounds):
         tmp = Path(tempfile.mkdtemp(prefix="copy-parts-"))
-        raw = raw_migrate(args.raw_keys, tmp, 1000)
-        parts = await one_round(tmp, args.keys, args.busy_pct)
+        try:
+            raw = raw_migrate(args.raw_keys, tmp, 1000)
+            parts = await one_round(tmp, args.keys, args.busy_pct)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
         for name in ("find", "copy", "step"):
             figures = parts[name]
             figures["ratio_vs_raw_migrate"] = round(figures["keys_per_s"] / raw, 3)
