@@ -80,7 +80,8 @@ async def _release_again(
     Redis after writing, before answering). It is sent again until it answers: 200, the
     lease was held until then; 404 before the lease's expiry, the first release was
     applied (None: no later than its 503 came back); 404 after it, the lease expired then
-    (or was released before: counted as held to its end, the cautious side)."""
+    (or was released before: counted as held to its end, the cautious side). With whether
+    it counts as released rather than expired."""
     expires_at_ms = lease["acquired_at_ms"] + lease["ttl_ms"]
     while True:
         await asyncio.sleep(random.uniform(0.1, 0.4))
@@ -89,7 +90,9 @@ async def _release_again(
         if resp.status == 200:
             return answer["released_at_ms"], True
         if resp.status == 404:
-            return (None if time.time() * 1000 < expires_at_ms else expires_at_ms), False
+            if time.time() * 1000 < expires_at_ms:
+                return None, True
+            return expires_at_ms, False
         if resp.status != 503:
             raise RuntimeError(f"release answered {resp.status}: {answer}")
 
