@@ -6,6 +6,7 @@ apart."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -15,10 +16,13 @@ import redis.asyncio as aioredis
 
 from cluster.local.ports import free_port
 from cluster.local.redis_proc import RedisProcess
+from node.migration.copy_step import MOVE_CHUNK
 from node.migration.direct import DirectMover
 from node.migration.peer_client import PeerClient, RedisAddress
 from node.migration.peer_redis import PeerRedis
 from node.store.redispy_pipe import own_sender
+from tests.conftest import CLUSTER
+from tests.support.node_app import node_on_port
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -123,3 +127,37 @@ async def test_after_a_kept_copy_to_a_target_without_a_replica_barrier_the_keys_
     nobody: RedisAddress = ("127.0.0.1", free_port(), 0)
     assert await mover._drop_if_there(nobody, left) == left  # not known there: all stay
     assert len(source.keys("c12345678|*")) == 4
+
+
+async def test_a_move_to_a_replicated_target_whose_address_is_lost_lists_each_key_left_once(
+    redis_servers: list[RedisProcess],
+) -> None:
+    """Keys the target refused in an earlier chunk are still here, like every key of a
+    move kept for a replica barrier: when a later chunk finds no writable primary, each
+    key here is handed back once, for the import endpoint."""
+    source, target = (redis.Redis(port=s.port) for s in redis_servers[:2])
+    names = [f"c12345678|user:{i}" for i in range(MOVE_CHUNK + 2)]
+    for name in names:
+        source.set(name, 4, px=HOUR_MS)
+    # The second chunk starts with a RESTORE (of random bytes: DUMP cannot compress them)
+    # over the target's longest argument, a protocol error: the target drops the
+    # connection, and the chunk's next reply never comes.
+    source.set(names[MOVE_CHUNK], os.urandom(1_200_000), px=HOUR_MS)
+    client = aioredis.Redis(port=redis_servers[0].port)
+    peers = PeerClient(aiohttp.ClientSession, cluster_token=CLUSTER)
+    peer_redis = PeerRedis(peers)
+    sender = own_sender(client)
+    try:
+        async with node_on_port(redis_servers[1].url, "n2") as url:
+            target.config_set("maxmemory", 1)  # the first chunk's RESTOREs refused: OOM
+            target.config_set("proto-max-bulk-len", 1_048_576)
+            left = await DirectMover(peers, peer_redis, sender).move((url,), names)
+    finally:
+        target.config_set("maxmemory", 0)
+        target.config_set("proto-max-bulk-len", 512 * 1_048_576)
+        await sender.close()
+        await peer_redis.close()
+        await client.aclose()
+    assert left == names
+    assert source.exists(*names) == len(names)
+    assert target.keys("c12345678|*") == []
