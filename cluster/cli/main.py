@@ -24,13 +24,20 @@ from cluster.web import logs
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    from cluster.cli.serve import read_router_config, refuse
     from cluster.cli.up import run_up
     from cluster.local.up_options import UpOptions
 
+    port = args.port
+    if args.config is not None:  # refused before anything starts, as `serve router` would
+        config = read_router_config(args.config)
+        if isinstance(config, str):
+            return refuse("up", config)
+        port = config.port if port is None else port
     options = UpOptions(
         nodes=args.nodes,
         partitioner=args.partitioner,
-        port=args.port,
+        port=UpOptions.port if port is None else port,
         base_port=args.base_port,
         host=args.host,
         data_dir=args.data_dir,

@@ -167,7 +167,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="consistent-hash ring or CRC16 slots (default ring)",
     )
     up.add_argument("--host", default="127.0.0.1", help="address every process listens on")
-    up.add_argument("--port", type=int, default=8080, help="the first router's port")
+    up.add_argument(
+        "--port",
+        type=int,
+        help="the first router's port (default: --config's router.port, else 8080)",
+    )
     up.add_argument(
         "--routers",
         type=_positive,
@@ -186,7 +190,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=Path("data"),
         help="Redis files, topology, logs (default ./data)",
     )
-    up.add_argument("--config", type=Path, help="cluster.yaml for router settings and rules file")
+    up.add_argument(
+        "--config",
+        type=Path,
+        help="cluster.yaml for router settings and rules file (its nodes are the ones up starts)",
+    )
     up.add_argument(
         "--appendfsync",
         choices=("always", "everysec"),

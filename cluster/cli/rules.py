@@ -49,7 +49,7 @@ def _from_file(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise AdminError(f"cannot read {path}: {exc}") from exc
     except yaml.YAMLError as exc:
-        raise AdminError(_yaml_error(path, exc)) from exc
+        raise AdminError(yaml_error(path, exc)) from exc
     try:
         rules = parse_rules_document(doc)
     except ValueError as exc:
@@ -57,7 +57,7 @@ def _from_file(path: Path) -> dict[str, Any]:
     return rules_document(rules)
 
 
-def _yaml_error(path: Path, exc: yaml.YAMLError) -> str:
+def yaml_error(path: Path, exc: yaml.YAMLError) -> str:
     """One line, as compilers say it: FILE:LINE:COLUMN: problem (1-based)."""
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None)

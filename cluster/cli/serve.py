@@ -9,11 +9,15 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cluster.web.auth import ADMIN_TOKEN_ENV, CLUSTER_TOKEN_ENV, token_from
 
+if TYPE_CHECKING:
+    from router.config import RouterConfig
 
-def _refuse(command: str, reason: str) -> int:
+
+def refuse(command: str, reason: str) -> int:
     """A start-up setting that cannot work: one line on stderr, exit status 2."""
     print(f"shardlimit {command}: {reason}", file=sys.stderr)
     return 2
@@ -30,25 +34,37 @@ def _unwritable(directory: Path) -> str | None:
     return None
 
 
-def cmd_router(args: argparse.Namespace) -> int:
+def read_router_config(path: Path) -> RouterConfig | str:
+    """A cluster.yaml's settings, or the one line that says why they cannot serve (the
+    file unreadable, not YAML, or a setting refused). `serve router` and `up` read it."""
     import yaml
 
+    from cluster.cli.rules import yaml_error
     from cluster.model.errors import ValidationError
+    from router.config import load_config
+
+    try:
+        return load_config(path)
+    except ValidationError as exc:
+        return f"{path}: {exc}"
+    except OSError as exc:
+        return f"cannot read {path}: {exc}"
+    except yaml.YAMLError as exc:
+        return yaml_error(path, exc)
+
+
+def cmd_router(args: argparse.Namespace) -> int:
     from cluster.web.serve import CannotListenError, run_app
     from cluster.web.tls import TlsError
     from router.app import ROUTER, create_app
-    from router.config import load_config
     from router.front.server import front_for
 
-    try:
-        config = load_config(args.config)
-    except ValidationError as exc:
-        return _refuse("router", f"{args.config}: {exc}")
-    except (OSError, yaml.YAMLError) as exc:
-        return _refuse("router", f"cannot read {args.config}: {exc}")
+    config = read_router_config(args.config)
+    if isinstance(config, str):
+        return refuse("router", config)
     data_dir_problem = _unwritable(config.data_dir)
     if data_dir_problem is not None:
-        return _refuse("router", f"{args.config}: router.data_dir {data_dir_problem}")
+        return refuse("router", f"{args.config}: router.data_dir {data_dir_problem}")
     if args.host:
         config.host = args.host
     if args.port is not None:
@@ -57,14 +73,14 @@ def cmd_router(args: argparse.Namespace) -> int:
         admin = token_from(ADMIN_TOKEN_ENV, args.admin_token_file)
         cluster_token = token_from(CLUSTER_TOKEN_ENV, args.cluster_token_file)
     except OSError as exc:
-        return _refuse("router", f"cannot read a token file: {exc}")
+        return refuse("router", f"cannot read a token file: {exc}")
     if admin is None:
         logging.warning("no admin token set (%s): rule writes are open", ADMIN_TOKEN_ENV)
     try:
         server_ssl = config.tls.server_context(client_certs=False)  # applications: none
         app = create_app(config, admin, cluster_token)
     except TlsError as exc:
-        return _refuse("router", str(exc))
+        return refuse("router", str(exc))
     try:
         run_app(
             app,
@@ -75,7 +91,7 @@ def cmd_router(args: argparse.Namespace) -> int:
             front=front_for(app),
         )
     except CannotListenError as exc:
-        return _refuse("router", str(exc))
+        return refuse("router", str(exc))
     return 0
 
 
@@ -123,14 +139,14 @@ def cmd_node(args: argparse.Namespace) -> int:
     tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_ca, args.tls_mutual)
     problems = tls.problems(_NODE_TLS_FLAGS.__getitem__)
     if problems:
-        return _refuse("node", "; ".join(f"{flag}: {message}" for flag, message in problems))
+        return refuse("node", "; ".join(f"{flag}: {message}" for flag, message in problems))
     redis_problem = _redis_url_problem(args.redis)
     if redis_problem is not None:
-        return _refuse("node", f"--redis: {redis_problem}")
+        return refuse("node", f"--redis: {redis_problem}")
     try:
         cluster_token = token_from(CLUSTER_TOKEN_ENV, args.cluster_token_file)
     except OSError as exc:
-        return _refuse("node", f"cannot read --cluster-token-file: {exc}")
+        return refuse("node", f"cannot read --cluster-token-file: {exc}")
     if cluster_token is None:
         logging.warning("no cluster token set (%s): node endpoints are open", CLUSTER_TOKEN_ENV)
     try:
@@ -148,9 +164,9 @@ def cmd_node(args: argparse.Namespace) -> int:
             )
         )
     except TlsError as exc:
-        return _refuse("node", str(exc))
+        return refuse("node", str(exc))
     try:
         run_app(app, args.host, args.port, ssl_context=server_ssl)
     except CannotListenError as exc:
-        return _refuse("node", str(exc))
+        return refuse("node", str(exc))
     return 0

@@ -148,6 +148,15 @@ def test_a_typo_in_cluster_yaml_is_refused_naming_the_nearest_setting(tmp_path: 
     assert not (tmp_path / "router").exists()  # refused before anything was written
 
 
+def test_a_cluster_yaml_that_is_not_yaml_is_refused_in_one_line_naming_where(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "cluster.yaml"
+    config.write_text("router:\n  port: [8080\n")
+    line = _one_line(_run("serve", "router", "--config", str(config)), 2)
+    assert line == f"shardlimit router: {config}:3:1: expected ',' or ']', but got '<stream end>'"
+
+
 def test_an_unknown_section_is_refused_naming_the_nearest(tmp_path: Path) -> None:
     config = tmp_path / "cluster.yaml"
     config.write_text(yaml.safe_dump({"router": {}, "cluster": {}, "clusterr": {}}))

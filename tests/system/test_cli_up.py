@@ -15,6 +15,7 @@ import pytest
 
 from cluster.local.ports import free_port, free_port_run
 from cluster.local.procs import command_lines
+from tests.support.up_process import UpProcess
 
 
 def consecutive_free_ports(count: int) -> int:
@@ -156,3 +157,52 @@ def test_up_help_names_replicas_and_supervision() -> None:
     refused = up("--replicas", "-1")
     assert refused.returncode == 2
     assert "argument --replicas: must be a whole number from 0 to 8, not '-1'" in refused.stderr
+
+
+@pytest.mark.timeout(90)
+def test_up_serves_on_the_port_its_config_names(tmp_path: Path) -> None:
+    """Without --port, the first router listens where --config's router.port says."""
+    port = free_port()
+    base = consecutive_free_ports(1)
+    config = tmp_path / "cluster.yaml"
+    config.write_text(f"router:\n  port: {port}\ncluster: {{}}\n")
+    args = ["--config", str(config), "--nodes", "1", "--base-port", str(base)]
+    with UpProcess([*args, "--data-dir", str(tmp_path / "data")]) as up:
+        up.wait_ready()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/cluster", timeout=5) as response:
+            cluster = json.loads(response.read())
+        assert [node["id"] for node in cluster["nodes"]] == ["n1"]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("router: [\n", ":2:1: expected the node content, but found '<stream end>'"),
+        (
+            "router: {nodee_deadline: 2s}\n",
+            ": router.nodee_deadline: unknown setting; did you mean 'node_deadline'?",
+        ),
+        ("router: {port: http}\n", ": router.port: must be a TCP port number"),
+    ],
+    ids=["not-yaml", "typo", "port"],
+)
+def test_up_refuses_a_config_the_router_could_not_serve_before_starting_anything(
+    tmp_path: Path, text: str, says: str
+) -> None:
+    config = tmp_path / "cluster.yaml"
+    config.write_text(text)
+    data_dir = tmp_path / "data"
+    up = [sys.executable, "-m", "cluster.cli", "up", "--config", str(config)]
+    done = subprocess.run(
+        [*up, "--data-dir", str(data_dir)],
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (
+        2,
+        "",
+        f"shardlimit up: {config}{says}\n",
+    )
+    assert not data_dir.exists()
