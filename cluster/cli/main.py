@@ -33,11 +33,20 @@ def cmd_up(args: argparse.Namespace) -> int:
         config = read_router_config(args.config)
         if isinstance(config, str):
             return refuse("up", config)
-        port = config.port if port is None else port
+        if port is None and config.port:  # 0 (any free port) cannot start consecutive ones
+            port = config.port
+    endpoints = args.endpoints if args.endpoints is not None else 1 + args.replicas
+    first = UpOptions.port if port is None else port
+    for what, start, count in (
+        ("routers", first, args.routers),
+        ("node processes", args.base_port, args.nodes * endpoints),
+    ):
+        if start + count - 1 > 65535:
+            return refuse("up", f"{count} {what} on consecutive ports from {start} run past 65535")
     options = UpOptions(
         nodes=args.nodes,
         partitioner=args.partitioner,
-        port=UpOptions.port if port is None else port,
+        port=first,
         base_port=args.base_port,
         host=args.host,
         data_dir=args.data_dir,
@@ -48,7 +57,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         grpc_port=args.grpc_port,
         envoy_config=args.envoy_config,
         replicas=args.replicas,
-        endpoints=args.endpoints if args.endpoints is not None else 1 + args.replicas,
+        endpoints=endpoints,
         down_after_ms=args.down_after_ms,
     )
     return run_up(options, args.json)

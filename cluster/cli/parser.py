@@ -44,6 +44,12 @@ def _positive(value: str) -> int:
     return number
 
 
+def _port(value: str) -> int:
+    if not value.isdigit() or not 1 <= int(value) <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port from 1 to 65535, not {value!r}")
+    return int(value)
+
+
 def _replicas(value: str) -> int:
     if not value.isdigit() or int(value) > 8:
         raise argparse.ArgumentTypeError(f"must be a whole number from 0 to 8, not {value!r}")
@@ -80,7 +86,7 @@ def _json_logs(parser: argparse.ArgumentParser) -> None:
 def _router_server_args(router: argparse.ArgumentParser) -> None:
     router.add_argument("--config", type=Path, required=True, help="the cluster.yaml to serve")
     router.add_argument("--host", help="listen on this address (default: the config's host)")
-    router.add_argument("--port", type=int, help="listen on this port (default: the config's)")
+    router.add_argument("--port", type=_port, help="listen on this port (default: the config's)")
     router.add_argument(
         "--cluster-token-file", help=f"the cluster token (else env {CLUSTER_TOKEN_ENV})"
     )
@@ -91,7 +97,7 @@ def _router_server_args(router: argparse.ArgumentParser) -> None:
 def _node_server_args(node: argparse.ArgumentParser) -> None:
     node.add_argument("--id", required=True, help="the node's id in the cluster (e.g. n1)")
     node.add_argument("--host", default="127.0.0.1", help="listen on this address")
-    node.add_argument("--port", type=int, required=True, help="listen on this port")
+    node.add_argument("--port", type=_port, required=True, help="listen on this port")
     node.add_argument(
         "--redis",
         required=True,
@@ -134,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
         "SIGTERM stops everything. `up` again on the same --data-dir brings back the same "
         "cluster: its nodes, replicas and Sentinels, on the same ports.",
     )
-    up.add_argument("--nodes", type=int, default=3, help="counter nodes to start (default 3)")
+    up.add_argument("--nodes", type=_positive, default=3, help="counter nodes to start (default 3)")
     up.add_argument(
         "--replicas",
         type=_replicas,
@@ -169,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--host", default="127.0.0.1", help="address every process listens on")
     up.add_argument(
         "--port",
-        type=int,
+        type=_port,
         help="the first router's port (default: --config's router.port, else 8080)",
     )
     up.add_argument(
@@ -180,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     up.add_argument(
         "--base-port",
-        type=int,
+        type=_port,
         default=7001,
         help="the first node's port; the others follow (default 7001)",
     )
@@ -203,7 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     up.add_argument("--test-clock", action="store_true", help=argparse.SUPPRESS)
     up.add_argument(
-        "--grpc-port", type=int, help="Envoy's rate-limit gRPC service on this port (first router)"
+        "--grpc-port",
+        type=_port,
+        help="Envoy's rate-limit gRPC service on this port (first router)",
     )
     up.add_argument(
         "--envoy-config",

@@ -87,6 +87,22 @@ def test_old_spellings_still_work_for_one_release() -> None:
     [
         (("bogus",), 2, "invalid choice: 'bogus'"),
         (("up", "--routers", "0"), 2, "--routers: must be a whole number from 1 to 64"),
+        (("up", "--nodes", "0"), 2, "--nodes: must be a whole number from 1 to 64"),
+        (("up", "--port", "70000"), 2, "--port: must be a TCP port from 1 to 65535"),
+        (("up", "--base-port", "0"), 2, "--base-port: must be a TCP port from 1 to 65535"),
+        (("up", "--grpc-port", "x"), 2, "--grpc-port: must be a TCP port from 1 to 65535"),
+        (
+            ("up", "--port", "65535", "--routers", "2"),
+            2,
+            "shardlimit up: 2 routers on consecutive ports from 65535 run past 65535",
+        ),
+        (
+            ("up", "--base-port", "65534", "--nodes", "2", "--replicas", "1"),
+            2,
+            "shardlimit up: 4 node processes on consecutive ports from 65534 run past 65535",
+        ),
+        (("serve", "router", "--config", "c.yaml", "--port", "65536"), 2, "must be a TCP port"),
+        (("serve", "node", "--id", "n1", "--port", "0"), 2, "must be a TCP port"),
         (("serve", "node", "--id", "n1"), 2, "the following arguments are required"),
         (("node", "add"), 2, "the following arguments are required: url"),
         (("reshard", "explode"), 2, "invalid choice: 'explode'"),
