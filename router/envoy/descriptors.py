@@ -24,6 +24,7 @@ from cluster.model.keys import MAX_KEY_BYTES
 from cluster.model.limits import LimitSpec, parse_limits
 from router.envoy import yaml_checks as doc
 from router.rules.book import ON_FAILURE, Rule, make_rule
+from router.rules.rejection import yaml_cause
 from router.rules.watched_file import WatchedFile
 
 log = logging.getLogger("shardlimit.envoy")
@@ -361,7 +362,8 @@ class EnvoyConfigFile(WatchedFile):
         except (ValidationError, yaml.YAMLError) as exc:
             self.reload_errors += 1
             self._mtime = mtime
-            log.error("envoy config %s rejected, keeping the previous one: %s", self.path, exc)
+            cause = yaml_cause(self.path, exc) if isinstance(exc, yaml.YAMLError) else str(exc)
+            log.error("envoy config %s rejected, keeping the previous one: %s", self.path, cause)
             raise
         self.domains, self._mtime = domains, mtime
         self.reloads += 1

@@ -19,6 +19,7 @@ from typing import Any
 
 import grpc  # type: ignore[import-untyped]
 import msgspec
+import yaml
 from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped]
 
 from cluster.model import answers
@@ -43,6 +44,7 @@ from router.envoy.yaml_checks import MAX_UINT32
 from router.errors import InvalidRequest, ServiceError, SettingsError
 from router.metrics import ENVOY_ENDPOINT
 from router.requests import CheckRequest
+from router.rules.rejection import yaml_cause
 from router.service import Router
 
 log = logging.getLogger("shardlimit.envoy")
@@ -266,6 +268,9 @@ class EnvoyListener:
     async def start(self) -> None:
         try:
             self.config.load()
+        except yaml.YAMLError as exc:
+            assert self.config.path is not None  # only a file read can fail to parse
+            raise SystemExit(f"envoy config rejected: {yaml_cause(self.config.path, exc)}") from exc
         except (ValidationError, ValueError, OSError) as exc:
             raise SystemExit(f"envoy config rejected: {exc}") from exc
         self.port = await self.server.start(len(self.config.domains))

@@ -21,6 +21,7 @@ import yaml
 from cluster.cli.completion import completion_script
 from cluster.cli.parser import build_parser
 from cluster.local.cluster import LocalCluster, scratch_cluster
+from cluster.local.ports import free_port
 
 pytestmark = pytest.mark.timeout(90)
 ROOT = Path(__file__).resolve().parents[2]
@@ -155,6 +156,22 @@ def test_a_cluster_yaml_that_is_not_yaml_is_refused_in_one_line_naming_where(
     config.write_text("router:\n  port: [8080\n")
     line = _one_line(_run("serve", "router", "--config", str(config)), 2)
     assert line == f"shardlimit router: {config}:3:1: expected ',' or ']', but got '<stream end>'"
+
+
+def test_envoy_descriptors_that_are_not_yaml_stop_the_router_with_one_line_naming_where(
+    tmp_path: Path,
+) -> None:
+    descriptors = tmp_path / "ratelimit.yaml"
+    descriptors.write_text("domain: [x\n")
+    config = _config(
+        tmp_path, port=free_port(), grpc_port=free_port(), envoy_config=str(descriptors)
+    )
+    done = _run("serve", "router", "--config", str(config))
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"envoy config rejected: {descriptors}:2:1: not YAML: expected ',' or ']', "
+        "but got '<stream end>' (while parsing a flow sequence)"
+    )
 
 
 def test_an_unknown_section_is_refused_naming_the_nearest(tmp_path: Path) -> None:
