@@ -35,6 +35,20 @@ def query_of(request: web.Request) -> Mapping[str, str]:
     return request.query
 
 
+_FLAGS = {"1": True, "true": True, "0": False, "false": False}
+
+
+def query_flag(request: web.Request, name: str) -> bool:
+    """A true/false query parameter (absent: false). Any other value is a 400: a typo
+    such as `dry_run=yes` must not read as false and do the real thing."""
+    value = query_of(request).get(name)
+    if value is None:
+        return False
+    if value not in _FLAGS:
+        raise invalid([FieldError(name, f"must be 1, true, 0 or false, not {value!r}")])
+    return _FLAGS[value]
+
+
 def need_admin(why: str = "missing") -> Problem:
     """The 401 of an admin endpoint: `why` is "missing" (no bearer token) or "wrong"."""
     detail = (

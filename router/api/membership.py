@@ -14,7 +14,7 @@ from cluster import wire
 from cluster.model.errors import FieldError
 from cluster.model.nodes import NodeSpec
 from cluster.web.problem import Problem, invalid, json_body, json_response
-from router.api.handler_tools import admin_only, router_of
+from router.api.handler_tools import admin_only, query_flag, query_of, router_of
 from router.api.node_body import new_node
 from router.channel.control_client import get_once
 from router.control.cluster_view import ClusterView
@@ -283,8 +283,8 @@ async def remove_node(request: web.Request) -> web.Response:
         raise Problem(404, "unknown-node", f"no node {node_id} in the topology")
     if len(nodes) == 1:
         raise Problem(409, "last-node", "cannot remove the last node")
-    dry_run = request.query.get("dry_run") in ("1", "true")
-    url = request.query.get("url")
+    dry_run = query_flag(request, "dry_run")
+    url = query_of(request).get("url")
     if url is not None:
         return await _remove_endpoint(router, node_id, url.rstrip("/"), dry_run)
 

@@ -249,6 +249,29 @@ async def test_other_endpoints_reject_bad_input(cluster: Cluster) -> None:
         assert_problem(resp.status, body, 400, "body.limits[0].algorithm")
 
 
+async def test_a_node_removal_whose_dry_run_is_not_a_flag_is_refused_and_changes_nothing(
+    cluster: Cluster,
+) -> None:
+    """`dry_run=yes` must not read as false and start the real removal."""
+    headers = {"Authorization": "Bearer test-admin-token"}
+    before = (await cluster.get("/v1/cluster"))[1]
+    for value in ("yes", "True", ""):
+        async with cluster.http.delete(
+            cluster.router_url + f"/v1/cluster/nodes/n2?dry_run={value}", headers=headers
+        ) as resp:
+            body = await resp.json(content_type=None)
+        assert_problem(resp.status, body, 400, "dry_run")
+    async with cluster.http.delete(
+        cluster.router_url + "/v1/cluster/nodes/n2?dry_run=true", headers=headers
+    ) as resp:
+        planned = await resp.json(content_type=None)
+    assert resp.status == 200 and {m["source"] for m in planned["moves"]} == {"n2"}
+    after = (await cluster.get("/v1/cluster"))[1]
+    assert after["epoch"] == before["epoch"]
+    assert [n["id"] for n in after["nodes"]] == [n["id"] for n in before["nodes"]]
+    assert after["migration"] is None
+
+
 async def test_an_unknown_rule_is_answered_with_the_nearest_names(cluster: Cluster) -> None:
     """A typo in a rule name names the rules it is near ("did you mean"), wherever the
     name is given; a name near none names none."""
