@@ -16,6 +16,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from cluster.cli.command_tree import Commands
+
 # Exit statuses (the --help epilog says them): 0 done.
 CLUSTER_FAILED = 1  # the cluster could not do it: router unreachable, an HTTP 5xx
 MISTAKE = 2  # a mistake in the command or its input: usage, a bad file, an HTTP 4xx
@@ -203,9 +205,9 @@ def cmd_reshard(args: argparse.Namespace) -> int:
 NO_WAIT_HELP = "return once the migration starts instead of following it to the end"
 
 
-def add_arguments(sub: Any, router_args: Any) -> None:
+def add_arguments(sub: Commands, router_args: Any) -> None:
     node = sub.add_parser("node", help="add or remove a counter node (a live reshard)")
-    membership = node.add_subparsers(dest="node_action", required=True, metavar="{add,remove}")
+    membership = Commands(node, dest="node_action", required=True, metavar="{add,remove}")
     add = membership.add_parser(
         "add",
         help="add a node by URL and move its keys to it; with the --id of a node already in "

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from cluster.cli.command_tree import Exclusive, Parser
 from cluster.model.nodes import NodeSpec
 from cluster.model.partition import (
     HASH_SLOTS,
@@ -219,12 +220,12 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: Parser) -> None:
     """Add the `compare` flags to `parser` (a subparser)."""
     parser.add_argument(
         "--nodes", type=_positive_int, required=True, metavar="N", help="nodes before the change"
     )
-    change = parser.add_mutually_exclusive_group(required=True)
+    change = Exclusive(parser, required=True)
     change.add_argument("--add", type=_positive_int, metavar="K", help="grow by K nodes")
     change.add_argument("--remove", type=_positive_int, metavar="K", help="shrink by K nodes")
     parser.add_argument(

@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 
+from cluster.cli.command_tree import Parser
 from cluster.cli.parser import build_parser
 
 COMPLETION_HELP = """usage: shardlimit completion [--json] {bash,zsh}
@@ -45,26 +46,18 @@ def cmd_completion(argv: list[str]) -> int:
     return 0
 
 
-def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return dict(action.choices)
-    return {}
-
-
-def _options(parser: argparse.ArgumentParser) -> list[str]:
-    shown = (a for a in parser._actions if a.help != argparse.SUPPRESS)
+def _options(parser: Parser) -> list[str]:
+    shown = (a for a in parser.options if a.help != argparse.SUPPRESS)
     return sorted(o for a in shown for o in a.option_strings if o.startswith("--"))
 
 
-def completion_script(parser: argparse.ArgumentParser, shell: str) -> str:
+def completion_script(parser: Parser, shell: str) -> str:
     """Words per command path ("", "serve", "serve router", ...), completed by position."""
     table: dict[str, list[str]] = {}
 
-    def walk(path: str, node: argparse.ArgumentParser) -> None:
-        children = _subcommands(node)
-        table[path] = sorted(children) + _options(node)
-        for name, child in children.items():
+    def walk(path: str, node: Parser) -> None:
+        table[path] = sorted(node.commands) + _options(node)
+        for name, child in node.commands.items():
             walk(f"{path} {name}".strip(), child)
 
     walk("", parser)

@@ -7,13 +7,13 @@ import argparse
 import os
 from importlib import metadata
 from pathlib import Path
-from typing import NoReturn
 
 from cluster.cli import admin as admin_cli
 from cluster.cli import compare
 from cluster.cli import quota as quota_cli
 from cluster.cli import rules as rules_cli
 from cluster.cli import usage as usage_cli
+from cluster.cli.command_tree import Commands, Parser
 from cluster.local.up_options import DOWN_AFTER_MS
 from cluster.web.auth import ADMIN_TOKEN_ENV, CLUSTER_TOKEN_ENV
 
@@ -68,13 +68,6 @@ def _down_after_ms(value: str) -> int:
     return int(value)
 
 
-class Parser(argparse.ArgumentParser):
-    """A user mistake is one line on stderr (and exit status 2), never a usage screen."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
 def _json_logs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json",
@@ -119,7 +112,7 @@ def _node_server_args(node: argparse.ArgumentParser) -> None:
     _json_logs(node)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> Parser:
     parser = Parser(
         prog="shardlimit",
         description="sharded rate limiter",
@@ -128,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(usage, a bad file, an HTTP 4xx refusal)",
     )
     parser.add_argument("--version", action="version", version=f"shardlimit {_version()}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = Commands(parser, dest="command", required=True, metavar="COMMAND")
 
     up = sub.add_parser(
         "up",
@@ -226,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     serve = sub.add_parser("serve", help="run one service: a router or a counter node")
-    servers = serve.add_subparsers(dest="service", required=True, metavar="{router,node}")
+    servers = Commands(serve, dest="service", required=True, metavar="{router,node}")
     _router_server_args(servers.add_parser("router", help="run one router"))
     _node_server_args(servers.add_parser("node", help="run one counter node"))
 

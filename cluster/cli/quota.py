@@ -12,6 +12,7 @@ import uuid
 from typing import Any
 
 from cluster.cli.admin import AdminError, call
+from cluster.cli.command_tree import Commands, Exclusive
 
 # The API's field names as this command's flags, for its error messages.
 FLAGS = {
@@ -26,16 +27,16 @@ FLAGS = {
 CHANGES = "--delta N, --set N, --amount-delta A or --amount-set A"
 
 
-def add_arguments(sub: Any, router_args: Any) -> None:
+def add_arguments(sub: Commands, router_args: Any) -> None:
     quota = sub.add_parser("quota", help="restock or set a quota counter")
-    actions = quota.add_subparsers(dest="quota_action", required=True, metavar="{adjust}")
+    actions = Commands(quota, dest="quota_action", required=True, metavar="{adjust}")
     adjust = actions.add_parser("adjust", help="restock a quota key (idempotent by request id)")
     adjust.add_argument("key", help="the limit key (e.g. merchant:42)")
     adjust.add_argument("--rule", required=True, help="a rule with a quota limit")
-    count = adjust.add_mutually_exclusive_group()
+    count = Exclusive(adjust)
     count.add_argument("--delta", type=int, help="add to (or, negative, take from) remaining")
     count.add_argument("--set", type=int, help="set remaining to this count")
-    amount = adjust.add_mutually_exclusive_group()
+    amount = Exclusive(adjust)
     amount.add_argument("--amount-delta", help="add this exact amount to amount_remaining")
     amount.add_argument("--amount-set", help="set amount_remaining to this exact amount")
     adjust.add_argument("--request-id", help="apply once per id (default: a new id)")

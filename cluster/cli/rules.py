@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from cluster.cli.admin import AdminError, call
+from cluster.cli.command_tree import Commands
 
 
 def _live(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
@@ -141,9 +142,9 @@ def _confirm_prune(args: argparse.Namespace, removed: list[str], diff: str) -> N
         raise AdminError("nothing applied")
 
 
-def add_arguments(sub: Any, router_args: Any) -> None:
+def add_arguments(sub: Commands, router_args: Any) -> None:
     rules = sub.add_parser("rules", help="get the cluster's rules, or apply a rules file")
-    actions = rules.add_subparsers(dest="rules_action", required=True)
+    actions = Commands(rules, dest="rules_action", required=True)
     get = actions.add_parser("get", help="print the live rules as YAML")
     router_args(get)
     apply = actions.add_parser("apply", help="show the diff to a rules file and apply it")

@@ -10,9 +10,10 @@ from typing import Any
 from urllib.parse import urlencode
 
 from cluster.cli.admin import call
+from cluster.cli.command_tree import Commands
 
 
-def add_arguments(sub: Any, router_args: Any) -> None:
+def add_arguments(sub: Commands, router_args: Any) -> None:
     usage = sub.add_parser("usage", help="a key's use of each limit of a rule (held leases too)")
     usage.add_argument("key", help="the limit key (e.g. tenant:7)")
     usage.add_argument("--rule", required=True, help="the rule's name")

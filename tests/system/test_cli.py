@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from cluster.cli.command_tree import Parser
 from cluster.cli.completion import completion_script
 from cluster.cli.main import legacy_spelling
 from cluster.cli.parser import build_parser
@@ -412,16 +413,12 @@ def test_every_command_offers_json() -> None:
     own arguments and are tested above / in bench)."""
     missing = []
 
-    def walk(path: str, parser: Any) -> None:
-        children = {}
-        for action in parser._actions:
-            if action.__class__.__name__ == "_SubParsersAction":
-                children = dict(action.choices)
-        if not children and path not in ("bench", "completion"):
-            options = {o for a in parser._actions for o in a.option_strings}
+    def walk(path: str, parser: Parser) -> None:
+        if not parser.commands and path not in ("bench", "completion"):
+            options = {o for a in parser.options for o in a.option_strings}
             if "--json" not in options:
                 missing.append(path)
-        for name, child in children.items():
+        for name, child in parser.commands.items():
             walk(f"{path} {name}".strip(), child)
 
     walk("", build_parser())

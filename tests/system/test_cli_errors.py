@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from cluster.cli.command_tree import Parser
 from cluster.cli.completion import completion_script
 from cluster.cli.parser import build_parser
 from cluster.local.cluster import LocalCluster, scratch_cluster
@@ -95,15 +96,11 @@ def test_output_cut_short_by_the_reader_ends_quietly() -> None:
     assert done.returncode == 141  # 128 + SIGPIPE, as a C program killed by it
 
 
-def _all_actions(
-    parser: argparse.ArgumentParser, path: str = ""
-) -> Iterator[tuple[str, argparse.Action]]:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, child in action.choices.items():
-                yield from _all_actions(child, f"{path} {name}".strip())
-        else:
-            yield path, action
+def _all_actions(parser: Parser, path: str = "") -> Iterator[tuple[str, argparse.Action]]:
+    for action in parser.options:
+        yield path, action
+    for name, child in parser.commands.items():
+        yield from _all_actions(child, f"{path} {name}".strip())
 
 
 def test_every_flag_has_help_and_internal_ones_are_hidden() -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from cluster.cli.command_tree import Parser
 from cluster.cli.compare import (
     CompareRow,
     add_arguments,
@@ -27,7 +28,7 @@ def _by_vnodes(rows: list[CompareRow]) -> dict[int | None, CompareRow]:
 
 
 def _parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="shardlimit compare")
+    parser = Parser(prog="shardlimit compare")
     add_arguments(parser)
     return parser.parse_args(list(argv))
 
