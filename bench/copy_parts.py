@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import shutil
 import statistics
 import tempfile
@@ -35,6 +34,7 @@ import aiohttp
 import redis
 import redis.asyncio as aioredis
 
+from bench.cpu import cpu_seconds
 from bench.migration import COUNT, SHAPE, raw_migrate
 from cluster.local.ports import free_port
 from cluster.local.redis_proc import RedisProcess
@@ -52,12 +52,6 @@ from node.store.redispy_pipe import own_sender
 from node.topology.ownership import Ownership
 
 NODES = [NodeSpec(f"n{i}", f"http://127.0.0.1:{9000 + i}") for i in range(1, 5)]
-
-
-def cpu_s(pid: int) -> float:
-    """utime + stime of `pid`, in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def ownership() -> Ownership:
@@ -89,11 +83,11 @@ class Part:
         self.pids = {name: server.proc.pid for name, server in servers.items() if server.proc}
 
     async def run(self, work: Callable[[], Awaitable[int]]) -> dict[str, Any]:
-        cpu = {name: cpu_s(pid) for name, pid in self.pids.items()}
+        cpu = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
         node, began = time.process_time(), time.perf_counter()
         moved = await work()
         wall = time.perf_counter() - began
-        used = {name: cpu_s(pid) - cpu[name] for name, pid in self.pids.items()}
+        used = {name: cpu_seconds(pid) - cpu[name] for name, pid in self.pids.items()}
         used["node"] = time.process_time() - node
         return {
             "moved": moved,

@@ -72,6 +72,12 @@ def _stat(pid: int) -> tuple[int, int] | None:
     return int(fields[1]), int(fields[11]) + int(fields[12])
 
 
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of `pid` so far, in seconds (0.0 once it is gone)."""
+    stat = _stat(pid)
+    return 0.0 if stat is None else stat[1] / CLK_TCK
+
+
 def voluntary_switches(pid: int) -> int | None:
     """How many times `pid`'s main thread gave up the CPU to wait, None if it is gone."""
     try:
