@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
@@ -34,38 +35,23 @@ def _add_router_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-def _positive(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if not 1 <= number <= 64:
-        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to 64, not {value!r}")
-    return number
+def _whole_number(low: int, high: int, what: str = "a whole number") -> Callable[[str], int]:
+    """An argparse type: ASCII digits for a number from `low` to `high`, else one line
+    naming the range (a bare int() would take " 5", "+5" and "²" or die on them)."""
+
+    def parse(value: str) -> int:
+        if not (value.isascii() and value.isdigit()) or not low <= int(value) <= high:
+            raise argparse.ArgumentTypeError(f"must be {what} from {low} to {high}, not {value!r}")
+        return int(value)
+
+    return parse
 
 
-def _port(value: str) -> int:
-    if not value.isdigit() or not 1 <= int(value) <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a TCP port from 1 to 65535, not {value!r}")
-    return int(value)
-
-
-def _replicas(value: str) -> int:
-    if not value.isdigit() or int(value) > 8:
-        raise argparse.ArgumentTypeError(f"must be a whole number from 0 to 8, not {value!r}")
-    return int(value)
-
-
-def _endpoints(value: str) -> int:
-    if not value.isdigit() or not 1 <= int(value) <= 9:
-        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to 9, not {value!r}")
-    return int(value)
-
-
-def _down_after_ms(value: str) -> int:
-    if not value.isdigit() or not 100 <= int(value) <= 3_600_000:
-        raise argparse.ArgumentTypeError(f"must be milliseconds from 100 to 3600000, not {value!r}")
-    return int(value)
+_positive = _whole_number(1, 64)
+_port = _whole_number(1, 65535, "a TCP port")
+_replicas = _whole_number(0, 8)
+_endpoints = _whole_number(1, 9)
+_down_after_ms = _whole_number(100, 3_600_000, "milliseconds")
 
 
 def _json_logs(parser: argparse.ArgumentParser) -> None:

@@ -18,6 +18,7 @@ import yaml
 
 from cluster.cli.admin import AdminError, call
 from cluster.cli.command_tree import Commands
+from router.rules.rejection import yaml_cause
 
 
 def _live(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
@@ -50,22 +51,12 @@ def _from_file(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise AdminError(f"cannot read {path}: {exc}") from exc
     except yaml.YAMLError as exc:
-        raise AdminError(yaml_error(path, exc)) from exc
+        raise AdminError(yaml_cause(path, exc)) from exc
     try:
         rules = parse_rules_document(doc)
     except ValueError as exc:
         raise AdminError(f"{path}: {exc}") from exc
     return rules_document(rules)
-
-
-def yaml_error(path: Path, exc: yaml.YAMLError) -> str:
-    """One line, as compilers say it: FILE:LINE:COLUMN: problem (1-based)."""
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None)
-    if isinstance(exc, yaml.MarkedYAMLError) and mark is not None and problem:
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}"
-        return f"{where}: {problem}"
-    return f"{path} is not YAML: {' '.join(str(exc).split())}"
 
 
 def cmd_get(args: argparse.Namespace) -> int:

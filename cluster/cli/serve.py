@@ -39,9 +39,9 @@ def read_router_config(path: Path) -> RouterConfig | str:
     file unreadable, not YAML, or a setting refused). `serve router` and `up` read it."""
     import yaml
 
-    from cluster.cli.rules import yaml_error
     from cluster.model.errors import ValidationError
     from router.config import load_config
+    from router.rules.rejection import yaml_cause
 
     try:
         return load_config(path)
@@ -50,7 +50,7 @@ def read_router_config(path: Path) -> RouterConfig | str:
     except OSError as exc:
         return f"cannot read {path}: {exc}"
     except yaml.YAMLError as exc:
-        return yaml_error(path, exc)
+        return yaml_cause(path, exc)
 
 
 def cmd_router(args: argparse.Namespace) -> int:

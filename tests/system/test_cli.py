@@ -92,6 +92,9 @@ def test_old_spellings_still_work_for_one_release() -> None:
         (("up", "--port", "70000"), 2, "--port: must be a TCP port from 1 to 65535"),
         (("up", "--base-port", "0"), 2, "--base-port: must be a TCP port from 1 to 65535"),
         (("up", "--grpc-port", "x"), 2, "--grpc-port: must be a TCP port from 1 to 65535"),
+        (("up", "--port", "\u00b2"), 2, "--port: must be a TCP port from 1 to 65535, not '\u00b2'"),
+        (("up", "--nodes", "+2"), 2, "--nodes: must be a whole number from 1 to 64, not '+2'"),
+        (("up", "--down-after-ms", "99"), 2, "--down-after-ms: must be milliseconds from 100"),
         (
             ("up", "--port", "65535", "--routers", "2"),
             2,
@@ -139,10 +142,18 @@ def test_help_says_the_exit_statuses() -> None:
     [
         (
             "rules:\n  basic:\n    limits: 5/minute\n   on_failure: allow\n",
-            ":4:4: expected <block end>, but found '<block mapping start>'",
+            ":4:4: not YAML: expected <block end>, but found '<block mapping start>' "
+            "(while parsing a block mapping)",
         ),
-        ("rules:\n  basic: {limits: [5/minute}\n", ":2:28: expected ',' or ']', but got '}'"),
-        ("rules:\n\tbasic: x\n", ":2:1: found character '\\t' that cannot start any token"),
+        (
+            "rules:\n  basic: {limits: [5/minute}\n",
+            ":2:28: not YAML: expected ',' or ']', but got '}' (while parsing a flow sequence)",
+        ),
+        (
+            "rules:\n\tbasic: x\n",
+            ":2:1: not YAML: found character '\\t' that cannot start any token "
+            "(while scanning for the next token)",
+        ),
         # Keys YAML reads as other types: a rule named on (true), fields null and 7.
         (
             "rules:\n  on:\n    limits: 5/minute\n",

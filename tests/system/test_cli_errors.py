@@ -152,7 +152,10 @@ def test_a_cluster_yaml_that_is_not_yaml_is_refused_in_one_line_naming_where(
     config = tmp_path / "cluster.yaml"
     config.write_text("router:\n  port: [8080\n")
     line = _one_line(_run("serve", "router", "--config", str(config)), 2)
-    assert line == f"shardlimit router: {config}:3:1: expected ',' or ']', but got '<stream end>'"
+    assert line == (
+        f"shardlimit router: {config}:3:1: not YAML: expected ',' or ']', "
+        "but got '<stream end>' (while parsing a flow sequence)"
+    )
 
 
 def test_envoy_descriptors_that_are_not_yaml_stop_the_router_with_one_line_naming_where(

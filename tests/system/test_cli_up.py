@@ -178,7 +178,11 @@ def test_up_serves_on_the_port_its_config_names(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "says"),
     [
-        ("router: [\n", ":2:1: expected the node content, but found '<stream end>'"),
+        (
+            "router: [\n",
+            ":2:1: not YAML: expected the node content, but found '<stream end>' "
+            "(while parsing a flow node)",
+        ),
         (
             "router: {nodee_deadline: 2s}\n",
             ": router.nodee_deadline: unknown setting; did you mean 'node_deadline'?",
