@@ -1,7 +1,7 @@
 """shardlimit's shared package, in rooms (each sub-package's docstring says who may import
 it):
 
-    wire.py   the router<->node contract: hot-path frames, control messages, paths
+    wire/     the router<->node contract: ops and results, frames, control messages, paths
     model/    pure model: partitioners, topology, limits, algorithms, calendar, keys
     sdk/      what applications import: clients, decorator, ASGI/aiohttp middleware
     web/      problem+json, auth, TLS, metrics, logs, the process runner

@@ -1,5 +1,5 @@
 """A counter node's state: its Redis clients and store, topology, holds, migration and
-metrics, and their start and close. The handlers are in node/app.py."""
+metrics, and their start and close. The handlers are in node/edge/."""
 
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ class RouterConfig:
     data_dir: Path = Path("data/router")
     rules_file: Path | None = None
     # Every batch to a node carries a deadline this far ahead; the router waits for it
-    # until the deadline plus the margin (see cluster/wire.py and the README).
+    # until the deadline plus the margin (see cluster/wire/__init__.py and the README).
     node_deadline_ms: int = 1000
     deadline_margin_ms: int = 250
     node_inflight: int = 2  # batch requests in flight per node

@@ -1,4 +1,4 @@
-"""The router's state and behaviour behind the HTTP handlers (router/app.py): the cluster
+"""The router's state and behaviour behind the HTTP handlers (router/api/): the cluster
 view, rules, metrics, and deciding checks, batches and refunds."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The control messages of the router↔node protocol (part of `cluster.wire`, which
 re-exports every name here): the JSON bodies of the node's control-plane endpoints
 (topology, migration, rules, the change lease, decisions, holds), decoded once at the
-node's boundary (node/app.py `internal`): a body that does not fit its Struct is a 400
+node's boundary (node/edge/internal.py `internal`): a body that does not fit its Struct is a 400
 naming the field. This module imports nothing of this project."""
 
 from __future__ import annotations

@@ -46,10 +46,10 @@ class Op(msgspec.Struct, frozen=True):  # a Struct: built once per op, ~10x chea
     coordinator: str | None = None
     undo: bytes | None = None  # kind "undo": the undo entries of the check to take back
     quota_ttl_ms: int = 0  # quota limits: lifetime from last change (0: the default)
-    adjust: tuple[int, int, int, int] | None = None  # kind "adjust" (cluster/wire.py)
+    adjust: tuple[int, int, int, int] | None = None  # kind "adjust" (cluster/wire/batch.py)
     fingerprint: str = ""  # a check's request fingerprint ("": none, replays unchecked)
-    durable: bool = False  # acknowledged only once a replica holds it (cluster/wire.py)
-    lease: tuple[int, int, int] | None = None  # kind "renew" / "release" (cluster/wire.py)
+    durable: bool = False  # acknowledged only once a replica holds it (cluster/wire/batch.py)
+    lease: tuple[int, int, int] | None = None  # kind "renew" / "release" (cluster/wire/batch.py)
 
 
 _encoder = msgspec.msgpack.Encoder()

@@ -1,7 +1,7 @@
 """Running one batch of ops: the node's hot path, shared by the channel
-(node/edge/channel_server.py) and the HTTP batch endpoint (node/app.py).
+(node/edge/channel_server.py) and the HTTP batch endpoint (node/edge/batch_api.py).
 
-Nothing is applied after the batch's deadline (cluster/wire.py): a batch that arrives
+Nothing is applied after the batch's deadline (cluster/wire/__init__.py): a batch that arrives
 late is answered `Expired` untouched; the batch script refuses once Redis' clock is past
 it; and checks whose results are ready only after it are taken back before the answer
 says `Expired`.

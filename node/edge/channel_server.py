@@ -2,7 +2,7 @@
 
 A plain asyncio protocol on a port of its own (announced as `channel` in /healthz),
 so a batch costs no HTTP request machinery: frame in, one Redis pipeline out (node/
-batch/runner.py), frame back. Frames are defined in cluster/wire.py. Replies go out as
+batch/runner.py), frame back. Frames are defined in cluster/wire/channel.py. Replies go out as
 their batches finish, so they may overtake each other. The first frame must be a
 `Hello` with the cluster token; anything else is refused and the connection closed.
 The listener speaks TLS (mutual TLS included) with the node's own server context.

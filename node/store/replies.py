@@ -1,5 +1,5 @@
 """Script replies -> results: a plan's replies put back in its ops' order, and each op's
-raw result as its wire result (cluster/wire.py)."""
+raw result as its wire result (cluster/wire/batch.py)."""
 
 from __future__ import annotations
 

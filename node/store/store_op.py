@@ -13,7 +13,7 @@ __all__ = ["StoreOp"]
 
 class StoreOp(Protocol):
     """One op of a batch: a check, refund, commit, undo, adjust, renew or release
-    (cluster/wire.py)."""
+    (cluster/wire/batch.py)."""
 
     @property
     def kind(self) -> OpKind: ...  # the member itself: compared by identity

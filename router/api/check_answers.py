@@ -1,5 +1,5 @@
 """`POST /v1/check` and `POST /v1/check/batch`, from the raw body to the JSON answer:
-the one implementation behind both the aiohttp handlers (router/app.py) and the lean
+the one implementation behind both the aiohttp handlers (router/api/decisions_api.py) and the lean
 front (router/front/server.py). Bad bodies and refused checks raise (Problem, ValidationError),
 answered by the caller through router/api/problems.py."""
 

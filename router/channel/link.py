@@ -1,4 +1,5 @@
-"""The router's end of a node's hot-path channel (cluster/wire.py, node/edge/channel_server.py).
+"""The router's end of a node's hot-path channel (cluster/wire/channel.py,
+node/edge/channel_server.py).
 
 One long-lived connection per node carries every batch as a frame tagged with a
 request id; replies are matched by id, in whatever order they come. The connection is

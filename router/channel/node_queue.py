@@ -7,7 +7,7 @@ multiplying (Gubernator's peer batching is the model). A full queue refuses at
 once (`overloaded`); a node marked down fails new checks at once (nothing sent,
 nothing consumed).
 
-Every batch carries a deadline (cluster/wire.py). The router waits for it until
+Every batch carries a deadline (cluster/wire/__init__.py). The router waits for it until
 the deadline plus a margin, and the node guarantees nothing was applied that it
 did not answer in time, so a batch given up on consumed nothing.
 """

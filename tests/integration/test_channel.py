@@ -1,4 +1,4 @@
-"""The hot-path channel router→node (cluster/wire.py frames, node/edge/channel_server.py,
+"""The hot-path channel router→node (cluster/wire/channel.py frames, node/edge/channel_server.py,
 router/channel/link.py): one long-lived connection per node, replies matched by id, the cluster
 token checked first, nothing applied past a frame's deadline."""
 

@@ -110,7 +110,7 @@ RULES = {
     "cluster.sdk": (("cluster.sdk", "cluster.model"), SERVER_LIBRARIES),
     "cluster.web": (("cluster.web", "cluster.model", "cluster.wire"), ()),
     "cluster.local": (("cluster.local", "cluster.model", "cluster.web"), ()),
-    # a package (cluster/wire/: frames and ops, control.py: control messages)
+    # a package (batch, channel, codec, control, paths)
     "cluster.wire": (("cluster.wire",), IO_LIBRARIES),
 }
 

@@ -429,7 +429,7 @@ def test_new_partitioner_and_validation() -> None:
 
 @pytest.mark.parametrize("kind", ["ring", "slots"])
 def test_a_layout_id_names_the_placement_not_the_epoch(kind: str) -> None:
-    """Frames carry a topology's layout_id (cluster/wire.py Request): it must survive the
+    """Frames carry a topology's layout_id (cluster/wire/channel.py Request): it must survive the
     topology's trip as JSON to a node, ignore the epoch and the migration, and differ
     for any other placement."""
     nodes = [NodeSpec(f"n{i}", f"http://127.0.0.1:{9000 + i}") for i in range(1, 5)]
