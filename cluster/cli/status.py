@@ -67,7 +67,7 @@ def redis_cell(redis: dict[str, Any] | None) -> str:
     if not redis:
         return "-"
     if not redis.get("replicated"):
-        return f"{redis.get('primary')} (no replicas: replica rules served as primary)"
+        return f"{redis.get('primary')}, no replicas"
     replicas = redis.get("replicas") or []
     live = sum(1 for replica in replicas if replica.get("up"))
     cell = f"{redis.get('primary')} + {live}/{len(replicas)} replicas up"
@@ -75,6 +75,18 @@ def redis_cell(redis: dict[str, Any] | None) -> str:
         cell += " (NO LIVE REPLICA: replica rules answer degraded)"
     failovers = redis.get("failovers") or 0
     return cell + (f", {failovers} failovers followed" if failovers else "")
+
+
+def unreplicated_line(nodes: list[dict[str, Any]]) -> str | None:
+    """Said once under the table rather than in every row: what a shard without replicas
+    does with `durability: replica` rules (None when every shard has replicas)."""
+    lone = [
+        node["id"] for node in nodes if node.get("redis") and not node["redis"].get("replicated")
+    ]
+    if not lone:
+        return None
+    shards = ", ".join(lone)
+    return f"no replicas on {shards}: `durability: replica` rules are served as `primary` there"
 
 
 def endpoints_cell(endpoints: list[dict[str, Any]] | None) -> str | None:
@@ -108,6 +120,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         url = endpoints_cell(node.get("endpoints")) or node["url"]
         table.add_row(node["id"], url, weight, node["state"], keys, share, load, redis)
     Console().print(table)
+    unreplicated = unreplicated_line(info["nodes"])
+    if unreplicated:
+        print(unreplicated, flush=True)
     migration = info.get("migration")
     if migration:
         print(finished(migration) or "\n".join(migration_lines(migration)), flush=True)

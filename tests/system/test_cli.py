@@ -295,6 +295,39 @@ def test_status_and_rules_json(live: LocalCluster, tmp_path: Path) -> None:
     assert plan["version"] == plan["from_version"] == rules["version"]
 
 
+def test_status_gives_each_node_one_row_and_says_once_what_no_replicas_means(
+    live: LocalCluster,
+) -> None:
+    """The table as a person reads it (120 columns): a row a node, its Redis cell the
+    primary and "no replicas"; what that means for `replica` rules, once, below it."""
+    env = dict(
+        os.environ,
+        SHARDLIMIT_ROUTER=live.router_url,
+        SHARDLIMIT_ADMIN_TOKEN=live.admin_token,
+        COLUMNS="120",
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "cluster.cli", "status"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    nodes = _run_json(live, "status")["nodes"]
+    lines = done.stdout.splitlines()
+    for node in nodes:
+        row = [line for line in lines if line.startswith(f"│ {node['id']} ")]
+        assert len(row) == 1, done.stdout
+        assert f"{node['redis']['primary']}, no replicas" in row[0], done.stdout
+    rows = [line for line in lines if line.startswith("│")]
+    assert len(rows) == len(nodes) == 2, done.stdout  # no row wrapped onto a second line
+    assert lines[-1] == (
+        "no replicas on n1, n2: `durability: replica` rules are served as `primary` there"
+    )
+
+
 def test_usage_shows_the_leases_a_key_holds(live: LocalCluster) -> None:
     env = dict(
         os.environ, SHARDLIMIT_ROUTER=live.router_url, SHARDLIMIT_ADMIN_TOKEN=live.admin_token
