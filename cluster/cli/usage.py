@@ -20,6 +20,18 @@ def add_arguments(sub: Commands, router_args: Any) -> None:
     router_args(usage)
 
 
+def duration(ms: int) -> str:
+    """A wait as a person reads it: seconds to the millisecond under a minute, else whole
+    days, hours, minutes and seconds (a month's reset is `24d 14h 12m`, not 2.12472e+06 s)."""
+    if ms < 60_000:
+        return f"{ms / 1000:g} s"
+    days, rest = divmod(ms // 1000, 86_400)
+    hours, rest = divmod(rest, 3_600)
+    minutes, seconds = divmod(rest, 60)
+    units = ((days, "d"), (hours, "h"), (minutes, "m"), (seconds, "s"))
+    return " ".join(f"{value}{unit}" for value, unit in units if value)
+
+
 def describe(limit: dict[str, Any]) -> str:
     """One line for one limit of the answer."""
     algorithm = limit["algorithm"]
@@ -27,14 +39,14 @@ def describe(limit: dict[str, Any]) -> str:
     if algorithm == "concurrency":
         line = f"{limit['held']} held of {limit['limit']} ({limit['remaining']} free)"
         if limit["held"] and reset is not None:
-            line += f"; the first expires in {reset / 1000:g} s unless renewed"
+            line += f"; the first expires in {duration(reset)} unless renewed"
         return f"{algorithm}: {line}"
     if limit.get("max_amount") is not None:
         line = f"amount remaining {limit['amount_remaining']} of {limit['max_amount']}"
     else:
         line = f"remaining {limit['remaining']} of {limit['limit']}"
     if reset is not None:
-        line += f", resets in {reset / 1000:g} s"
+        line += f", resets in {duration(reset)}"
     period = f" ({limit['period']})" if limit.get("period") else ""
     return f"{algorithm}{period}: {line}"
 
