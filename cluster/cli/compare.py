@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from cluster.cli.command_tree import Exclusive, Parser
+from cluster.cli.serve import refuse
 from cluster.model.nodes import NodeSpec
 from cluster.model.partition import (
     HASH_SLOTS,
@@ -335,23 +336,18 @@ def run(args: argparse.Namespace) -> int:
     remove = args.remove is not None
     change: int = args.remove if remove else args.add
     if remove and change >= args.nodes:
-        print(
-            f"cannot remove {change} of {args.nodes} nodes: at least one must remain",
-            file=sys.stderr,
-        )
-        return 2
+        left = "at least one must remain"
+        return refuse("compare", f"cannot remove {change} of {args.nodes} nodes: {left}")
     if args.plot is not None:
         try:
             _require_matplotlib()
         except RuntimeError as exc:
-            print(str(exc), file=sys.stderr)
-            return 2
+            return refuse("compare", str(exc))
     keys = make_keys(args.keys, args.seed)
     try:
         rows = _compute(args, keys, change)
     except ValueError as exc:
-        print(f"compare: {exc}", file=sys.stderr)
-        return 2
+        return refuse("compare", str(exc))
     elapsed = time.perf_counter() - started
     title = _title(args.nodes, change, remove, len(keys))
     if args.plot is not None:

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
 
 def refuse(command: str, reason: str) -> int:
-    """A start-up setting that cannot work: one line on stderr, exit status 2."""
+    """What a command cannot do as asked (a start-up setting that cannot work, an
+    impossible request): one line on stderr, exit status 2."""
     print(f"shardlimit {command}: {reason}", file=sys.stderr)
     return 2
 

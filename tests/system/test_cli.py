@@ -115,6 +115,11 @@ def test_old_spellings_still_work_for_one_release() -> None:
         (("node", "remove", "n9"), 1, "cannot reach the router"),
         (("serve", "router", "--config", "/nonexistent.yaml"), 2, "cannot read /nonexistent"),
         (("completion", "fish"), 2, "completion takes bash or zsh"),
+        (
+            ("compare", "--nodes", "3", "--remove", "3"),
+            2,
+            "shardlimit compare: cannot remove 3 of 3 nodes: at least one must remain",
+        ),
     ],
 )
 def test_a_mistake_is_one_line_without_a_traceback(
