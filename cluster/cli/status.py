@@ -74,7 +74,9 @@ def redis_cell(redis: dict[str, Any] | None) -> str:
     if not live:
         cell += " (NO LIVE REPLICA: replica rules answer degraded)"
     failovers = redis.get("failovers") or 0
-    return cell + (f", {failovers} failovers followed" if failovers else "")
+    if not failovers:
+        return cell
+    return cell + f", {failovers} failover{'' if failovers == 1 else 's'} followed"
 
 
 def unreplicated_line(nodes: list[dict[str, Any]]) -> str | None:

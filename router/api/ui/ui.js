@@ -227,7 +227,7 @@ function redisText(r) {
   const live = replicas.filter((x) => x.up).length;
   const title = replicas.map((x) => `${x.addr} ${x.up ? "up" : "down"}` +
     (x.lag_ms == null ? "" : ` lag ${x.lag_ms} ms`)).join("\n") +
-    (r.failovers ? `\n${r.failovers} failovers followed` : "");
+    (r.failovers ? `\n${r.failovers} failover${r.failovers === 1 ? "" : "s"} followed` : "");
   return { text: `${r.primary} + ${live}/${replicas.length} replicas`, title,
            marker: live ? "live" : "no-live-replica" };
 }
