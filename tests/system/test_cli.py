@@ -253,20 +253,28 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield local
 
 
-def _run_json(local: LocalCluster, *args: str) -> Any:
-    """Run a command with --json against `local`; its stdout parsed (it must be JSON)."""
-    env = dict(
-        os.environ, SHARDLIMIT_ROUTER=local.router_url, SHARDLIMIT_ADMIN_TOKEN=local.admin_token
-    )
+def _run_live(local: LocalCluster, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run a command against `local` (its router and admin token), with `env` added."""
     done = subprocess.run(
-        [sys.executable, "-m", "cluster.cli", *args, "--json"],
+        [sys.executable, "-m", "cluster.cli", *args],
         capture_output=True,
         text=True,
-        env=env,
+        env=dict(
+            os.environ,
+            SHARDLIMIT_ROUTER=local.router_url,
+            SHARDLIMIT_ADMIN_TOKEN=local.admin_token,
+            **env,
+        ),
         timeout=60,
         check=False,
     )
     assert done.returncode == 0, done.stderr
+    return done
+
+
+def _run_json(local: LocalCluster, *args: str) -> Any:
+    """Run a command with --json against `local`; its stdout parsed (it must be JSON)."""
+    done = _run_live(local, *args, "--json")
     for line in done.stderr.splitlines():  # any log line is a JSON object too
         assert {"ts", "level", "logger", "message"} <= set(json.loads(line)), line
     return json.loads(done.stdout)
@@ -305,21 +313,7 @@ def test_status_gives_each_node_one_row_and_says_once_what_no_replicas_means(
 ) -> None:
     """The table as a person reads it (120 columns): a row a node, its Redis cell the
     primary and "no replicas"; what that means for `replica` rules, once, below it."""
-    env = dict(
-        os.environ,
-        SHARDLIMIT_ROUTER=live.router_url,
-        SHARDLIMIT_ADMIN_TOKEN=live.admin_token,
-        COLUMNS="120",
-    )
-    done = subprocess.run(
-        [sys.executable, "-m", "cluster.cli", "status"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    done = _run_live(live, "status", COLUMNS="120")
     nodes = _run_json(live, "status")["nodes"]
     lines = done.stdout.splitlines()
     for node in nodes:
@@ -334,9 +328,6 @@ def test_status_gives_each_node_one_row_and_says_once_what_no_replicas_means(
 
 
 def test_usage_shows_the_leases_a_key_holds(live: LocalCluster) -> None:
-    env = dict(
-        os.environ, SHARDLIMIT_ROUTER=live.router_url, SHARDLIMIT_ADMIN_TOKEN=live.admin_token
-    )
     doc = {"limits": [{"algorithm": "concurrency", "limit": 3, "lease": "30s"}]}
     _http(live, "PUT", "/v1/rules/cli-exports", doc)
     for _ in range(2):
@@ -346,15 +337,7 @@ def test_usage_shows_the_leases_a_key_holds(live: LocalCluster) -> None:
     usage = _run_json(live, "usage", "tenant:cli", "--rule", "cli-exports")
     [limit] = usage["limits"]
     assert (usage["dry_run"], limit["held"], limit["remaining"]) == (True, 2, 1)
-    done = subprocess.run(
-        [sys.executable, "-m", "cluster.cli", "usage", "tenant:cli", "--rule", "cli-exports"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    done = _run_live(live, "usage", "tenant:cli", "--rule", "cli-exports")
     lines = done.stdout.splitlines()
     assert lines[0] == f"tenant:cli (cli-exports) on {usage['node']}"
     assert re.fullmatch(
