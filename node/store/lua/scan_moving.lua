@@ -6,7 +6,7 @@
 -- s//8 set = slot s moves).
 -- Returns {next cursor, names examined, then name, slot, name, slot, ...}.
 -- The slot is CRC16-XMODEM of the limit key's routing part (its non-empty {tag},
--- else all of it), as cluster/model/partition.py key_slot() computes it.
+-- else all of it), as cluster/model/partition/hashing.py key_slot() computes it.
 local cursor, count, budget, moving = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local band, bxor, lshift, rshift = bit.band, bit.bxor, bit.lshift, bit.rshift
 local byte, find, sub = string.byte, string.find, string.sub
