@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -356,72 +354,6 @@ def parse_refund(body: Any, rules: RuleBook, problems: Problems) -> RefundReques
     if len(problems.errors) != before or rule is None or not isinstance(request_id, str):
         return None
     return RefundRequest(key, rule, request_id)
-
-
-DENY_STATUSES = (429, 403, 401)  # nginx's auth_request passes only 401/403 on as denials
-_DENY_STATUS_TEXT = {str(status) for status in DENY_STATUSES}
-_COST = re.compile("[0-9]+")
-# If-Match on rules writes: a rules version as an ETag ("3", W/"3" or 3)
-IF_MATCH = re.compile(r'(?:W/)?(?:"[0-9]{1,18}"|[0-9]{1,18})')
-
-
-class AuthzRequest(msgspec.Struct, frozen=True):
-    check: CheckRequest
-    deny_status: int
-
-
-def _client_address(forwarded_for: str) -> str:
-    """The address the nearest proxy saw: the last entry of X-Forwarded-For (earlier
-    entries come from the client and can be forged)."""
-    return forwarded_for.rsplit(",", 1)[-1].strip()
-
-
-def parse_authz(
-    query: Mapping[str, str], headers: Mapping[str, str], rules: RuleBook, problems: Problems
-) -> AuthzRequest | None:
-    """`GET /v1/authz`: rule, key (or `key_header`: the request header holding the key),
-    cost (default 1), deny_status (default 429)."""
-    key: str | None = query.get("key")
-    header = query.get("key_header")
-    if key is not None and header is not None:
-        problems.add("key_header", "give either 'key' or 'key_header', not both")
-    elif header is not None:
-        raw = headers.get(header)
-        if raw is None or not raw.strip():
-            problems.add("key_header", f"the request has no '{header}' header to take the key from")
-        else:
-            key = _client_address(raw) if header.lower() == "x-forwarded-for" else raw.strip()
-    cost: int | str = query.get("cost", "1")
-    if isinstance(cost, str) and _COST.fullmatch(cost):  # not isdigit(): "²" is a digit
-        significant = cost.lstrip("0") or "0"
-        cost = int(significant) if len(significant) <= 13 else MAX_COUNT + 1
-    deny_raw = query.get("deny_status", "429")
-    deny_status = int(deny_raw) if deny_raw in _DENY_STATUS_TEXT else 0
-    if deny_status not in DENY_STATUSES:
-        problems.add("deny_status", f"must be one of {', '.join(map(str, DENY_STATUSES))}")
-    body = {"key": key, "rule": query.get("rule"), "cost": cost}
-    check = parse_check(body, rules, problems)
-    if check is not None and check.rule.leases:
-        problems.add("rule", "a lease must be released: use /v1/check for concurrency rules")
-    if check is None or problems.errors:
-        return None
-    return AuthzRequest(check, deny_status)
-
-
-def if_match(headers: Mapping[str, str]) -> int | None:
-    """The rules version an If-Match header names (None: no header). Raises Problem."""
-    raw = headers.get("If-Match")
-    if raw is None:
-        return None
-    value = raw.strip()
-    if not IF_MATCH.fullmatch(value):  # not isdigit(): "²" is a digit, int() refuses it
-        raise Problem(
-            400,
-            "validation",
-            'If-Match must be a rules version as an ETag, e.g. "3"',
-            [FieldError("If-Match", "not a rules version")],
-        )
-    return int(value.removeprefix("W/").strip('"'))
 
 
 def rule_name(name: str) -> str:

@@ -12,12 +12,13 @@ from cluster.model import answers
 from cluster.model.errors import Problems
 from cluster.model.limits import format_amount
 from cluster.web.problem import Problem, json_body, json_response
+from router.api.authz_query import parse_authz
 from router.api.check_answers import JsonAnswer, batch_answer, check_answer
 from router.api.handler_tools import admin_only, query_of, router_of
 from router.api.leases import release_answer, renew_answer
 from router.decide.answers import ratelimit_headers
 from router.decide.quota_adjust import parse_adjust
-from router.requests import parse_authz, parse_check, parse_refund
+from router.requests import parse_check, parse_refund
 
 
 def _json(answer: JsonAnswer) -> web.Response:

@@ -10,8 +10,9 @@ from cluster.model.errors import FieldError, Problems, did_you_mean
 from cluster.model.limits import expired_quotas
 from cluster.web.problem import invalid, json_body, json_response
 from router.api.handler_tools import admin_only, router_of
+from router.api.if_match import if_match
 from router.errors import UnknownRule
-from router.requests import if_match, rule_name
+from router.requests import rule_name
 from router.rules.book import Rule, parse_rule, parse_rules_document
 from router.rules.cluster_rules import RulesChange
 

@@ -29,9 +29,10 @@ from cluster.model.limits import (
     parse_timestamp,
 )
 from cluster.web.problem import Problem
+from router.api.authz_query import parse_authz
+from router.api.if_match import IF_MATCH
 from router.api.node_body import new_node
 from router.api.openapi import openapi_document
-from router.requests import IF_MATCH, parse_authz
 from router.rules.book import RuleBook, make_rule
 from tests.conftest import ADMIN, Cluster
 

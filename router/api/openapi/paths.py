@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from cluster.model.limits import MAX_COUNT
+from router.api.if_match import IF_MATCH
 from router.api.node_body import NODE_URL_PATTERN
 from router.api.openapi.patterns import RULE_NAME_PATTERN, upto
 from router.api.openapi.schemas import KEY, RULE_NAME_SCHEMA
-from router.requests import IF_MATCH, MAX_BATCH
+from router.requests import MAX_BATCH
 
 
 def _problem_ref() -> dict[str, Any]:
