@@ -9,31 +9,25 @@ from typing import Any
 import msgspec
 
 from cluster.model import answers
-from cluster.model.calendar import PERIODS
 from cluster.model.keys import MAX_KEY_BYTES
 from cluster.model.lease_ids import LEASE_ID_PATTERN
 from cluster.model.limits import (
-    ALGORITHMS,
-    MAX_AMOUNT_SCALE,
-    MAX_BUCKET_PERIOD_MS,
-    MAX_BUCKET_SIZE,
     MAX_COUNT,
     MAX_LEASE_MS,
-    MAX_LEASES,
     MAX_LIMITS_PER_RULE,
-    MAX_SLIDING_LOG,
+)
+from router.api.openapi.limit_schemas import (
+    NAMED_ONLY,
+    limit_of,
+    limit_variants,
+    limits_of,
 )
 from router.api.openapi.patterns import (
     DECIMAL,
-    DURATION,
-    POSITIVE_DECIMAL,
-    RATE_PATTERN,
     REQUEST_ID_PATTERN,
     RULE_NAME_PATTERN,
     SIGNED_DECIMAL,
-    TIMESTAMP_PATTERN,
     duration_schema,
-    timezone_pattern,
 )
 from router.rules.rejection import FILE_BLOCK_SCHEMA
 from router.rules.spread_split import MAX_SPREAD
@@ -63,156 +57,11 @@ def _rule_or_limits(*, on_failure: bool) -> dict[str, Any]:
     }
 
 
-def _count(maximum: int = MAX_COUNT) -> dict[str, Any]:
-    return {"type": "integer", "minimum": 1, "maximum": maximum}
-
-
-def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
-    return {"anyOf": [*schema.get("anyOf", [schema]), {"type": "null"}]}
-
-
-def _one_or_both(first: str, second: str) -> dict[str, Any]:
-    """`first`, `second` or both given, not null (if/else rather than anyOf, as in
-    _rule_or_limits)."""
-    given = {
-        name: {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
-        for name in (first, second)
-    }
-    return {"if": given[first], "else": given[second]}
-
-
-def _windowed(algorithm: str) -> dict[str, Any]:
-    maximum = MAX_SLIDING_LOG if algorithm == "sliding_log" else MAX_COUNT
-    return _variant(algorithm, ["limit", "window"], limit=_count(maximum), window=DURATION)
-
-
-def _bucket(algorithm: str) -> dict[str, Any]:
-    # Bounded field by field so that rate x period stays below 2**53 (cluster.model.limits).
-    size = "burst" if algorithm == "token_bucket" else "capacity"
-    return _variant(
-        algorithm,
-        ["rate", "period"],
-        rate=_count(MAX_BUCKET_SIZE),
-        period=duration_schema(MAX_BUCKET_PERIOD_MS),
-        **{size: {**_count(MAX_BUCKET_SIZE), "description": "default: rate"}},
-    )
-
-
-_SCALE = {"type": "integer", "minimum": 0, "maximum": MAX_AMOUNT_SCALE, "default": 2}
-_MAX_AMOUNT = {
-    **_nullable(POSITIVE_DECIMAL),
-    "description": "greater than zero, at most amount_scale decimal places and at most "
-    "10**15 minor units",
-}
-
-
-def _calendar(algorithm: str) -> dict[str, Any]:
-    schema = _variant(
-        algorithm,
-        ["period"],
-        period={"type": "string", "enum": list(PERIODS)},
-        timezone={
-            "type": "string",
-            "pattern": timezone_pattern(),
-            "default": "UTC",
-            "description": "an IANA name: the pattern lists every one the server loads",
-        },
-        max_count=_nullable(_count()),
-        max_amount=_MAX_AMOUNT,
-        amount_scale=_SCALE,
-    )
-    schema.update(_one_or_both("max_count", "max_amount"))
-    schema["description"] = "max_count, max_amount or both (not null)"
-    return schema
-
-
-def _quota(algorithm: str) -> dict[str, Any]:
-    schema = _variant(
-        algorithm,
-        [],
-        limit=_nullable(_count()),
-        max_amount=_MAX_AMOUNT,
-        amount_scale=_SCALE,
-        expires_at=_nullable(
-            {
-                "type": "string",
-                "pattern": TIMESTAMP_PATTERN,
-                "description": "RFC 3339 with an offset; a real date, in the future",
-            }
-        ),
-    )
-    schema.update(_one_or_both("limit", "max_amount"))
-    schema["description"] = "limit, max_amount or both (not null); no window"
-    return schema
-
-
-def _concurrency(algorithm: str) -> dict[str, Any]:
-    schema = _variant(
-        algorithm, ["limit", "lease"], limit=_count(MAX_LEASES), lease=duration_schema(MAX_LEASE_MS)
-    )
-    schema["description"] = (
-        "at most `limit` leases held at once, each living `lease` unless renewed; in a named "
-        "rule only (POST /v1/lease/renew and /release name it), not spread, no cache_denials"
-    )
-    return schema
-
-
-def _variant(algorithm: str, required: list[str], **props: Any) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["algorithm", *required],
-        "properties": {"algorithm": {"type": "string", "const": algorithm}, **props},
-    }
-
-
-# The parameters of each algorithm of cluster/model/algorithms.py (what
-# cluster.model.limits.parse_limit reads); an algorithm missing here fails
-# tests/integration/test_openapi.py.
-_PARAMETERS = {
-    "fixed_window": _windowed,
-    "sliding_log": _windowed,
-    "sliding_window": _windowed,
-    "token_bucket": _bucket,
-    "leaky_bucket": _bucket,
-    "calendar": _calendar,
-    "quota": _quota,
-    "concurrency": _concurrency,
-}
-# Inline limits (a check's `limits`) take every algorithm but these.
-NAMED_ONLY = ("concurrency",)
-
-
-def _limit_variants() -> dict[str, dict[str, Any]]:
-    """One schema per algorithm, in cluster/model/algorithms.py's order."""
-    return {name: _PARAMETERS[name](name) for name in ALGORITHMS if name in _PARAMETERS}
-
-
 def _at_least_one(first: str, *others: str) -> dict[str, Any]:
     """At least one of these properties present."""
     if not others:
         return {"required": [first]}
     return {"if": {"required": [first]}, "else": _at_least_one(*others)}
-
-
-def _limit_of(variants: list[str], description: str) -> dict[str, Any]:
-    """One limit of `variants`: a oneOf told apart by `algorithm`."""
-    return {
-        "description": description,
-        "oneOf": [{"$ref": f"#/components/schemas/{name}"} for name in variants],
-        "discriminator": {
-            "propertyName": "algorithm",
-            "mapping": {name: f"#/components/schemas/{name}" for name in variants},
-        },
-    }
-
-
-def _limits_of(limit: str, description: str) -> dict[str, Any]:
-    """A list of `limit` objects or rate strings, or one rate string."""
-    rate = {"type": "string", "pattern": RATE_PATTERN}
-    items = {"anyOf": [{"$ref": f"#/components/schemas/{limit}"}, rate]}
-    listed = {"type": "array", "minItems": 1, "maxItems": 16, "items": items}
-    return {"description": description, "anyOf": [listed, rate]}
 
 
 def _lease_body(key: dict[str, Any], rule_name: dict[str, Any], renew: bool) -> dict[str, Any]:
@@ -273,13 +122,13 @@ def components() -> dict[str, Any]:
     """Every schema of the document, by name."""
     key = KEY
     rule_name = RULE_NAME_SCHEMA
-    variants = _limit_variants()
+    variants = limit_variants()
     about_limit = (
         "one limit; its fields depend on the algorithm. Not said here (a "
         "schema cannot): max_amount's bounds depend on amount_scale, and a quota's "
         "expires_at must be a real date in the future"
     )
-    limit = _limit_of(list(variants), about_limit)
+    limit = limit_of(list(variants), about_limit)
     inline = [name for name in variants if name not in NAMED_ONLY]
     about_limits = (
         "limit objects, or `limits`-style rate strings that stand "
@@ -379,9 +228,9 @@ def components() -> dict[str, Any]:
     return {
         "Limit": limit,
         **variants,
-        "Limits": _limits_of("Limit", about_limits),
-        "InlineLimit": _limit_of(inline, about_limit),
-        "InlineLimits": _limits_of("InlineLimit", about_limits),
+        "Limits": limits_of("Limit", about_limits),
+        "InlineLimit": limit_of(inline, about_limit),
+        "InlineLimits": limits_of("InlineLimit", about_limits),
         "Check": check,
         "Problem": problem,
         "Rule": rule,
