@@ -21,13 +21,15 @@ from cluster.model.partition import Partitioner, partitioner_from_dict
 class Topology:
     """`cluster_id` names the cluster for its whole life (a node refuses a topology of
     another cluster); `successors` maps a node that left to the node now holding the
-    all-or-nothing decision records it coordinated."""
+    all-or-nothing decision records it coordinated; `last_migration` is the summary of the
+    last migration that finished, so that every router tells it, also after a restart."""
 
     epoch: int
     partitioner: Partitioner
     migration: dict[str, Any] | None = field(default=None)
     cluster_id: str | None = None
     successors: Mapping[str, str] = field(default_factory=dict)
+    last_migration: dict[str, Any] | None = None
 
     @property
     def nodes(self) -> tuple[NodeSpec, ...]:
@@ -60,6 +62,7 @@ class Topology:
             "migration": self.migration,
             "cluster_id": self.cluster_id,
             "successors": dict(self.successors),
+            "last_migration": self.last_migration,
         }
 
     @classmethod
@@ -81,7 +84,12 @@ class Topology:
             isinstance(k, str) and isinstance(v, str) for k, v in successors.items()
         ):
             raise ValueError("topology successors must map node ids to node ids")
-        return cls(epoch, partitioner_from_dict(part), migration, cluster_id, successors)
+        last_migration = data.get("last_migration")
+        if last_migration is not None and not isinstance(last_migration, dict):
+            raise ValueError("topology last_migration must be an object or null")
+        return cls(
+            epoch, partitioner_from_dict(part), migration, cluster_id, successors, last_migration
+        )
 
 
 def save_atomic(path: Path, topology: Topology) -> None:

@@ -54,7 +54,11 @@ class Resharder:
     def status(self) -> dict[str, Any] | None:
         migration = self.view.topology.migration
         if migration is None and not self.progress:
-            return None
+            # Another router ran it, or this one before a restart: the topology keeps it.
+            last = self.view.topology.last_migration
+            if last is None:
+                return None
+            return {**last, "running": False, "last_error": None, "blocked": None}
         out = dict(self.progress)
         if migration is not None:
             out["id"] = migration.get("id")
@@ -231,11 +235,14 @@ class Resharder:
         self.progress["seconds"] = round(elapsed, 3)
         self.progress["phase"] = "finalizing"
         successors = await self.steps.hand_over_decisions(previous)
+        epoch = self.view.topology.epoch + 1
+        summary = {**self.progress, "phase": "done", "epoch": epoch}
         final = dataclasses.replace(
             self.view.topology,
-            epoch=self.view.topology.epoch + 1,
+            epoch=epoch,
             migration=None,
             successors=successors,
+            last_migration=summary,
         )
         # Push to every node of the migration (removed nodes learn they own nothing).
         members = self.view.member_ids()

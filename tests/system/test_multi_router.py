@@ -420,6 +420,17 @@ async def test_node_add_through_one_router_while_load_flows_through_the_others(
         admitted.update(report["allowed_by_key"])
     assert sum(admitted.values()) == sum(r["allowed"] for r in reports) > 0
     assert final["keys_moved"] > 0
+    _, told, _ = await cluster.request("GET", a + "/v1/cluster")
+
+    async def every_router_tells_it() -> bool:
+        for router in (b, c):
+            _, info, _ = await cluster.request("GET", router + "/v1/cluster")
+            if info["migration"] != told["migration"]:
+                return False
+        return True
+
+    # The routers that did not run it learn its summary with the topology.
+    await eventually(every_router_tells_it, within=10)
     for router in (a, b, c):
         remaining = await _remaining(cluster, router)
         assert {k: 1000 - v for k, v in remaining.items() if v != 1000} == dict(admitted)
@@ -444,7 +455,8 @@ async def test_two_node_adds_at_once_one_runs_the_other_gets_409(cluster: Cluste
 
     async def c_knows() -> bool:
         _, info, _ = await cluster.request("GET", c + "/v1/cluster")
-        return len(info["nodes"]) == 4 and info["migration"] is None
+        migration = info["migration"] or {}
+        return len(info["nodes"]) == 4 and migration.get("phase") == "done"
 
     await eventually(c_knows, within=10)
     remaining = await _remaining(cluster, c)

@@ -443,3 +443,16 @@ def test_a_layout_id_names_the_placement_not_the_epoch(kind: str) -> None:
     assert Topology(9, new_partitioner(kind, nodes[:3]), {"id": "m"}).layout_id == layout
     assert Topology(4, four, {"id": "m", "from": three.to_dict()}).layout_id != layout
     assert Topology(3, new_partitioner(kind, nodes[1:])).layout_id != layout
+
+
+def test_a_topology_carries_the_last_migration_as_json_and_refuses_a_bad_one() -> None:
+    nodes = [NodeSpec(f"n{i}", f"http://127.0.0.1:{9000 + i}") for i in range(1, 4)]
+    summary = {"id": "m1", "phase": "done", "epoch": 4, "keys_moved": 42, "seconds": 0.5}
+    kept = Topology(4, new_partitioner("ring", nodes), last_migration=summary)
+    again = Topology.from_dict(json.loads(json.dumps(kept.to_dict())))
+    assert again.last_migration == summary and again.to_dict() == kept.to_dict()
+    # A topology written before the field existed has none.
+    older = {k: v for k, v in kept.to_dict().items() if k != "last_migration"}
+    assert Topology.from_dict(older).last_migration is None
+    with pytest.raises(ValueError, match="last_migration"):
+        Topology.from_dict({**kept.to_dict(), "last_migration": "m1"})
