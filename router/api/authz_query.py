@@ -7,6 +7,7 @@ import re
 from collections.abc import Mapping
 
 import msgspec
+from multidict import MultiMapping
 
 from cluster.model.errors import Problems
 from cluster.model.limits import MAX_COUNT
@@ -23,14 +24,36 @@ class AuthzRequest(msgspec.Struct, frozen=True):
     deny_status: int
 
 
-def _client_address(forwarded_for: str) -> str:
+def _client_address(forwarded_for: list[str]) -> str:
     """The address the nearest proxy saw: the last entry of X-Forwarded-For (earlier
-    entries come from the client and can be forged)."""
-    return forwarded_for.rsplit(",", 1)[-1].strip()
+    entries come from the client and can be forged). Lines of the header are one list
+    (RFC 9110, 5.3): a proxy that adds a line of its own rather than appending to the
+    client's puts its entry last, where a client cannot."""
+    return ",".join(forwarded_for).rsplit(",", 1)[-1].strip()
+
+
+def _header_key(header: str, headers: MultiMapping[str], problems: Problems) -> str | None:
+    """The key `key_header` names: X-Forwarded-For's last entry, else the header's value,
+    which must then be given once (of two, the client may have sent either)."""
+    lines = headers.getall(header, [])
+    if header.lower() == "x-forwarded-for":
+        key = _client_address(lines) if lines else ""
+    elif len(lines) > 1:
+        problems.add("key_header", f"the request has {len(lines)} '{header}' headers: give one")
+        return None
+    else:
+        key = lines[0].strip() if lines else ""
+    if not lines:
+        problems.add("key_header", f"the request has no '{header}' header to take the key from")
+        return None
+    if not key:
+        problems.add("key_header", f"the request's '{header}' header holds no key")
+        return None
+    return key
 
 
 def parse_authz(
-    query: Mapping[str, str], headers: Mapping[str, str], rules: RuleBook, problems: Problems
+    query: Mapping[str, str], headers: MultiMapping[str], rules: RuleBook, problems: Problems
 ) -> AuthzRequest | None:
     """`GET /v1/authz`: rule, key (or `key_header`: the request header holding the key),
     cost (default 1), deny_status (default 429)."""
@@ -39,11 +62,7 @@ def parse_authz(
     if key is not None and header is not None:
         problems.add("key_header", "give either 'key' or 'key_header', not both")
     elif header is not None:
-        raw = headers.get(header)
-        if raw is None or not raw.strip():
-            problems.add("key_header", f"the request has no '{header}' header to take the key from")
-        else:
-            key = _client_address(raw) if header.lower() == "x-forwarded-for" else raw.strip()
+        key = _header_key(header, headers, problems)
     cost: int | str = query.get("cost", "1")
     if isinstance(cost, str) and _COST.fullmatch(cost):  # not isdigit(): "²" is a digit
         significant = cost.lstrip("0") or "0"

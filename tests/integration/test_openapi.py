@@ -12,6 +12,7 @@ from typing import Any
 
 import jsonschema_rs
 import pytest
+from multidict import CIMultiDict
 from openapi_spec_validator import validate
 
 from cluster.model.calendar import load_timezone
@@ -232,7 +233,7 @@ def test_authz_cost_and_deny_status() -> None:
     def accepts(name: str) -> Any:
         def parse(value: str) -> bool:
             query = {"rule": "basic", "key": "k", name: value}
-            return parse_authz(query, {}, book, Problems()) is not None
+            return parse_authz(query, CIMultiDict(), book, Problems()) is not None
 
         return parse
 

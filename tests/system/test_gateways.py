@@ -13,10 +13,12 @@ import shutil
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp import web
+from multidict import CIMultiDict
 
 from cluster.local.procs import child_preexec
 from cluster.local.redis_proc import free_port
@@ -170,7 +172,7 @@ async def test_authz_answers_for_gateways(cluster: Cluster) -> None:
     base = cluster.router_url + "/v1/authz"
     async with aiohttp.ClientSession() as http:
 
-        async def get(query: str, headers: dict[str, str] | None = None) -> aiohttp.ClientResponse:
+        async def get(query: str, headers: Any = None) -> aiohttp.ClientResponse:
             async with http.get(f"{base}?{query}", headers=headers) as resp:
                 await resp.read()
                 return resp
@@ -188,6 +190,19 @@ async def test_authz_answers_for_gateways(cluster: Cluster) -> None:
             assert (await get("rule=basic&key_header=X-Forwarded-For", forwarded)).status == 204
         assert (await get("rule=basic&key=10.0.0.7")).status == 429  # the proxy's view
         assert (await get("rule=basic&key=6.6.6.6")).status == 204
+        # Two lines of the header are one list: the proxy's line, the last, gives the key.
+        two_lines = CIMultiDict([("X-Forwarded-For", "7.7.7.7"), ("X-Forwarded-For", "10.0.0.8")])
+        assert (await get("rule=basic&key_header=X-Forwarded-For", two_lines)).status == 204
+        status, usage = await cluster.get("/v1/usage?key=10.0.0.8&rule=basic")
+        assert status == 200 and usage["limits"][0]["remaining"] == LIMIT - 1
+        status, usage = await cluster.get("/v1/usage?key=7.7.7.7&rule=basic")
+        assert status == 200 and usage["limits"][0]["remaining"] == LIMIT
+        # Any other key header given twice: which one is the client's word is unknowable.
+        twice = CIMultiDict([("X-Api-Key", "k1"), ("X-Api-Key", "k2")])
+        async with http.get(f"{base}?rule=basic&key_header=X-Api-Key", headers=twice) as resp:
+            problem = await resp.json(content_type=None)
+        assert resp.status == 400 and problem["errors"][0]["field"] == "key_header"
+        assert "2 'X-Api-Key' headers" in problem["errors"][0]["message"]
         for query, field in [
             ("rule=basic", "key"),
             ("rule=basic&key_header=X-Api-Key", "key_header"),
