@@ -41,6 +41,9 @@ class Resharder:
         self.announced = asyncio.Event()  # the migrating topology reached every node
         self.moved_keys_total = 0  # over every migration this router ran, for /metrics
         self.steps = MigrationSteps(view, self)
+        # The topology lease is per router (one token): it keeps changes through different
+        # routers apart, this keeps apart the changes asked of this one.
+        self._changing = asyncio.Lock()
 
     @property
     def running(self) -> bool:
@@ -76,6 +79,17 @@ class Resharder:
         one last looked); returns once every node took the migrating topology. Raises
         ReshardError (refused: nothing changed) or MigrationBlocked (the topology changed
         but could not reach every node: see `abort`)."""
+        async with self._changing:
+            return await self._start(change)
+
+    async def abort(self) -> dict[str, Any]:
+        """Undo the migration in progress: a migration back to the previous layout, which
+        hands back the keys already copied (node/migration/migrator.py). Returns once every node
+        took it; raises ReshardError (nothing to abort) or MigrationBlocked."""
+        async with self._changing:
+            return await self._abort()
+
+    async def _start(self, change: Change) -> dict[str, Any]:
         if self.running or self.view.topology.migration is not None:
             raise ReshardError("a migration is already in progress; see GET /v1/cluster")
         await self.lease.act("acquire")
@@ -114,10 +128,7 @@ class Resharder:
         await self._launch_announced()
         return {"epoch": migrating.epoch, "migration": migration["id"], "moves": moves}
 
-    async def abort(self) -> dict[str, Any]:
-        """Undo the migration in progress: a migration back to the previous layout, which
-        hands back the keys already copied (node/migration/migrator.py). Returns once every node
-        took it; raises ReshardError (nothing to abort) or MigrationBlocked."""
+    async def _abort(self) -> dict[str, Any]:
         current = self.view.topology
         migration = current.migration
         if migration is None:

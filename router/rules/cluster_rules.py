@@ -74,6 +74,9 @@ class ClusterRules:
         self.view = view
         self.book = book
         self.token = secrets.token_hex(16)
+        # The lease is per router (one token): it keeps writes through different routers
+        # apart, this keeps apart the writes through this one.
+        self._publishing = asyncio.Lock()
         # A file's rules not yet published because no majority answered.
         self.pending: dict[str, Rule] | None = None
         self.synced = False  # a majority's rules were read (or seeded) at least once
@@ -126,6 +129,10 @@ class ClusterRules:
         when nothing changed). `change` sees the newest rules a majority holds, never a
         local copy, so writes through different routers do not lose each other. Raises
         RulesConflict, RulesUnavailable, and whatever `change` raises."""
+        async with self._publishing:
+            return await self._publish(change, expected)
+
+    async def _publish(self, change: RulesChange, expected: int | None) -> int:
         await self._acquire()
         try:
             read = await self._read()

@@ -185,3 +185,26 @@ async def test_a_router_started_on_a_broken_rules_file_says_so_in_one_line(
         assert process.returncode == 1, (out, err)
         assert "Traceback" not in err.decode()
         assert lines[-1].startswith("rules file rejected: ") and expected in lines[-1], lines
+
+
+async def test_rule_writes_at_once_through_one_router_lose_nothing(cluster: Cluster) -> None:
+    """Eight new rules written at once are all kept, one version each; four writes at once
+    on the same If-Match version: exactly one applies, three get 409."""
+    before, names = await _rules(cluster)
+    headers = {"Authorization": f"Bearer {ADMIN}"}
+
+    async def put(name: str, extra: dict[str, str], limit: int = 5) -> int:
+        url = f"{cluster.router_url}/v1/rules/{name}"
+        body = {"limits": [{"algorithm": "fixed_window", "limit": limit, "window": "1m"}]}
+        async with cluster.http.put(url, json=body, headers={**headers, **extra}) as resp:
+            await resp.read()
+            return resp.status
+
+    new = [f"at-once-{i}" for i in range(8)]
+    assert await asyncio.gather(*(put(name, {}) for name in new)) == [201] * 8
+    version, now = await _rules(cluster)
+    assert version == before + 8 and set(now) == set(names) | set(new)
+    condition = {"If-Match": f'"{version}"'}
+    statuses = await asyncio.gather(*(put("at-once-0", condition, 6 + i) for i in range(4)))
+    assert sorted(statuses) == [200, 409, 409, 409]
+    assert (await _rules(cluster))[0] == version + 1

@@ -436,8 +436,12 @@ async def test_node_add_through_one_router_while_load_flows_through_the_others(
         assert {k: 1000 - v for k, v in remaining.items() if v != 1000} == dict(admitted)
 
 
-async def test_two_node_adds_at_once_one_runs_the_other_gets_409(cluster: Cluster) -> None:
-    a, b, c = cluster.routers
+@pytest.mark.parametrize("second", [1, 0], ids=["through-two-routers", "through-one-router"])
+async def test_two_node_adds_at_once_one_runs_the_other_gets_409(
+    cluster: Cluster, second: int
+) -> None:
+    a, c = cluster.routers[0], cluster.routers[2]
+    b = cluster.routers[second]
     for i in range(40):
         await cluster.check(cluster.routers[i % 3], {"key": KEYS[i % 10], "limits": LIMITS})
     n4, n5 = cluster.spare_node("n4"), cluster.spare_node("n5")
