@@ -139,6 +139,10 @@ def to_minor_units(number: Decimal, scale: int, path: str, problems: Problems) -
     if number > 0 and number.adjusted() > 18:  # "1e999999999": scaleb() would overflow
         problems.add(path, f"must be at most {format_amount(MAX_AMOUNT_MINOR, scale)}")
         return None
+    # "1e-99999999": scaleb() would underflow to 0 rather than show the decimals.
+    if number != 0 and number.adjusted() < -scale:
+        problems.add(path, f"has more than {scale} decimal places")
+        return None
     scaled = number.scaleb(scale)
     if scaled != scaled.to_integral_value():
         problems.add(path, f"has more than {scale} decimal places")

@@ -6,7 +6,9 @@ from decimal import Decimal
 
 import pytest
 
+from cluster.model.errors import Problems
 from cluster.model.keys import amount_text, request_fingerprint
+from cluster.model.limit_values import to_minor_units
 
 
 @pytest.mark.parametrize(
@@ -38,3 +40,27 @@ def test_forms_of_one_amount_share_a_fingerprint_and_others_do_not() -> None:
     assert of("7.43e19498076624") == of("743.0e19498076622")
     assert of("7.43e19498076624") != of("7.44e19498076624")
     assert of("49999.50") == of("4.999950e4")
+
+
+@pytest.mark.parametrize(
+    ("given", "minor"),
+    [
+        ("0", 0),
+        ("0e-99999999", 0),
+        ("49999.50", 4999950),
+        ("4.999950e4", 4999950),
+        ("0.01", 1),
+        ("0.001", None),
+        ("1e-3", None),
+        ("1e-1000001", None),
+        ("1e-99999999", None),
+        ("1e-99999999999999999", None),
+    ],
+)
+def test_an_amount_in_minor_units_or_refused_for_its_decimals(
+    given: str, minor: int | None
+) -> None:
+    problems = Problems()
+    assert to_minor_units(Decimal(given), 2, "amount", problems) == minor
+    refused = [error.message for error in problems.errors]
+    assert refused == ([] if minor is not None else ["has more than 2 decimal places"])
