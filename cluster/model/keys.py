@@ -31,7 +31,8 @@ what lets a node hand over exactly the keys that change owner.
 Counter names are short on purpose: a Redis key with a TTL costs about 69 bytes
 of dict entries before its name and value, and counters are most of the keys a
 node holds. The shape id is a 48-bit digest of "<scope>|<shape>" (scope = rule
-name, shape = algorithm and window/period/timezone), so a thousand distinct
+name, shape = algorithm and window/period/timezone, and the scale of amounts
+other than 2), so a thousand distinct
 shapes collide with probability about 2e-9.
 """
 

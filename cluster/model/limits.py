@@ -127,11 +127,15 @@ class LimitSpec:
             return f"tb:{self.window_ms}"
         if a == "leaky_bucket":
             return f"lb:{self.window_ms}"
+        # Amounts are kept in minor units: read at another scale they would be misread
+        # (60.00 stored as 6000 is 0.6000 at scale 4), so the scale names the counter.
+        # The default adds nothing, which keeps the names counters had before it did.
+        scale = "" if self.max_amount is None or self.amount_scale == 2 else f":{self.amount_scale}"
         if a == "quota":
-            return "q"  # one stock per key and rule: limits and expiry change, it stays
+            return "q" + scale  # one stock per key and rule: limits and expiry change, it stays
         if a == "concurrency":
             return "cc"  # one set of leases per key and rule: limit and lease change, it stays
-        return f"cal:{self.period}:{self.timezone}"
+        return f"cal:{self.period}:{self.timezone}{scale}"
 
     def to_dict(self) -> dict[str, Any]:
         """The public (API / YAML) form."""

@@ -271,3 +271,16 @@ async def test_the_cli_and_the_sdk_adjust_a_quota(cluster: Cluster) -> None:
         assert answer.amount_remaining == Decimal("12.50") and answer.replayed is False
     assert (await view(cluster, "q:cli", "stock"))["remaining"] == 2
     assert (await view(cluster, "w:sdk", "wallet"))["amount_remaining"] == "12.50"
+
+
+async def test_an_amount_scale_names_its_own_counter(cluster: Cluster) -> None:
+    """Minor units read at another scale would be misread (60.00 kept as 6000 is 0.6000 at
+    scale 4): a limit of another scale counts on a counter of its own."""
+    cents = [{"algorithm": "quota", "max_amount": "100.00"}]
+    finer = [{"algorithm": "quota", "max_amount": "100.0000", "amount_scale": 4}]
+    status, body = await cluster.check({"key": "s:1", "limits": cents, "amount": "60.00"})
+    assert status == 200 and body["limits"][0]["amount_remaining"] == "40.00"
+    status, body = await cluster.check({"key": "s:1", "limits": finer, "amount": "0.0001"})
+    assert status == 200 and body["limits"][0]["amount_remaining"] == "99.9999"
+    status, body = await cluster.check({"key": "s:1", "limits": cents, "amount": "40.01"})
+    assert status == 429 and body["limits"][0]["amount_remaining"] == "40.00"
