@@ -348,6 +348,8 @@ def parse_refund(body: Any, rules: RuleBook, problems: Problems) -> RefundReques
     _unknown_fields(body, _REFUND_FIELDS, "", problems)
     key = parse_key(body.get("key"), "key", problems)
     rule = _resolve_rule(body, "", rules, problems)
+    if rule is not None and rule.leases:
+        lease_problems(rule, 0, "", problems)  # as its check: inline leases do not exist
     request_id = body.get("request_id")
     if not (isinstance(request_id, str) and REQUEST_ID.match(request_id)):
         problems.add("request_id", "is required: the request_id of the decision to refund")

@@ -93,6 +93,7 @@ class RefundStatus(enum.IntEnum):
     ALREADY_REFUNDED = 2
     NOTHING_CONSUMED = 3
     NOT_HELD = 4  # committed, and the hold sweeper asked to act only on held decisions
+    OTHER_COUNTERS = 5  # it consumed from none of the counters the refund's limits name
 
 
 class AdjustStatus(enum.IntEnum):

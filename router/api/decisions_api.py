@@ -64,6 +64,14 @@ async def post_refund(request: web.Request) -> web.Response:
         )
     if status == wire.RefundStatus.ALREADY_REFUNDED:
         raise Problem(409, "already-refunded", "this decision was already refunded")
+    if status == wire.RefundStatus.OTHER_COUNTERS:
+        raise Problem(
+            409,
+            "refund-mismatch",
+            "this decision consumed from other limits than the ones given (inline limits "
+            "unlike the check's, or a rule whose every window changed since): nothing was "
+            "given back, and the decision can still be refunded with the check's limits",
+        )
     refunded = status == wire.RefundStatus.REFUNDED
     given = []
     if refunded:

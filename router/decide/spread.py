@@ -43,6 +43,12 @@ from router.errors import NodeUnavailable, Reason
 from router.requests import CheckRequest, RefundRequest
 
 SEEN_MAX = 100_000
+# A refund's answers that end the search for the sub-counter holding its decision.
+_FOUND = (
+    wire.RefundStatus.REFUNDED,
+    wire.RefundStatus.ALREADY_REFUNDED,
+    wire.RefundStatus.OTHER_COUNTERS,
+)
 # The node that answered (or owns the sub-counter that could not) and its answer.
 NodeAnswer = tuple[str, wire.Result | NodeUnavailable]
 
@@ -221,7 +227,7 @@ class Spread:
             _node, result = await self.view.execute(sub.key, sub)
             if not isinstance(result, wire.Refunded):
                 raise NodeUnavailable(f"sub-counter {index}: {result!r}", Reason.ERROR)
-            if result.status in (wire.RefundStatus.REFUNDED, wire.RefundStatus.ALREADY_REFUNDED):
+            if result.status in _FOUND:
                 return result
             statuses.append(result.status)
         nothing = wire.RefundStatus.NOTHING_CONSUMED

@@ -128,6 +128,30 @@ async def test_refund_by_request_id_still_gives_back_the_first_decision(
     assert await _amount_left(cluster, "rf:1", "payments") == ["100.00", "1000.00"]
 
 
+async def test_a_refund_naming_none_of_the_decisions_counters_gives_nothing_and_keeps_it(
+    cluster: Cluster,
+) -> None:
+    hour = [{"algorithm": "fixed_window", "limit": 2, "window": "1h"}]
+    other = [{"algorithm": "fixed_window", "limit": 5, "window": "2h"}]
+    check = {"key": "rm:1", "limits": hour, "request_id": "rm"}
+    status, body = await cluster.check(check)
+    assert status == 200 and body["limits"][0]["remaining"] == 1
+    refund = {"key": "rm:1", "request_id": "rm"}
+    status, body = await cluster.post("/v1/refund", {**refund, "limits": other})
+    assert status == 409 and body["type"].endswith("/refund-mismatch"), body
+    for limits in (other, hour):  # the first consumed nothing, the second is untouched
+        status, body = await cluster.check({"key": "rm:1", "limits": limits, "cost": 0})
+        assert body["limits"][0]["remaining"] == (5 if limits is other else 1)
+    status, body = await cluster.post("/v1/refund", {**refund, "limits": hour})
+    assert status == 200 and body["given_back"] == [{"algorithm": "fixed_window", "count": 1}]
+    status, body = await cluster.check({"key": "rm:1", "limits": hour, "cost": 0})
+    assert body["limits"][0]["remaining"] == 2
+    # Inline limits hold no leases: a refund naming one is refused as its check would be.
+    leases = [{"algorithm": "concurrency", "limit": 2, "lease": "1m"}]
+    status, body = await cluster.post("/v1/refund", {**refund, "limits": leases})
+    assert status == 400 and body["errors"][0]["field"] == "limits", body
+
+
 async def test_in_a_batch_only_the_reused_item_is_refused(cluster: Cluster) -> None:
     assert (await cluster.check({"key": "bt:1", "rule": "basic", "request_id": "q"}))[0] == 200
     checks = [

@@ -5,7 +5,9 @@
 --       (1 = the hold sweeper: act only on a decision still held).
 -- Returns {status, n, then per limit: count given back, amount given back};
 -- status 1 refunded, 0 no such decision, 2 already refunded, 3 consumed nothing,
--- 4 not held (committed) and only_held was asked.
+-- 4 not held (committed) and only_held was asked, 5 it consumed from none of these
+-- counters (other inline limits than the check's, or every window of its rule changed
+-- since): nothing is given back and the decision stays refundable.
 -- Last KEY and ARGV: the shard's epoch fence (common.lua `fenced`, which answers instead).
 local moved_on = fenced()
 if moved_on then return moved_on end
@@ -19,6 +21,14 @@ local record = cmsgpack.unpack(stored)
 if ARGV[4 + n * 8] == '1' and record.held ~= 1 then return { 4, n } end
 if record.refunded == 1 then return { 2, n } end
 if #record.undo == 0 then return { 3, n } end
+
+local named = {}
+for i = 1, n do named[KEYS[i + 1]] = true end
+local matched = false
+for _, u in ipairs(record.undo) do
+  if named[u[1]] then matched = true end
+end
+if not matched then return { 5, n } end
 
 local t = clock(offset)
 local out = { 1, n }
