@@ -54,6 +54,7 @@ class AsyncLease(LeaseState):
         super().__init__(rule, key, wait=wait, ttl=ttl, lost=asyncio.Event())
         self._client = client
         self._watchdog: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None  # fires when the lease runs out
 
     async def __aenter__(self) -> AsyncLease:
         loop = asyncio.get_running_loop()
@@ -71,6 +72,7 @@ class AsyncLease(LeaseState):
             await asyncio.sleep(backoff_s(attempt, decision, left))
             attempt += 1
         self._acquired(grant, sent)
+        self._arm()
         if self._ttl is not None:  # a lease of its own length from the start
             try:
                 await self._renew_now()
@@ -91,6 +93,8 @@ class AsyncLease(LeaseState):
             self._watchdog.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watchdog
+        if self._timer is not None:
+            self._timer.cancel()
         grant = self._held()
         if not self.lost.is_set():
             try:
@@ -111,8 +115,18 @@ class AsyncLease(LeaseState):
         except LeaseNotHeld:
             self._lose("a renewal found it no longer held")
             return False
+        if self.lost.is_set():  # it ran out while the renewal was on its way
+            return False
         self._renewed(renewal, sent)
+        self._arm()
         return True
+
+    def _arm(self) -> None:
+        """Lose the lease at once when it runs out, even while a renewal still waits on a
+        router that does not answer (the call's own timeout may be longer than the TTL)."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = asyncio.get_running_loop().call_at(self._expires, self._ran_out)
 
     async def _renew_while_held(self) -> None:
         loop = asyncio.get_running_loop()

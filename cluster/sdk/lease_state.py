@@ -78,6 +78,11 @@ class LeaseState:
         self.grant = LeaseGrant(renewal.lease_id, renewal.fencing, renewal.ttl_ms)
         self.renewals += 1
 
+    def _ran_out(self) -> None:
+        """The shell's timer at `_expires`: no renewal was answered in time, so the lease
+        may be another holder's by now, whatever a renewal still in flight answers."""
+        self._lose("no renewal got through before it ran out")
+
     def _retry_in(self, now: float, pause: float) -> float | None:
         """After a renewal found the router unreachable: seconds until the next try, or
         None when the lease surely ran out meanwhile (it is then lost)."""

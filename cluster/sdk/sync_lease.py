@@ -45,6 +45,7 @@ class Lease(LeaseState):
         self._client = client
         self._stop = threading.Event()
         self._watchdog: threading.Thread | None = None
+        self._timer: threading.Timer | None = None  # fires when the lease runs out
 
     def __enter__(self) -> Lease:
         deadline = None if self._wait is None else time.monotonic() + self._wait
@@ -61,6 +62,7 @@ class Lease(LeaseState):
             time.sleep(backoff_s(attempt, decision, left))
             attempt += 1
         self._acquired(grant, sent)
+        self._arm()
         if self._ttl is not None:  # a lease of its own length from the start
             try:
                 self._renew_now()
@@ -83,6 +85,8 @@ class Lease(LeaseState):
         self._stop.set()
         if self._watchdog is not None:
             self._watchdog.join()
+        if self._timer is not None:
+            self._timer.cancel()
         grant = self._held()
         if not self.lost.is_set():
             try:
@@ -101,8 +105,20 @@ class Lease(LeaseState):
         except LeaseNotHeld:
             self._lose("a renewal found it no longer held")
             return False
+        if self.lost.is_set():  # it ran out while the renewal was on its way
+            return False
         self._renewed(renewal, sent)
+        self._arm()
         return True
+
+    def _arm(self) -> None:
+        """Lose the lease at once when it runs out, even while a renewal still waits on a
+        router that does not answer (the call's own timeout may be longer than the TTL)."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = threading.Timer(max(0.0, self._expires - time.monotonic()), self._ran_out)
+        self._timer.daemon = True
+        self._timer.start()
 
     def _renew_while_held(self) -> None:
         pause: float | None = renew_every_s(self._held().ttl_ms)

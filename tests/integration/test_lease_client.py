@@ -122,3 +122,83 @@ def _blocking(url: str) -> tuple[int, int, int]:
 
 async def test_the_blocking_client_holds_a_lease_with_a_with_block(cluster: Cluster) -> None:
     assert await asyncio.to_thread(_blocking, cluster.router_url) == (1, 1, 0)
+
+
+class Gate:
+    """A TCP relay to the router that can stop passing requests on (a router that hangs):
+    `held` counts the requests it swallowed, which then wait for the client's timeout."""
+
+    def __init__(self, router_url: str) -> None:
+        self.target = router_url.rsplit(":", 1)[1]
+        self.frozen = False
+        self.held = 0
+        self.server: asyncio.Server | None = None
+        self.url = ""
+        self.writers: list[asyncio.StreamWriter] = []
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", int(self.target))
+        self.writers += [writer, up_writer]
+
+        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter, out: bool) -> None:
+            while data := await src.read(65536):
+                if out and self.frozen:
+                    self.held += 1
+                    continue
+                dst.write(data)
+                await dst.drain()
+
+        try:
+            await asyncio.gather(pump(reader, up_writer, True), pump(up_reader, writer, False))
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+            up_writer.close()
+
+    async def close(self) -> None:
+        for writer in self.writers:
+            writer.close()
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+
+def _blocking_hang(url: str, gate: Gate) -> tuple[bool, str | None, int]:
+    """The blocking client's lease through `gate`, frozen once held (a timeout of 5 s
+    against a lease of 600 ms): whether `lost` was set, why, and the requests held."""
+    figures: tuple[bool, str | None, int] | None = None
+    client = Client(url, timeout=5)
+    with client, pytest.raises(LeaseLost), client.lease("short", key="tenant:9") as lease:
+        gate.frozen = True
+        figures = (lease.lost.wait(10), lease.lost_why, gate.held)
+    assert figures is not None
+    return figures
+
+
+async def test_a_router_that_hangs_loses_the_lease_when_it_runs_out_not_at_the_timeout(
+    cluster: Cluster,
+) -> None:
+    """A 600 ms lease, renewals that hang (the client's timeout is 30 s): `lost` is set while
+    a renewal still waits, not once its call gives up."""
+    gate = Gate(cluster.router_url)
+    await gate.start()
+    try:
+        async with AsyncClient(gate.url, timeout=30) as client:
+            with pytest.raises(LeaseLost) as caught:
+                async with client.lease("short", key="tenant:8") as lease:
+                    gate.frozen = True
+                    await asyncio.wait_for(lease.lost.wait(), 10)
+                    assert gate.held >= 1  # the renewal sent is still unanswered
+                    gate.frozen = False
+            assert "no renewal got through before it ran out" in str(caught.value)
+        gate.frozen = False
+        lost, why, held_then = await asyncio.to_thread(_blocking_hang, gate.url, gate)
+        assert lost and why == "no renewal got through before it ran out" and held_then >= 1
+    finally:
+        gate.frozen = False
+        await gate.close()
