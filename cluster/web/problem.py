@@ -13,6 +13,7 @@ from cluster.model.errors import FieldError
 
 PROBLEM_TYPE = "https://shardlimit.dev/problems/"
 PROBLEM_CONTENT_TYPE = "application/problem+json"
+CLIENT_CLOSED = 499  # a request whose client went away before it was whole (nginx's code)
 _TITLES = {
     400: "Bad Request",
     401: "Unauthorized",
@@ -140,6 +141,10 @@ async def problem_middleware(request: web.Request, handler: Any) -> web.StreamRe
         # Keep what the status promises, e.g. `Allow` on a 405.
         kept = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "www-authenticate")}
         return problem(exc.status, "http", exc.reason or exc.text or "error", headers=kept)
+    except ConnectionResetError:
+        # The client closed the connection before its request was whole: no one to
+        # answer, and no fault here. Counted as nginx logs it, 499; never delivered.
+        return web.Response(status=CLIENT_CLOSED)
     except Exception:
         request.app.logger.exception("unhandled error on %s %s", request.method, request.path)
         return internal_error().response()

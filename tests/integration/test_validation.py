@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.conftest import ADMIN, Cluster
+from tests.conftest import ADMIN, Cluster, eventually
 
 FW = {"algorithm": "fixed_window", "limit": 5, "window": "1m"}
 
@@ -328,3 +328,24 @@ async def test_inline_durability_is_primary_or_replica(cluster: Cluster) -> None
     assert answer["errors"] == [
         {"field": "checks[0].durability", "message": "must be 'primary' or 'replica'"}
     ]
+
+
+async def test_a_client_gone_mid_body_is_counted_499_not_an_error(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Half a body, then the connection closed: no 500, no error logged."""
+    host, port = cluster.router_url.removeprefix("http://").split(":")
+    metrics = cluster.router.metrics
+    gone = metrics.count("shardlimit_error_responses_total", status="499")
+    _reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(b'POST /v1/refund HTTP/1.1\r\nHost: r\r\nContent-Length: 100\r\n\r\n{"key":')
+    await writer.drain()
+    writer.close()
+    await writer.wait_closed()
+
+    async def counted() -> bool:
+        return metrics.count("shardlimit_error_responses_total", status="499") == gone + 1
+
+    await eventually(counted)
+    assert metrics.count("shardlimit_error_responses_total", status="500") == 0
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
