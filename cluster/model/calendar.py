@@ -60,14 +60,22 @@ _UNIT_MS = {"minute": 60_000, "hour": 3_600_000}
 _DATE_PERIODS = frozenset({"day", "week", "month", "year"})
 # Relative path of plain components: no '.', '..', empty parts, backslashes or NULs.
 _TZ_NAME = re.compile(r"[A-Za-z0-9_+\-]+(?:/[A-Za-z0-9_+\-]+)*")
-# Names valid to ZoneInfo but host-dependent: nodes would disagree on boundaries.
-_HOST_DEPENDENT = frozenset({"localtime"})
+# Names valid to ZoneInfo but host-dependent: nodes would disagree on boundaries. The
+# posix/ and right/ trees are copies of the zones that some hosts install (right/ counts
+# leap seconds: its days end 27 s away from UTC's); tzdata's own list has neither.
+_HOST_DEPENDENT = frozenset({"localtime", "posixrules"})
+_HOST_TREES = ("posix/", "right/")
 
 
 @cache
 def load_timezone(name: str) -> ZoneInfo:
     """Return the ZoneInfo for an IANA name; ValueError if unknown or invalid."""
-    if not isinstance(name, str) or not _TZ_NAME.fullmatch(name) or name in _HOST_DEPENDENT:
+    if (
+        not isinstance(name, str)
+        or not _TZ_NAME.fullmatch(name)
+        or name in _HOST_DEPENDENT
+        or name.startswith(_HOST_TREES)
+    ):
         raise ValueError(f"unknown timezone {name!r}")
     try:
         return ZoneInfo(name)
