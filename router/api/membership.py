@@ -12,6 +12,7 @@ from aiohttp import web
 
 from cluster import wire
 from cluster.model.errors import FieldError
+from cluster.model.keys import RULE_NAME
 from cluster.model.nodes import NodeSpec
 from cluster.web.problem import Problem, invalid, json_body, json_response
 from router.api.handler_tools import admin_only, query_flag, query_of, router_of
@@ -36,14 +37,18 @@ async def add_node(request: web.Request) -> web.Response:
         return await _add_endpoint(router, shard, body)
     spec, dry_run = new_node(body, set(shards))
     _require_https(router, spec)
-    if not dry_run:
-        try:
+    try:
+        if not dry_run or named is None:
             await _require_reachable(router.view, spec)
             stats = await authenticated_stats(router.view, spec)
+            if named is None:  # no id given: the one the node was started with
+                spec = _as_started(spec, stats, set(shards))
+        if not dry_run:
             members = await router.view.node_stats()
             versions = [str(m.get("redis_version") or "") for m in members.values()]
             check_joinable(router.view, spec, stats, versions)
-        except JoinRefused as exc:
+    except JoinRefused as exc:
+        if not dry_run:
             raise Problem(exc.status, exc.kind, f"{exc}; nothing was changed") from None
 
     def add(current: list[NodeSpec]) -> list[NodeSpec]:
@@ -52,6 +57,15 @@ async def add_node(request: web.Request) -> web.Response:
         return [*current, spec]
 
     return await _reshard(router, add, dry_run)
+
+
+def _as_started(spec: NodeSpec, stats: dict[str, Any], taken: set[str]) -> NodeSpec:
+    """`spec` under the id its node reports, when that id is valid and free (a member's
+    id is left to check_joinable to refuse, naming that member)."""
+    started_as = stats.get("node")
+    if isinstance(started_as, str) and RULE_NAME.match(started_as) and started_as not in taken:
+        return replace(spec, id=started_as)
+    return spec
 
 
 def _require_https(router: Router, spec: NodeSpec) -> None:
@@ -281,12 +295,12 @@ async def remove_node(request: web.Request) -> web.Response:
     nodes = list(router.view.topology.nodes)
     if node_id not in {n.id for n in nodes}:
         raise Problem(404, "unknown-node", f"no node {node_id} in the topology")
-    if len(nodes) == 1:
-        raise Problem(409, "last-node", "cannot remove the last node")
     dry_run = query_flag(request, "dry_run")
     url = query_of(request).get("url")
-    if url is not None:
+    if url is not None:  # one endpoint of a shard: the shard stays, even the only one
         return await _remove_endpoint(router, node_id, url.rstrip("/"), dry_run)
+    if len(nodes) == 1:
+        raise Problem(409, "last-node", "cannot remove the last node")
 
     def remove(current: list[NodeSpec]) -> list[NodeSpec]:
         if node_id not in {n.id for n in current}:

@@ -14,6 +14,7 @@ from typing import Any
 from cluster import wire
 from cluster.model.nodes import NodeSpec
 from cluster.model.partition import Partitioner, partitioner_from_dict
+from cluster.model.topology import Topology
 from router.control.cluster_view import ClusterView
 from router.control.migration_steps import MigrationSteps
 from router.control.topology_lease import TopologyLease
@@ -129,33 +130,25 @@ class Resharder:
         return {"epoch": migrating.epoch, "migration": migration["id"], "moves": moves}
 
     async def _abort(self) -> dict[str, Any]:
-        current = self.view.topology
-        migration = current.migration
-        if migration is None:
-            raise ReshardError("no migration to abort", "nothing-to-abort")
-        if migration.get("reverts"):
-            raise ReshardError(
-                f"migration {migration['id']} already undoes {migration['reverts']}; "
-                "finish it with `shardlimit reshard resume`"
-            )
+        asked = abortable(self.view.topology)["id"]
         await self._cancel()
         await self.lease.acquire_patiently()
-        back = {
-            "id": uuid.uuid4().hex[:12],
-            "from": current.partitioner.to_dict(),
-            "reverts": migration["id"],
-            "started": time.time(),
-        }
-        reverting = dataclasses.replace(
-            current,
-            epoch=current.epoch + 1,
-            partitioner=partitioner_from_dict(migration["from"]),
-            migration=back,
-        )
+        # Another router may have run the migration to its end (or undone it) while this
+        # one waited for the lease: undo only what the nodes show now.
+        try:
+            await self.view.sync.refresh_from_nodes()
+            migration = still_abortable(self.view.topology, asked)
+        except BaseException:
+            with contextlib.suppress(ReshardError):
+                await self.lease.act("release")
+            raise
+        reverting = going_back(self.view.topology, migration)
+        back = reverting.migration
+        assert back is not None
         self.view.sync.adopt(reverting)
-        log.warning("migration %s aborted: %s hands its keys back", migration["id"], back["id"])
+        log.warning("migration %s aborted: %s hands its keys back", asked, back["id"])
         await self._launch_announced()
-        return {"epoch": reverting.epoch, "migration": back["id"], "reverts": migration["id"]}
+        return {"epoch": reverting.epoch, "migration": back["id"], "reverts": asked}
 
     def resume(self) -> dict[str, Any]:
         migration = self.view.topology.migration
@@ -194,6 +187,11 @@ class Resharder:
         renew = asyncio.get_running_loop().create_task(self.lease.renew_forever())
         try:
             await self.lease.acquire_patiently()
+            # Another router may have finished it while this one waited for the lease.
+            await self.view.sync.refresh_from_nodes()
+            if self.view.topology.migration is None:
+                log.info("the migration was finished by another router meanwhile")
+                return
             await self._migrate()
         except (ReshardError, NodeUnavailable) as exc:
             self.last_error = str(exc)
@@ -270,3 +268,49 @@ class Resharder:
         self.progress["phase"] = "done"
         self.progress["epoch"] = final.epoch
         log.info("migration %s done: %d keys moved", migration["id"], self.progress["keys_moved"])
+
+
+def abortable(topology: Topology) -> dict[str, Any]:
+    """The migration `topology` is in, if an abort can undo it; raises ReshardError."""
+    migration = topology.migration
+    if migration is None:
+        raise ReshardError("no migration to abort", "nothing-to-abort")
+    if migration.get("reverts"):
+        raise ReshardError(
+            f"migration {migration['id']} already undoes {migration['reverts']}; "
+            "finish it with `shardlimit reshard resume`"
+        )
+    return migration
+
+
+def still_abortable(current: Topology, asked: str) -> dict[str, Any]:
+    """Migration `asked`, if `current` is still in it; raises ReshardError."""
+    if current.migration is None:
+        raise ReshardError(
+            f"migration {asked} finished meanwhile (epoch {current.epoch}): nothing to abort",
+            "nothing-to-abort",
+        )
+    migration = abortable(current)
+    if migration["id"] != asked:
+        raise ReshardError(
+            f"migration {asked} is over: the cluster is at epoch {current.epoch} "
+            f"with migration {migration['id']}",
+            "nothing-to-abort",
+        )
+    return migration
+
+
+def going_back(current: Topology, migration: dict[str, Any]) -> Topology:
+    """The next topology: a migration back to the layout `migration` started from."""
+    back = {
+        "id": uuid.uuid4().hex[:12],
+        "from": current.partitioner.to_dict(),
+        "reverts": migration["id"],
+        "started": time.time(),
+    }
+    return dataclasses.replace(
+        current,
+        epoch=current.epoch + 1,
+        partitioner=partitioner_from_dict(migration["from"]),
+        migration=back,
+    )

@@ -16,6 +16,7 @@ import redis as sync_redis
 from cluster.local.cluster import LocalCluster, node_process, scratch_cluster
 from cluster.local.ports import free_port
 from cluster.local.procs import ChildProcess
+from cluster.local.redis_proc import RedisProcess
 from tests.conftest import eventually
 from tests.system.replication import key_on
 
@@ -203,3 +204,58 @@ async def test_a_migration_whose_copying_endpoint_dies_completes_from_the_other(
                 assert [k for k in leftover.scan_iter(match="c*", count=1000)] == []
             finally:
                 leftover.close()
+
+
+async def test_the_only_shard_loses_an_endpoint_but_not_itself(tmp_path: Path) -> None:
+    """One shard of two endpoints: `node remove n1 --url` takes the second out; removing n1
+    itself is refused as the last node."""
+    with scratch_cluster(1, admin_token=ADMIN, data_dir=tmp_path / "c") as local:
+        router = local.router_url
+        second, second_url = _endpoint(local, "n1", local.redis[0].url)
+        try:
+            async with aiohttp.ClientSession() as http:
+                body = {"id": "n1", "url": second_url}
+                async with http.post(
+                    router + "/v1/cluster/nodes", json=body, headers=HEADERS
+                ) as resp:
+                    assert resp.status == 202, await resp.text()
+                await _settled(http, router)
+                out = f"{router}/v1/cluster/nodes/n1?url={second_url}"
+                async with http.delete(out, headers=HEADERS) as resp:
+                    assert resp.status == 202, await resp.text()
+                info = await _settled(http, router)
+                [n1] = info["nodes"]
+                assert n1["url"] == local.node_url(0) and len(n1.get("endpoints") or []) < 2
+                async with http.delete(f"{router}/v1/cluster/nodes/n1", headers=HEADERS) as resp:
+                    assert resp.status == 409
+                    assert (await resp.json())["type"].endswith("/last-node")
+        finally:
+            second.stop()
+
+
+async def test_a_node_added_without_an_id_joins_under_the_id_it_was_started_with(
+    tmp_path: Path,
+) -> None:
+    with scratch_cluster(2, admin_token=ADMIN, data_dir=tmp_path / "c") as local:
+        router = local.router_url
+        spare = RedisProcess(port=free_port(), data_dir=tmp_path / "spare-redis")
+        spare.start()
+        extra, extra_url = _endpoint(local, "edge-7", spare.url)
+        try:
+            async with aiohttp.ClientSession() as http:
+                plan = {"url": extra_url, "dry_run": True}
+                async with http.post(
+                    router + "/v1/cluster/nodes", json=plan, headers=HEADERS
+                ) as resp:
+                    planned = await resp.json()
+                assert resp.status == 200, planned
+                assert {m["target"] for m in planned["moves"]} == {"edge-7"}, planned
+                async with http.post(
+                    router + "/v1/cluster/nodes", json={"url": extra_url}, headers=HEADERS
+                ) as resp:
+                    assert resp.status == 202, await resp.text()
+                info = await _settled(http, router)
+                assert [n["id"] for n in info["nodes"]] == ["n1", "n2", "edge-7"]
+        finally:
+            extra.stop()
+            spare.stop()

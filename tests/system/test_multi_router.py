@@ -158,8 +158,10 @@ def _stop(up: subprocess.Popen[str], extra: list[ChildProcess]) -> None:
 
 
 @pytest.fixture
-def settings() -> dict[str, Any]:
-    return {}
+def settings(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Router settings for `cluster`: none, or a test's (parametrize it, indirect)."""
+    given: dict[str, Any] = getattr(request, "param", {})
+    return given
 
 
 @pytest.fixture
@@ -518,3 +520,55 @@ async def test_a_new_router_started_mid_migration_serves_and_resumes_it(
         assert status == 200 and not any(r["degraded"] for r in body["results"])
         got = {k: r["limits"][0]["remaining"] for k, r in zip(chunk, body["results"], strict=True)}
         assert got == {k: 1000 - 3 - (1 if k in touched else 0) for k in chunk}
+
+
+@pytest.mark.parametrize(
+    "settings", [{"reshard_rate": 300, "reshard_lease_ttl": "2s"}], indirect=True
+)
+async def test_an_abort_through_another_router_never_forks_the_topology(
+    cluster: Cluster, settings: dict[str, Any]
+) -> None:
+    """Router a runs a node's removal; router b, asked to abort it, waits for the lease:
+    whatever it answers, every router ends on the one topology the nodes hold, and no
+    key is answered degraded."""
+    a, b, c = cluster.routers
+    checks: list[dict[str, Any]] = [{"key": f"spread:{i}", "limits": LIMITS} for i in range(3000)]
+    for first in range(0, len(checks), 1000):  # ~1,000 keys to move: ~3 s at 300 keys/s
+        batch = {"checks": checks[first : first + 1000]}
+        status, body, _ = await cluster.request("POST", a + "/v1/check/batch", batch)
+        assert status == 200 and all(r["allowed"] for r in body["results"])
+    status, started, _ = await cluster.request(
+        "DELETE", a + "/v1/cluster/nodes/n3", None, ADMIN_HEADERS
+    )
+    assert status == 202, started
+
+    async def b_sees_it() -> bool:
+        _, info, _ = await cluster.request("GET", b + "/v1/cluster")
+        migration: dict[str, Any] = info["migration"] or {}
+        return bool(migration.get("id") == started["migration"] and migration["phase"] != "done")
+
+    await eventually(b_sees_it, within=10)
+    status, aborted, _ = await cluster.request(
+        "POST", b + "/v1/cluster/migration/abort", None, ADMIN_HEADERS
+    )
+    assert status in (202, 409), aborted
+
+    async def one_topology() -> bool:
+        seen = []
+        for router in (a, b, c):
+            _, info, _ = await cluster.request("GET", router + "/v1/cluster")
+            migration = info["migration"] or {}
+            if migration.get("phase") != "done" or migration.get("running"):
+                return False
+            seen.append((info["epoch"], [n["id"] for n in info["nodes"]]))
+        return len(set(map(str, seen))) == 1
+
+    await eventually(one_topology, within=60)
+    reads = [{**check, "cost": 0} for check in checks]
+    for router in (a, b, c):
+        for first in range(0, len(reads), 1000):
+            batch = {"checks": reads[first : first + 1000]}
+            status, body, _ = await cluster.request("POST", router + "/v1/check/batch", batch)
+            assert status == 200
+            assert [r["limits"][0]["remaining"] for r in body["results"]] == [999] * 1000
+            assert not any(r["degraded"] for r in body["results"])
