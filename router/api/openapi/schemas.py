@@ -262,7 +262,9 @@ def components() -> dict[str, Any]:
             "properties": {
                 "key": key,
                 "rule": {"type": ["string", "null"]},
-                "limits": {"anyOf": [{"$ref": "#/components/schemas/Limits"}, {"type": "null"}]},
+                "limits": {
+                    "anyOf": [{"$ref": "#/components/schemas/InlineLimits"}, {"type": "null"}]
+                },
                 "request_id": {
                     "type": "string",
                     "pattern": REQUEST_ID_PATTERN,
