@@ -36,6 +36,7 @@ __all__ = [
     "compare",
     "make_keys",
     "plot",
+    "plot_path_problem",
     "run",
     "total_steps",
 ]
@@ -339,6 +340,8 @@ def run(args: argparse.Namespace) -> int:
         left = "at least one must remain"
         return refuse("compare", f"cannot remove {change} of {args.nodes} nodes: {left}")
     if args.plot is not None:
+        if (unusable := plot_path_problem(args.plot)) is not None:
+            return refuse("compare", unusable)
         try:
             _require_matplotlib()
         except RuntimeError as exc:
@@ -351,7 +354,10 @@ def run(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - started
     title = _title(args.nodes, change, remove, len(keys))
     if args.plot is not None:
-        plot(rows, args.plot, title)
+        try:
+            plot(rows, args.plot, title)
+        except OSError as exc:
+            return refuse("compare", f"--plot: cannot write {args.plot}: {exc.strerror or exc}")
     if args.json:
         document = {
             "parameters": {
@@ -372,6 +378,15 @@ def run(args: argparse.Namespace) -> int:
         if args.plot is not None:
             print(f"plot written to {args.plot}", file=sys.stderr)
     return 0
+
+
+def plot_path_problem(path: Path) -> str | None:
+    """Why --plot cannot write a PNG to `path`, known before any work (None: it can)."""
+    if path.suffix.lower() != ".png":
+        return f"--plot writes a PNG: give a file name ending in .png, not {str(path)!r}"
+    if not path.parent.is_dir():
+        return f"--plot: cannot write {path}: no directory {path.parent}"
+    return None
 
 
 def _require_matplotlib() -> None:

@@ -51,17 +51,26 @@ def _options(parser: Parser) -> list[str]:
     return sorted(o for a in shown for o in a.option_strings if o.startswith("--"))
 
 
+def _choices(parser: Parser) -> list[str]:
+    """The words a positional argument of `parser` takes (`reshard plan|apply|...`)."""
+    positional = (a for a in parser.options if not a.option_strings and a.choices)
+    return [str(choice) for action in positional for choice in action.choices or ()]
+
+
 def completion_script(parser: Parser, shell: str) -> str:
-    """Words per command path ("", "serve", "serve router", ...), completed by position."""
+    """Words per command path ("", "serve", "serve router", "reshard plan", ...),
+    completed by position."""
     table: dict[str, list[str]] = {}
 
     def walk(path: str, node: Parser) -> None:
-        table[path] = sorted(node.commands) + _options(node)
+        choices = _choices(node)
+        table[path] = sorted(node.commands) + choices + _options(node)
+        for choice in choices:  # after `reshard plan`: reshard's options
+            table[f"{path} {choice}"] = _options(node)
         for name, child in node.commands.items():
             walk(f"{path} {name}".strip(), child)
 
     walk("", parser)
-    table[""] += ["bench", "completion"]
     table["completion"] = ["--json", "bash", "zsh"]
     cases = "\n".join(
         f'        "{path}") words="{" ".join(words)}" ;;' for path, words in sorted(table.items())

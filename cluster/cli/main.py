@@ -65,7 +65,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def bench_checkout() -> Path | None:
     """The source checkout holding bench/ next to this `cluster` package, if any."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]  # cluster/cli/main.py -> the checkout
     return root if (root / "bench" / "run.py").is_file() else None
 
 
@@ -92,10 +92,14 @@ def cmd_bench(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """The command; output cut short by the reader (`shardlimit compare --json | head`)
-    ends it quietly, as it would a C program on SIGPIPE."""
+    ends it quietly, as it would a C program on SIGPIPE; Ctrl-C ends it with one line and
+    128 + SIGINT, as a shell reports it."""
     try:
         code = _dispatch(argv)
         sys.stdout.flush()
+    except KeyboardInterrupt:
+        print("shardlimit: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
     except BrokenPipeError:
         # Python flushes stdout again at exit: point it at /dev/null so that flush
         # cannot fail too.

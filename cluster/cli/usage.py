@@ -9,7 +9,7 @@ import json
 from typing import Any
 from urllib.parse import urlencode
 
-from cluster.cli.admin import call
+from cluster.cli.admin import CLUSTER_FAILED, AdminError, call
 from cluster.cli.command_tree import Commands
 
 
@@ -33,7 +33,7 @@ def duration(ms: int) -> str:
 
 
 def describe(limit: dict[str, Any]) -> str:
-    """One line for one limit of the answer."""
+    """One line for one limit of the answer: its count and its amount when it has both."""
     algorithm = limit["algorithm"]
     reset = limit.get("reset_after_ms")
     if algorithm == "concurrency":
@@ -41,14 +41,25 @@ def describe(limit: dict[str, Any]) -> str:
         if limit["held"] and reset is not None:
             line += f"; the first expires in {duration(reset)} unless renewed"
         return f"{algorithm}: {line}"
+    parts = []
+    if limit.get("limit") is not None:
+        parts.append(f"remaining {limit['remaining']} of {limit['limit']}")
     if limit.get("max_amount") is not None:
-        line = f"amount remaining {limit['amount_remaining']} of {limit['max_amount']}"
-    else:
-        line = f"remaining {limit['remaining']} of {limit['limit']}"
+        parts.append(f"amount remaining {limit['amount_remaining']} of {limit['max_amount']}")
+    line = ", ".join(parts)
     if reset is not None:
         line += f", resets in {duration(reset)}"
     period = f" ({limit['period']})" if limit.get("period") else ""
     return f"{algorithm}{period}: {line}"
+
+
+def degraded_line(answer: dict[str, Any]) -> str:
+    """A degraded answer knows nothing of the key's use: why, in one line."""
+    reason = answer.get("degraded_reason") or "no reason given"
+    return (
+        f"usage of {answer.get('key')} ({answer.get('rule')}) unknown: its node "
+        f"{answer.get('node')} could not answer ({reason})"
+    )
 
 
 def cmd_usage(args: argparse.Namespace) -> int:
@@ -56,6 +67,9 @@ def cmd_usage(args: argparse.Namespace) -> int:
     answer = call(args, "GET", f"/v1/usage?{query}")
     if args.json:
         print(json.dumps(answer, indent=2))
+    if answer.get("degraded"):
+        raise AdminError(degraded_line(answer), code=CLUSTER_FAILED)
+    if args.json:
         return 0
     print(f"{answer['key']} ({answer['rule']}) on {answer['node']}")
     for limit in answer["limits"]:

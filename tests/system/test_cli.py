@@ -115,6 +115,35 @@ def test_old_spellings_still_work_for_one_release() -> None:
         (("node", "remove", "n9"), 1, "cannot reach the router"),
         (("serve", "router", "--config", "/nonexistent.yaml"), 2, "cannot read /nonexistent"),
         (("completion", "fish"), 2, "completion takes bash or zsh"),
+        (("node", "remove", "n1?x=1"), 2, "argument ID: a node id is 1-64 characters of"),
+        (("reshard", "plan", "--remove", "n2?dry_run=0&"), 2, "argument --remove: a node id"),
+        (
+            ("reshard", "apply", "--add", "http://127.0.0.1:1", "--remove", "n2"),
+            2,
+            "argument --remove: not allowed with argument --add",
+        ),
+        (("status", "--router", "http://127.0.0.1:99999"), 2, "--router's port must be"),
+        (("status", "--router", "http://:8080"), 2, "--router needs a host"),
+        (
+            (
+                "compare",
+                "--nodes",
+                "3",
+                "--add",
+                "1",
+                "--keys",
+                "100",
+                "--plot",
+                "/nonexistent/d/p.png",
+            ),
+            2,
+            "shardlimit compare: --plot: cannot write /nonexistent/d/p.png: no directory",
+        ),
+        (
+            ("compare", "--nodes", "3", "--add", "1", "--keys", "100", "--plot", "p.txt"),
+            2,
+            "shardlimit compare: --plot writes a PNG: give a file name ending in .png",
+        ),
         (
             ("compare", "--nodes", "3", "--remove", "3"),
             2,
@@ -130,6 +159,28 @@ def test_a_mistake_is_one_line_without_a_traceback(
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert says in lines[0] and "Traceback" not in done.stderr
+
+
+def test_an_empty_router_url_is_a_mistake() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "cluster.cli", "status"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, SHARDLIMIT_ROUTER=""),
+        timeout=30,
+        check=False,
+    )
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    assert done.stderr == (
+        "shardlimit: --router is empty: give a router URL such as http://127.0.0.1:8080 "
+        "(or unset an empty SHARDLIMIT_ROUTER)\n"
+    )
+
+
+def test_bench_help_from_the_source_checkout() -> None:
+    done = _run("bench", "--help")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: shardlimit bench ")
 
 
 def test_help_says_the_exit_statuses() -> None:
