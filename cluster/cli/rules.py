@@ -12,13 +12,15 @@ import difflib
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from cluster.cli.admin import AdminError, call
 from cluster.cli.command_tree import Commands
-from router.rules.rejection import yaml_cause
+
+if TYPE_CHECKING:
+    from router.rules.book import Rule
 
 
 def _live(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
@@ -42,21 +44,27 @@ def _yaml(rules: dict[str, Any]) -> str:
     return yaml.safe_dump({"rules": rules}, sort_keys=False)
 
 
-def _from_file(path: Path) -> dict[str, Any]:
-    """A rules file, validated and in the same public form the router answers with."""
-    from router.rules.book import parse_rules_document, rules_document
+def _from_file(path: Path) -> dict[str, Rule]:
+    """A rules file's rules, read and validated as a router reads its own."""
+    from router.rules.book import RulesFileError, read_rules_file
 
     try:
-        doc = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise AdminError(f"cannot read {path}: {exc}") from exc
-    except yaml.YAMLError as exc:
-        raise AdminError(yaml_cause(path, exc)) from exc
-    try:
-        rules = parse_rules_document(doc)
-    except ValueError as exc:
-        raise AdminError(f"{path}: {exc}") from exc
-    return rules_document(rules)
+        return read_rules_file(path)
+    except RulesFileError as exc:
+        raise AdminError(str(exc)) from exc
+
+
+def _refuse_expired(path: Path, rules: dict[str, Rule]) -> None:
+    """What `PUT /v1/rules` refuses besides the document itself (a quota whose
+    `expires_at` has passed): the dry run refuses it too."""
+    from cluster.model.errors import Problems, ValidationError
+    from cluster.model.limits import expired_quotas
+
+    problems = Problems()
+    for name, rule in sorted(rules.items()):
+        expired_quotas(rule.limits, f"rules.{name}.limits", problems)
+    if problems.errors:
+        raise AdminError(f"{path}: {ValidationError(problems.errors)}")
 
 
 def cmd_get(args: argparse.Namespace) -> int:
@@ -70,7 +78,10 @@ def cmd_get(args: argparse.Namespace) -> int:
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
-    wanted = _from_file(args.file)
+    from router.rules.book import rules_document
+
+    rules = _from_file(args.file)
+    wanted = rules_document(rules)
     version, live = _live(args)
     changes = {
         "added": sorted(set(wanted) - set(live)),
@@ -86,6 +97,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
         )
     )
     changed = any(changes.values())
+    if changed:
+        _refuse_expired(args.file, rules)
     applied: int | None = None
     if changes["removed"] and not args.dry_run and not args.prune:
         _confirm_prune(args, changes["removed"], diff)
@@ -105,8 +118,10 @@ def cmd_apply(args: argparse.Namespace) -> int:
             )
         )
         return 0
-    print(diff or f"no changes: the cluster's rules (version {version}) match {args.file}", end="")
-    if diff:
+    if not diff:
+        print(f"no changes: the cluster's rules (version {version}) match {args.file}")
+    else:
+        print(diff, end="")
         summary = ", ".join(f"{len(v)} {k}" for k, v in changes.items() if v)
         if args.dry_run:
             print(f"dry run: {summary}; nothing applied")

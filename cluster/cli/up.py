@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from cluster.cli.rules_notice import ACCEPTED, RulesFileWatch
+from cluster.cli.serve import refuse
 from cluster.local.cluster import LocalCluster
 from cluster.local.data_dir_lock import hold_data_dir, release_data_dir
 from cluster.local.redis_choice import choose_redis_server, save_record
 from cluster.local.redis_proc import REDIS_SERVER_ENV
+from cluster.local.router_config import configured_rules_file, envoy_descriptors
 from cluster.local.supervisor import Restart
 from cluster.local.up_options import UpOptions
 from cluster.web.auth import ADMIN_TOKEN_ENV, CLUSTER_TOKEN_ENV
@@ -74,11 +76,57 @@ def _say_rules(as_json: bool, line: str) -> None:
     _say(as_json, logging.INFO if line.startswith(ACCEPTED) else logging.WARNING, line)
 
 
+def refused_files(options: UpOptions) -> str | None:
+    """Why the routers would refuse their rules file or the Envoy descriptors (None: they
+    would not), read as they read them: one line naming the file."""
+    import yaml
+
+    from cluster.model.errors import ValidationError
+    from router.envoy.descriptors import ParseOptions, parse_text
+    from router.envoy.settings import EnvoySettings
+    from router.errors import SettingsError
+    from router.rules.book import RulesFileError, read_rules_file
+    from router.rules.rejection import not_utf8, yaml_cause
+
+    rules = configured_rules_file(options)
+    if rules is not None:
+        try:
+            read_rules_file(rules)
+        except RulesFileError as exc:
+            return str(exc)
+    descriptors = envoy_descriptors(options, options.data_dir.resolve())
+    if descriptors is None or not descriptors.exists():
+        return None
+    try:
+        settings = EnvoySettings.from_env()
+    except SettingsError as exc:
+        return f"envoy settings: {exc}"
+    # What the router's ParseOptions take from its settings (the flags refuse nothing).
+    options_used = ParseOptions(
+        cache_denials=settings.cache_denials, merge_domains=settings.merge_domains
+    )
+    try:
+        parse_text(descriptors.read_bytes().decode("utf-8"), options_used)
+    except OSError as exc:
+        return f"cannot read {descriptors}: {exc.strerror or exc}"
+    except UnicodeDecodeError as exc:
+        return not_utf8(descriptors, exc)
+    except yaml.YAMLError as exc:
+        return yaml_cause(descriptors, exc)
+    except ValidationError as exc:
+        return f"{descriptors}: {exc}"
+    return None
+
+
 def run_up(options: UpOptions, as_json: bool) -> int:
     """With `as_json` the summary is one JSON line on stdout, and every log line (this
     command's on stderr, the children's in their log files) is a JSON object. A child
     that exits while the cluster runs is restarted, one log line each time. Exits 1
-    when a child fails to start, 0 once stopped by a signal."""
+    when a child fails to start, 0 once stopped by a signal; 2, before anything starts,
+    when the routers would refuse their rules file or Envoy descriptors."""
+    refused = refused_files(options)
+    if refused is not None:
+        return refuse("up", refused)
     admin = os.environ.get(ADMIN_TOKEN_ENV) or secrets.token_urlsafe(24)
     routers = [f"http://{options.host}:{options.port + i}" for i in range(options.routers)]
     try:

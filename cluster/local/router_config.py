@@ -1,5 +1,7 @@
 """The cluster.yaml a local cluster writes for each of its routers: the user's --config
-with the ports, data dir, rules and Envoy files of this cluster, and its nodes."""
+with the ports, data dir, rules and Envoy files of this cluster, and its nodes. Without
+a rules file in --config, the routers share `<data dir>/rules.yaml`, written as
+`rules: {}` (no rules) when it is not there."""
 
 from __future__ import annotations
 
@@ -12,6 +14,40 @@ import yaml
 from cluster.local.up_options import UpOptions
 from cluster.model.nodes import NodeSpec
 
+# A cluster without a rules file of its own keeps one here, `rules: {}` until edited.
+OWN_RULES = "rules.yaml"
+NO_RULES = "rules: {}\n"
+
+
+def _base(options: UpOptions) -> tuple[dict[str, Any], dict[str, Any], Path]:
+    """(--config's document, its router section with `router_settings` over it, the
+    directory its relative paths start from)."""
+    base: dict[str, Any] = {}
+    config_dir = Path.cwd()
+    if options.config is not None:
+        base = yaml.safe_load(options.config.read_text()) or {}
+        config_dir = options.config.resolve().parent
+    router = dict(base.get("router") or {})
+    router.update(options.router_settings)
+    return base, router, config_dir
+
+
+def configured_rules_file(options: UpOptions) -> Path | None:
+    """The rules file --config (or `router_settings`) names, resolved; None when it
+    names none and the cluster keeps its own under the data dir."""
+    _, router, config_dir = _base(options)
+    rules_file = router.get("rules_file")
+    return (config_dir / rules_file).resolve() if rules_file else None
+
+
+def envoy_descriptors(options: UpOptions, data_dir: Path) -> Path | None:
+    """The descriptors file the first router's Envoy listener reads (None: no listener)."""
+    _, router, config_dir = _base(options)
+    _envoy_settings(options, data_dir, router, 0, config_dir)
+    if router.get("grpc_port") is None or not router.get("envoy_config"):
+        return None
+    return Path(router["envoy_config"])
+
 
 def write_router_config(
     options: UpOptions,
@@ -23,18 +59,13 @@ def write_router_config(
     members: list[NodeSpec],
 ) -> Path:
     """The config of router `index` (called `name`), written under `data_dir`."""
-    base: dict[str, Any] = {}
-    config_dir = Path.cwd()
-    if options.config is not None:
-        base = yaml.safe_load(options.config.read_text()) or {}
-        config_dir = options.config.resolve().parent
-    router = dict(base.get("router") or {})
-    router.update(options.router_settings)
-    rules_file = router.get("rules_file")
-    if rules_file:
-        router["rules_file"] = str((config_dir / rules_file).resolve())
-    else:
-        router["rules_file"] = str(data_dir / "rules.yaml")
+    base, router, config_dir = _base(options)
+    rules_file = configured_rules_file(options)
+    if rules_file is None:
+        rules_file = data_dir / OWN_RULES
+        if not rules_file.exists():
+            rules_file.write_text(NO_RULES)
+    router["rules_file"] = str(rules_file)
     router.update(host=options.host, port=options.port + index, data_dir=str(data_dir / name))
     _envoy_settings(options, data_dir, router, index, config_dir)
     cluster = dict(base.get("cluster") or {})

@@ -19,12 +19,12 @@ from typing import Any
 
 import yaml
 
-from cluster.model.errors import Problems, ValidationError
+from cluster.model.errors import FieldError, Problems, ValidationError
 from cluster.model.keys import MAX_KEY_BYTES
 from cluster.model.limits import LimitSpec, parse_limits
 from router.envoy import yaml_checks as doc
 from router.rules.book import ON_FAILURE, Rule, make_rule
-from router.rules.rejection import yaml_cause
+from router.rules.rejection import not_utf8, strict_load_all, yaml_cause
 from router.rules.watched_file import WatchedFile
 
 log = logging.getLogger("shardlimit.envoy")
@@ -307,8 +307,8 @@ def parse_documents(docs: list[Any], options: ParseOptions | None = None) -> dic
 
 
 def parse_text(text: str, options: ParseOptions | None = None) -> dict[str, Level]:
-    """Raises ValidationError or yaml.YAMLError."""
-    return parse_documents(list(yaml.safe_load_all(text)), options)
+    """Raises ValidationError or yaml.YAMLError (also for a key given twice in a mapping)."""
+    return parse_documents(list(strict_load_all(text)), options)
 
 
 def match(domains: dict[str, Level], domain: str, entries: list[tuple[str, str]]) -> Match | None:
@@ -358,7 +358,13 @@ class EnvoyConfigFile(WatchedFile):
             return
         mtime = self.path.stat().st_mtime
         try:
-            domains = parse_text(self.path.read_text(), self.options)
+            try:
+                text = self.path.read_text()
+            except UnicodeDecodeError as undecoded:
+                raise ValidationError(
+                    [FieldError("file", not_utf8(self.path, undecoded))]
+                ) from None
+            domains = parse_text(text, self.options)
         except (ValidationError, yaml.YAMLError) as exc:
             self.reload_errors += 1
             self._mtime = mtime

@@ -12,7 +12,15 @@ import yaml
 from cluster.model.errors import FieldError, Problems, ValidationError
 from cluster.model.keys import INLINE_SCOPE, RULE_NAME
 from cluster.model.limits import LimitSpec, parse_limits
-from router.rules.rejection import Rejection, file_block, rejected_now, yaml_cause
+from router.rules.rejection import (
+    NotAName,
+    Rejection,
+    StrictLoader,
+    file_block,
+    not_utf8,
+    rejected_now,
+    yaml_cause,
+)
 from router.rules.spread_split import check_spread, split_limits
 from router.rules.watched_file import WatchedFile
 
@@ -189,6 +197,9 @@ def parse_rules_document(doc: Any) -> dict[str, Rule]:
             message = f"is {name} to YAML: quote a rule name such as on, yes, no or null"
             problems.add(f"rules.{name}", message)
             continue
+        if not isinstance(name, str):
+            problems.add(f"rules.{name}", f"is {name!r} to YAML: quote the rule name")
+            continue
         rule = parse_rule(str(name), body, f"rules.{name}", problems)
         if rule is not None:
             rules[rule.name] = rule
@@ -196,12 +207,73 @@ def parse_rules_document(doc: Any) -> dict[str, Rule]:
     return rules
 
 
-def _cause(path: Path, exc: ValueError) -> str:
-    """One line naming the file: a YAML error already does (`file:line:column: ...`)."""
-    said = str(exc)
-    if said.startswith(f"rules_file: {path}"):
-        return said.removeprefix("rules_file: ")
-    return f"{path}: {said}"
+_STR = "tag:yaml.org,2002:str"
+# Names YAML reads as true, false or null: parse_rules_document refuses them; and `<<:`.
+_NOT_CHECKED = ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:null", "tag:yaml.org,2002:merge")
+
+
+class RulesFileError(ValueError):
+    """A rules file that cannot be read as one: one line that names the file."""
+
+
+def _refuse_unquoted_names(loader: StrictLoader, root: yaml.Node | None) -> None:
+    """A rule name YAML reads as a number, a date or the like (`0x10` is 16, `12:30` is
+    750) would be published under another name: refused, naming it as written."""
+    if not isinstance(root, yaml.MappingNode):
+        return
+    for key, value in root.value:
+        if key.tag != _STR or key.value != "rules" or not isinstance(value, yaml.MappingNode):
+            continue
+        for name, _body in value.value:
+            if name.tag == _STR or name.tag in _NOT_CHECKED:
+                continue
+            if isinstance(name, yaml.ScalarNode):
+                read = loader.construct_object(name, deep=True)
+                said = (
+                    f"rule name {name.value} is the {type(read).__name__} {read} to YAML: "
+                    f'quote it ("{name.value}":)'
+                )
+            else:
+                said = "a rule name is a word, not a YAML collection"
+            raise NotAName(None, None, said, name.start_mark)
+
+
+def load_rules_text(text: str) -> Any:
+    """A rules file's YAML document. Raises yaml.YAMLError: not YAML, a key given twice in
+    one mapping, a rule name YAML reads as another type."""
+    loader = StrictLoader(text)
+    try:
+        root = loader.get_single_node()
+        _refuse_unquoted_names(loader, root)
+        return None if root is None else loader.construct_document(root)
+    finally:
+        loader.dispose()
+
+
+def read_rules_yaml(path: Path) -> Any:
+    """The YAML document of the rules file at `path`. Raises RulesFileError."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError as exc:
+        raise RulesFileError(f"cannot read {path}: the rules file does not exist") from exc
+    except OSError as exc:
+        raise RulesFileError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise RulesFileError(not_utf8(path, exc)) from exc
+    try:
+        return load_rules_text(text)
+    except yaml.YAMLError as exc:
+        raise RulesFileError(yaml_cause(path, exc)) from exc
+
+
+def read_rules_file(path: Path) -> dict[str, Rule]:
+    """The rules of the rules file at `path`, read as a router reads it. Raises
+    RulesFileError (one line naming the file)."""
+    doc = read_rules_yaml(path)
+    try:
+        return parse_rules_document(doc)
+    except ValidationError as exc:
+        raise RulesFileError(f"{path}: {exc}") from exc
 
 
 class RuleBook(WatchedFile):
@@ -223,24 +295,18 @@ class RuleBook(WatchedFile):
         self.rejected: Rejection | None = None
 
     def load(self) -> None:
+        """Raises ValidationError (a missing, unreadable or refused file: the rules stay)."""
         if self.path is None:
             return
-        if not self.path.exists():
-            self.file_rules = {}
-            self._mtime = None
-            return
-        stat = self.path.stat()
+        mtime = self.path.stat().st_mtime if self.path.exists() else None
         try:
-            try:
-                doc = yaml.safe_load(self.path.read_text())
-            except yaml.YAMLError as exc:  # one line, like every other refusal
-                cause = yaml_cause(self.path, exc)
-                raise ValidationError([FieldError("rules_file", cause)]) from exc
+            doc = read_rules_yaml(self.path)
             rules = parse_rules_document(doc)
-        except ValueError as exc:
-            self.reload_errors += 1
-            self._mtime = stat.st_mtime
-            self.reject(_cause(self.path, exc))
+        except RulesFileError as exc:
+            self._refused(mtime, str(exc))
+            raise ValidationError([FieldError("rules_file", str(exc))]) from exc
+        except ValidationError as exc:
+            self._refused(mtime, f"{self.path}: {exc}")
             raise
         file_version = doc.get("version")
         if file_version is not None:
@@ -253,8 +319,13 @@ class RuleBook(WatchedFile):
         self.file_rules = rules
         if self.version == 0:
             self.rules = rules
-        self._mtime = stat.st_mtime
+        self._mtime = mtime
         self.reloads += 1
+
+    def _refused(self, mtime: float | None, cause: str) -> None:
+        self.reload_errors += 1
+        self._mtime = mtime
+        self.reject(cause)
 
     def reject(self, cause: str) -> None:
         """The file's last edit was refused (`cause`: one line): the rules stay."""

@@ -512,6 +512,20 @@ async def test_config_hot_reload_and_bad_file_kept(envoy: Envoy) -> None:
         response.statuses[0].current_limit.requests_per_unit,
         response.statuses[0].limit_remaining,
     ) == (7, 4)
+    # Bytes that are not UTF-8 are one more rejected file, and reloads go on after it.
+    envoy.config.write_bytes(b"domain: messaging\ndescriptors:\n  - key: \xe9\n")
+
+    async def rejected_again() -> bool:
+        return bool(listener.config.reload_errors == errors + 2)
+
+    await eventually(rejected_again)
+    envoy.config.write_text(MESSAGING.replace("requests_per_unit: 100", "requests_per_unit: 9"))
+
+    async def reloaded_again() -> bool:
+        response = await envoy.call("messaging", descriptor(number, hits=0))
+        return bool(response.statuses[0].current_limit.requests_per_unit == 9)
+
+    await eventually(reloaded_again)
 
 
 async def test_wildcards_and_share_threshold_readme_example(envoy: Envoy) -> None:
