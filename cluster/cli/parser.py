@@ -74,7 +74,9 @@ def _router_server_args(router: argparse.ArgumentParser) -> None:
 
 
 def _node_server_args(node: argparse.ArgumentParser) -> None:
-    node.add_argument("--id", required=True, help="the node's id in the cluster (e.g. n1)")
+    node.add_argument(
+        "--id", required=True, type=admin_cli.node_id, help="the node's id in the cluster (e.g. n1)"
+    )
     node.add_argument("--host", default="127.0.0.1", help="listen on this address")
     node.add_argument("--port", type=_port, required=True, help="listen on this port")
     node.add_argument(

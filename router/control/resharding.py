@@ -56,22 +56,25 @@ class Resharder:
         return new, [m.to_dict() for m in current.plan(new)]
 
     def status(self) -> dict[str, Any] | None:
-        migration = self.view.topology.migration
-        if migration is None and not self.progress:
-            # Another router ran it, or this one before a restart: the topology keeps it.
-            last = self.view.topology.last_migration
-            if last is None:
+        topology = self.view.topology
+        migration = topology.migration
+        current = migration or topology.last_migration
+        # This router's own figures, when they are of that migration: another router may
+        # have run it, or one after this router's last (the topology keeps its summary).
+        ours = self.progress if current is None or self.progress.get("id") == current["id"] else {}
+        if migration is None and not ours:
+            if current is None:
                 return None
-            return {**last, "running": False, "last_error": None, "blocked": None}
-        out = dict(self.progress)
+            return {**current, "running": False, "last_error": None, "blocked": None}
+        out = dict(ours)
         if migration is not None:
             out["id"] = migration.get("id")
             out.setdefault("phase", "copying")
             if migration.get("reverts"):
                 out["reverts"] = migration["reverts"]
         out["running"] = self.running
-        out["last_error"] = self.last_error
-        out["blocked"] = self.blocked
+        out["last_error"] = self.last_error if ours else None
+        out["blocked"] = self.blocked if ours else None
         return out
 
     async def start(self, change: Change) -> dict[str, Any]:
@@ -167,6 +170,9 @@ class Resharder:
     def _launch(self) -> None:
         self.last_error = None
         self.blocked = None
+        migration = self.view.topology.migration
+        if migration is not None and self.progress.get("id") != migration["id"]:
+            self.progress = {"id": migration["id"], "phase": "announcing"}  # ours from now
         self.announced.clear()
         self.task = asyncio.get_running_loop().create_task(self._run())
 

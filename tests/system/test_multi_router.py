@@ -572,3 +572,29 @@ async def test_an_abort_through_another_router_never_forks_the_topology(
             assert status == 200
             assert [r["limits"][0]["remaining"] for r in body["results"]] == [999] * 1000
             assert not any(r["degraded"] for r in body["results"])
+
+
+async def test_every_router_tells_the_last_migration_whichever_ran_it(cluster: Cluster) -> None:
+    """a adds n4, then b removes it: a then tells b's migration, not its own older one."""
+    a, b, c = cluster.routers
+    n4 = cluster.spare_node("n4")
+    status, added, _ = await cluster.request(
+        "POST", a + "/v1/cluster/nodes", {"url": n4, "id": "n4"}, ADMIN_HEADERS
+    )
+    assert status == 202, added
+    await _migration_done(cluster, a)
+    await _migration_done(cluster, b)  # b learnt of it
+    status, removed, _ = await cluster.request(
+        "DELETE", b + "/v1/cluster/nodes/n4", None, ADMIN_HEADERS
+    )
+    assert status == 202, removed
+    await _migration_done(cluster, b)
+
+    async def all_tell_the_removal() -> bool:
+        for router in (a, b, c):
+            _, info, _ = await cluster.request("GET", router + "/v1/cluster")
+            if (info["migration"] or {}).get("id") != removed["migration"]:
+                return False
+        return True
+
+    await eventually(all_tell_the_removal)
