@@ -55,6 +55,13 @@ def _cli(local: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _interruptible() -> None:
+    """In the child: Ctrl-C as at a terminal. A suite started in the background by a
+    shell (`make test &`) inherits SIGINT ignored, and Python then never raises
+    KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _started(local: LocalCluster, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "cluster.cli", *args],
@@ -62,6 +69,7 @@ def _started(local: LocalCluster, *args: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         env=_env(local),
+        preexec_fn=_interruptible,
     )
 
 
