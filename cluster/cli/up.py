@@ -86,7 +86,8 @@ def refused_files(options: UpOptions) -> str | None:
     from router.envoy.settings import EnvoySettings
     from router.errors import SettingsError
     from router.rules.book import RulesFileError, read_rules_file
-    from router.rules.rejection import not_utf8, yaml_cause
+    from router.rules.rejection import yaml_cause
+    from router.rules.yaml_text import not_utf8
 
     rules = configured_rules_file(options)
     if rules is not None:

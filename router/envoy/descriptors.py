@@ -24,8 +24,9 @@ from cluster.model.keys import MAX_KEY_BYTES
 from cluster.model.limits import LimitSpec, parse_limits
 from router.envoy import yaml_checks as doc
 from router.rules.book import ON_FAILURE, Rule, make_rule
-from router.rules.rejection import not_utf8, strict_load_all, yaml_cause
+from router.rules.rejection import yaml_cause
 from router.rules.watched_file import WatchedFile
+from router.rules.yaml_text import not_utf8, strict_load_all
 
 log = logging.getLogger("shardlimit.envoy")
 

@@ -12,17 +12,10 @@ import yaml
 from cluster.model.errors import FieldError, Problems, ValidationError
 from cluster.model.keys import INLINE_SCOPE, RULE_NAME
 from cluster.model.limits import LimitSpec, parse_limits
-from router.rules.rejection import (
-    NotAName,
-    Rejection,
-    StrictLoader,
-    file_block,
-    not_utf8,
-    rejected_now,
-    yaml_cause,
-)
+from router.rules.rejection import Rejection, file_block, rejected_now, yaml_cause
 from router.rules.spread_split import check_spread, split_limits
 from router.rules.watched_file import WatchedFile
+from router.rules.yaml_text import NotAName, StrictLoader, not_utf8
 
 log = logging.getLogger("shardlimit.rules")
 ON_FAILURE = ("allow", "deny")

@@ -1,14 +1,11 @@
 """The last rejected edit of a router's rules file: why it was refused (a YAML error as
 `file:line:column: problem`), when, and which cluster rules version is served instead.
 Shown in `GET /v1/rules` (its `file` block), and from there by `shardlimit status`, the
-`up` console and `/ui`, until an edit of the file is accepted. Also the YAML loading every
-such file shares (rules files and Envoy descriptors): a key given twice in one mapping is
-refused where PyYAML would keep the last."""
+`up` console and `/ui`, until an edit of the file is accepted."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,7 +13,7 @@ from typing import Any
 
 import yaml
 
-_MERGE = "tag:yaml.org,2002:merge"
+from router.rules.yaml_text import NotAName
 
 
 @dataclass(frozen=True)
@@ -37,10 +34,6 @@ def rejected_now(cause: str) -> Rejection:
     return Rejection(time.time(), cause)
 
 
-class NotAName(yaml.MarkedYAMLError):
-    """Valid YAML, but a key that must be a name is read as another type: quote it."""
-
-
 def yaml_cause(path: Path, exc: yaml.YAMLError) -> str:
     """`path:line:column: problem` (1-based, where the parser stopped), one line."""
     mark = getattr(exc, "problem_mark", None)
@@ -51,49 +44,6 @@ def yaml_cause(path: Path, exc: yaml.YAMLError) -> str:
     said = f"{problem} ({context})" if context else str(problem)
     kind = "" if isinstance(exc, NotAName) else "not YAML: "
     return f"{path}:{mark.line + 1}:{mark.column + 1}: {kind}{' '.join(said.split())}"
-
-
-def not_utf8(path: Path, exc: UnicodeDecodeError) -> str:
-    """A file that cannot be decoded, in one line."""
-    return f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})"
-
-
-class StrictLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a key given twice in one mapping (the YAML spec
-    requires unique keys; PyYAML keeps the last). Keys a merge (`<<:`) brings in may be
-    overridden, as YAML says."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
-        if isinstance(node, yaml.MappingNode):
-            seen: dict[Any, yaml.Node] = {}
-            for key_node, _value in node.value:
-                if key_node.tag == _MERGE:
-                    continue
-                key = self.construct_object(key_node, deep=True)
-                if not isinstance(key, Hashable):
-                    continue  # refused as unhashable below
-                first = seen.setdefault(key, key_node)
-                if first is not key_node:
-                    at = first.start_mark
-                    raise yaml.constructor.ConstructorError(
-                        None,
-                        None,
-                        f"duplicate key {key_node.value!r} (first at line {at.line + 1}, "
-                        f"column {at.column + 1})",
-                        key_node.start_mark,
-                    )
-        return super().construct_mapping(node, deep=deep)
-
-
-def strict_load(text: str) -> Any:
-    """The one YAML document of `text` (None when empty). Raises yaml.YAMLError, also for
-    a duplicate key."""
-    return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - a SafeLoader
-
-
-def strict_load_all(text: str) -> Iterator[Any]:
-    """Every YAML document of `text`, as `strict_load` reads one."""
-    return yaml.load_all(text, Loader=StrictLoader)
 
 
 def file_block(path: Path | None, rejection: Rejection | None, version: int) -> dict[str, Any]:
