@@ -6,40 +6,15 @@ apply refuses. Real router and node HTTP servers, the CLI as a child process."""
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ADMIN, Cluster, eventually
+from tests.conftest import Cluster, eventually
+from tests.integration.test_rules_apply import _cli, _rules
 
 pytestmark = pytest.mark.timeout(60)
-
-
-async def _cli(cluster: Cluster, *args: str) -> tuple[int, str, str]:
-    env = dict(os.environ, SHARDLIMIT_ROUTER=cluster.router_url, SHARDLIMIT_ADMIN_TOKEN=ADMIN)
-    process = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "cluster.cli", *args),
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-    )
-    try:
-        out, err = await asyncio.wait_for(process.communicate(), 30)
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
-
-
-async def _rules(cluster: Cluster) -> tuple[int, list[str]]:
-    status, body = await cluster.get("/v1/rules")
-    assert status == 200
-    return body["version"], [rule["name"] for rule in body["rules"]]
 
 
 async def _rejected_cause(cluster: Cluster) -> str | None:
