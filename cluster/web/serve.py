@@ -13,6 +13,8 @@ from typing import Protocol
 
 from aiohttp import web
 
+from cluster.web.connections import PROTOCOL_OPTIONS, aiohttp_connection
+
 log = logging.getLogger("shardlimit")
 
 # How long a stopping server lets the answers in flight be written: aiohttp's default,
@@ -34,12 +36,26 @@ class Front(Protocol):
         """Stop taking requests, let the answers in flight be written, close."""
 
 
-# Given aiohttp's web.Server (calling it makes aiohttp's protocol for one connection).
+# Given aiohttp's web.Server (cluster.web.connections makes aiohttp's protocol of it).
 FrontFactory = Callable[[web.Server], Front]
 
 
+class AiohttpFront:
+    """The Front of a server that has no lean one: every connection is aiohttp's."""
+
+    def __init__(self, server: web.Server) -> None:
+        self.server = server
+
+    def __call__(self) -> asyncio.BaseProtocol:
+        return aiohttp_connection(self.server)
+
+    async def shutdown(self, grace_s: float) -> None:
+        """Nothing of its own: the runner's cleanup closes aiohttp's connections."""
+
+
 class FrontSite(web.TCPSite):
-    """A TCP site whose connections start with a Front rather than aiohttp's protocol."""
+    """A TCP site whose connections start with a Front (aiohttp's protocol as made in
+    cluster.web.connections, or the router's lean front)."""
 
     def __init__(
         self,
@@ -86,23 +102,18 @@ async def start_site(
     backlog: int = 1024,
     shutdown_timeout: float = SHUTDOWN_TIMEOUT_S,
 ) -> web.TCPSite:
-    """Listen on host:port for the set-up `runner`, through `front` when given;
-    `shutdown_timeout` is the one `runner` was made with."""
-    if front is None:
-        site = web.TCPSite(
-            runner, host, port, backlog=backlog, reuse_address=True, ssl_context=ssl_context
-        )
-    else:
-        assert runner.server is not None
-        site = FrontSite(
-            runner,
-            front(runner.server),
-            host,
-            port,
-            ssl_context=ssl_context,
-            backlog=backlog,
-            shutdown_timeout=shutdown_timeout,
-        )
+    """Listen on host:port for the set-up `runner`, through `front` when given, else
+    straight to aiohttp; `shutdown_timeout` is the one `runner` was made with."""
+    assert runner.server is not None
+    site = FrontSite(
+        runner,
+        (front or AiohttpFront)(runner.server),
+        host,
+        port,
+        ssl_context=ssl_context,
+        backlog=backlog,
+        shutdown_timeout=shutdown_timeout,
+    )
     await site.start()
     return site
 
@@ -116,7 +127,7 @@ async def _serve(
     front: FrontFactory | None,
 ) -> None:
     runner = web.AppRunner(
-        app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT_S
+        app, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT_S, **PROTOCOL_OPTIONS
     )
     await runner.setup()
     try:  # cleaned up also when the port cannot be bound

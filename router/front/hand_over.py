@@ -8,6 +8,7 @@ import asyncio
 
 from aiohttp import web
 
+from cluster.web.connections import aiohttp_connection
 from router.front.offsets import message_start
 
 
@@ -58,9 +59,9 @@ class Received:
 def hand_over(
     transport: asyncio.Transport, server: web.Server, leftover: bytes, *, paused: bool, eof: bool
 ) -> None:
-    """A protocol from aiohttp's `server` takes over `transport` and gets `leftover`
-    (then the EOF, when the client sent one); `paused`: the transport's reading is."""
-    handler = server()
+    """aiohttp's protocol for `server` takes over `transport` and gets `leftover` (then
+    the EOF, when the client sent one); `paused`: the transport's reading is."""
+    handler = aiohttp_connection(server)
     handler.connection_made(transport)
     transport.set_protocol(handler)
     if paused:

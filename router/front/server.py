@@ -33,6 +33,7 @@ from typing import cast
 import httptools
 from aiohttp import web
 
+from cluster.web.connections import KEEPALIVE_S
 from cluster.web.problem import Problem, internal_error, version_not_supported
 from router.api.check_answers import (
     CHECK_BATCH_PATH,
@@ -51,7 +52,6 @@ from router.service import Router
 
 __all__ = ["FrontConnection", "FrontServer", "front_for"]
 
-KEEPALIVE_S = 75.0  # aiohttp's keepalive_timeout, which the router's runner keeps
 SWEEP_S = 1.0  # idle connections are closed between keepalive_s and this later
 MAX_OWED = 64  # answers owed on one connection before it stops reading
 REGION_LIMIT = 4 * 1024 * 1024  # bytes kept for a hand-over (Received)

@@ -148,6 +148,38 @@ async def test_what_aiohttp_judges_is_answered_by_aiohttp(
     assert front[0].split(b" ", 2)[1] == status
 
 
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"G@T /v1/check HTTP/1.1\r\nHost: t\r\n\r\n",  # not a method
+        b"POST /v1/check HTTP/1.1\r\nHost: t\r\nContent-Length: -1\r\n\r\n",
+        b"POST /v1/check HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nxy",
+        check(OK, "X-Long: " + "x" * 9000 + "\r\n"),  # over aiohttp's header limit
+        check(OK, "Bad Header: 1\r\n"),  # a space in a header's name
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",  # HTTP/2's preface on an HTTP/1.1 port
+    ],
+)
+async def test_a_request_that_cannot_be_read_is_answered_with_a_problem(
+    cluster: Cluster, aiohttp_port: int, request_bytes: bytes
+) -> None:
+    """The router's port and a plain aiohttp one answer alike: a problem+json 400 that
+    says what was wrong, and the connection closed."""
+    for port in (_port(cluster.router_url), aiohttp_port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(request_bytes)
+        answer = await asyncio.wait_for(reader.read(), 10)  # to the end: closed after it
+        writer.close()
+        head, body = answer.split(b"\r\n\r\n", 1)
+        # aiohttp answers in HTTP/1.0 where it could not read the request's version.
+        assert re.match(rb"HTTP/1\.[01] 400 ", head), answer
+        assert b"\r\nContent-Type: application/problem+json\r\n" in head
+        problem = orjson.loads(body)
+        assert problem["type"] == "https://shardlimit.dev/problems/malformed-request"
+        assert problem["status"] == 400
+        assert problem["title"] == "Bad Request"
+        assert problem["detail"]
+
+
 async def test_idle_connections_are_closed_after_the_keepalive_timeout(
     cluster: Cluster,
 ) -> None:
