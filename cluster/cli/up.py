@@ -82,7 +82,7 @@ def refused_files(options: UpOptions) -> str | None:
     import yaml
 
     from cluster.model.errors import ValidationError
-    from router.envoy.descriptors import ParseOptions, parse_text
+    from router.envoy.descriptors import parse_options, parse_text
     from router.envoy.settings import EnvoySettings
     from router.errors import SettingsError
     from router.rules.book import RulesFileError, read_rules_file
@@ -102,12 +102,8 @@ def refused_files(options: UpOptions) -> str | None:
         settings = EnvoySettings.from_env()
     except SettingsError as exc:
         return f"envoy settings: {exc}"
-    # What the router's ParseOptions take from its settings (the flags refuse nothing).
-    options_used = ParseOptions(
-        cache_denials=settings.cache_denials, merge_domains=settings.merge_domains
-    )
     try:
-        parse_text(descriptors.read_bytes().decode("utf-8"), options_used)
+        parse_text(descriptors.read_bytes().decode("utf-8"), parse_options(settings))
     except OSError as exc:
         return f"cannot read {descriptors}: {exc.strerror or exc}"
     except UnicodeDecodeError as exc:

@@ -23,6 +23,7 @@ from cluster.model.errors import FieldError, Problems, ValidationError
 from cluster.model.keys import MAX_KEY_BYTES
 from cluster.model.limits import LimitSpec, parse_limits
 from router.envoy import yaml_checks as doc
+from router.envoy.settings import EnvoySettings
 from router.rules.book import ON_FAILURE, Rule, make_rule
 from router.rules.rejection import yaml_cause
 from router.rules.watched_file import WatchedFile
@@ -41,7 +42,9 @@ ENVOY_UNIT_MS: dict[str, int] = {
     "month": 30 * 86_400_000,
     "year": 365 * 86_400_000,
 }
-# Counted denials and the window's end always reported: envoyproxy/ratelimit's default.
+# envoy_flags of a descriptor's limit: a denied hit is counted (1), the window's end is
+# always reported (2). Both: envoyproxy/ratelimit's default.
+COUNTED_DENIALS = 1
 UPSTREAM_FLAGS = 3
 _SCOPE_CHARS = re.compile(r"[^A-Za-z0-9_.:-]")
 _KEY_ESCAPES = str.maketrans({"%": "%25", "|": "%7C", "=": "%3D", "{": "%7B", "}": "%7D"})
@@ -73,6 +76,12 @@ class ParseOptions:
     envoy_flags: int = UPSTREAM_FLAGS
     cache_denials: bool = False
     merge_domains: bool = False
+
+
+def parse_options(settings: EnvoySettings) -> ParseOptions:
+    """How the router reads its descriptors under its Envoy settings."""
+    flags = 2 if settings.stop_increment_when_over_limit else 2 | COUNTED_DENIALS
+    return ParseOptions(flags, settings.cache_denials, settings.merge_domains)
 
 
 @dataclass

@@ -33,6 +33,7 @@ from router.envoy.descriptors import (
     ParseOptions,
     limit_key,
     match,
+    parse_options,
     rate_limit_rule,
     scope_name,
 )
@@ -49,7 +50,6 @@ from router.service import Router
 
 log = logging.getLogger("shardlimit.envoy")
 _ENUM_UNIT = {number: name for name, number in envoy_status.UNIT_ENUM.items()}
-_COUNTED = 1  # envoy_flags: a denied hit is counted (router/envoy/descriptors.py)
 MATCH_CACHE = 65_536  # (domain, entries) matches kept; all dropped when full
 
 
@@ -257,9 +257,7 @@ class EnvoyListener:
             self.settings = EnvoySettings.from_env()
         except SettingsError as exc:
             raise SystemExit(f"envoy settings rejected: {exc}") from exc
-        flags = 2 if self.settings.stop_increment_when_over_limit else 2 | _COUNTED
-        options = ParseOptions(flags, self.settings.cache_denials, self.settings.merge_domains)
-        self.config = EnvoyConfigFile(router.config.envoy_config, options)
+        self.config = EnvoyConfigFile(router.config.envoy_config, parse_options(self.settings))
         self.service = RateLimitService(router, self.config, self.settings)
         self.server = GrpcServer(router.config, self.settings, self.service)
         self.port: int | None = None

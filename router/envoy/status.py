@@ -14,7 +14,7 @@ from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped]
 
 from cluster.model import answers
 from cluster.model.limits import LimitSpec
-from router.envoy.descriptors import ENVOY_UNIT_MS, DescriptorLimit
+from router.envoy.descriptors import COUNTED_DENIALS, ENVOY_UNIT_MS, DescriptorLimit
 from router.envoy.settings import EnvoySettings
 from router.envoy.yaml_checks import MAX_UINT32
 
@@ -142,7 +142,7 @@ def checked(
         over = False
         if body.rolled_back is not True:  # a rolled-back check shows what is left after it
             remaining = min(remaining + hits, configured)
-    counts_denied = bool(specs[index].envoy_flags & 1)
+    counts_denied = bool(specs[index].envoy_flags & COUNTED_DENIALS)
     status.code = OVER_LIMIT if over and not limit.shadow_mode else OK
     status.current_limit.CopyFrom(current_limit(limit, specs[index], row))
     # Upstream reports 0 left when over; with denials consuming nothing the true
