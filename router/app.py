@@ -18,6 +18,7 @@ from router.api.membership import abort_migration, add_node, remove_node, resume
 from router.api.problems import problem_answers
 from router.api.ring_view import RingView
 from router.config import RouterConfig
+from router.errors import SettingsError
 from router.metrics import endpoint_of
 from router.service import Router
 
@@ -78,7 +79,7 @@ def create_app(
         try:
             await app[ROUTER].start()
         except ValidationError as exc:
-            raise SystemExit(f"rules file rejected: {exc}") from exc
+            raise SettingsError(f"rules file rejected: {exc}") from exc
 
     async def on_cleanup(app: web.Application) -> None:
         await app[ROUTER].stop()

@@ -58,6 +58,7 @@ def cmd_router(args: argparse.Namespace) -> int:
     from cluster.web.serve import CannotListenError, run_app
     from cluster.web.tls import TlsError
     from router.app import ROUTER, create_app
+    from router.errors import SettingsError
     from router.front.server import front_for
 
     config = read_router_config(args.config)
@@ -91,7 +92,7 @@ def cmd_router(args: argparse.Namespace) -> int:
             ssl_context=server_ssl,
             front=front_for(app),
         )
-    except CannotListenError as exc:
+    except (CannotListenError, SettingsError) as exc:
         return refuse("router", str(exc))
     return 0
 

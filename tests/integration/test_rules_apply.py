@@ -182,9 +182,10 @@ async def test_a_router_started_on_a_broken_rules_file_says_so_in_one_line(
         )
         out, err = await process.communicate()
         lines = err.decode().splitlines()
-        assert process.returncode == 1, (out, err)
+        assert process.returncode == 2, (out, err)
         assert "Traceback" not in err.decode()
-        assert lines[-1].startswith("rules file rejected: ") and expected in lines[-1], lines
+        assert lines[-1].startswith("shardlimit router: rules file rejected: "), lines
+        assert expected in lines[-1], lines
 
 
 async def test_rule_writes_at_once_through_one_router_lose_nothing(cluster: Cluster) -> None:

@@ -175,9 +175,10 @@ async def test_a_router_whose_rules_file_does_not_exist_starts_nothing(tmp_path:
         if process.returncode is None:
             process.kill()
             await process.wait()
-    assert process.returncode == 1, (out, err)
+    assert process.returncode == 2, (out, err)
     assert "Traceback" not in err.decode()
     assert err.decode().splitlines()[-1] == (
-        f"rules file rejected: rules_file: cannot read {rules}: the rules file does not exist"
+        "shardlimit router: rules file rejected: "
+        f"rules_file: cannot read {rules}: the rules file does not exist"
     )
     assert "listening on" not in err.decode()
