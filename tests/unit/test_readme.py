@@ -146,3 +146,28 @@ def test_the_leaky_bucket_example_shows_a_delay() -> None:
     delays = [a["limits"][0]["delay_ms"] for a in answers if a["allowed"]]
     assert len(delays) >= 2 and delays[0] == 0 and all(d > 0 for d in delays[1:])
     assert any(not a["allowed"] for a in answers)  # and a denial once the queue is full
+
+
+def test_no_command_names_a_lease_id_the_server_drew() -> None:
+    """A lease id holds a random part: a command that spells one out can never match;
+    the recipes carry the id they were given in a variable."""
+    spelled = [
+        command
+        for text in (README, *DOCS.values())
+        for command in _commands(text)
+        if re.search(r'"lease_id":"\d+\.[0-9a-f]+"', command)
+    ]
+    assert spelled == []
+
+
+def test_a_restart_with_arguments_keeps_the_admin_token() -> None:
+    """The recipes' shell exports `s3cret`: a `make run` started without it prints a new
+    token, and every admin step after it is refused."""
+    restarts = [
+        line
+        for text in (README, *DOCS.values())
+        for line in text.splitlines()
+        for found in re.finditer(r"(\S*)\s*make run ARGS=", line)
+        if found.group(1) != "`SHARDLIMIT_ADMIN_TOKEN=s3cret"
+    ]
+    assert restarts == []
