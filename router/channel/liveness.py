@@ -71,9 +71,10 @@ class LivenessProbe:
         loop = asyncio.get_running_loop()
         started = loop.time()
         timeout = self.timeout_s
-        if self.live_pool is not None:
+        live_pool = self.live_pool
+        if live_pool is not None:
             try:
-                status, _ = await self.live_pool.request("GET", "/", None, timeout, fresh=True)
+                status, _ = await live_pool.request("GET", "/", None, timeout, fresh=True)
             except TimeoutError:
                 # Proof of a hang only if nothing was heard meanwhile and this router's own
                 # loop kept time: a timeout that fired late says this process was stalled
@@ -81,8 +82,9 @@ class LivenessProbe:
                 late = loop.time() - (started + timeout)
                 return self.last_heard > started or late > OWN_STALL_S
             except OSError:
-                self.live_pool.close()
-                self.live_pool = self.live_port = None
+                live_pool.close()
+                if self.live_pool is live_pool:  # another probe may have forgotten it first
+                    self.live_pool = self.live_port = None
             else:
                 self.heard()
                 return status == 200
