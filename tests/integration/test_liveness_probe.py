@@ -21,11 +21,8 @@ async def test_probes_at_once_of_a_node_gone_both_answer_down() -> None:
     probe.learn_port(free_port())
     assert probe.live_pool is not None
     try:
-        assert await asyncio.gather(probe.probe(), probe.probe(), probe.probe()) == [
-            False,
-            False,
-            False,
-        ]
+        answers = await asyncio.gather(probe.probe(), probe.probe(), probe.probe())
+        assert list(answers) == [False, False, False]
         assert probe.live_pool is None and probe.live_port is None
     finally:
         probe.close()
