@@ -5,15 +5,20 @@ run the watchdog as a task or a thread."""
 
 from __future__ import annotations
 
+import logging
 from typing import Protocol
 
 from cluster.sdk.decisions import LeaseGrant
 from cluster.sdk.errors import LeaseLost
 from cluster.sdk.lease_calls import LeaseRelease, LeaseRenewal
 
-__all__ = ["MIN_RETRY_S", "LeaseState"]
+__all__ = ["MIN_RETRY_S", "RELEASE_PATIENCE_S", "LeaseState"]
 
 MIN_RETRY_S = 0.05
+# How long an exit keeps sending a release the router or node could not take (a node
+# restarting, a failover): never past the lease's own end, when its slot frees anyway.
+RELEASE_PATIENCE_S = 5.0
+log = logging.getLogger("shardlimit.leases")
 
 
 class _Flag(Protocol):
@@ -38,6 +43,7 @@ class LeaseState:
         self.lost = lost
         self.lost_why: str | None = None
         self.released: LeaseRelease | None = None
+        self.unreleased_why: str | None = None  # why the exit's release did not get through
         self.renewals = 0  # renewals that got through
         self._expires = 0.0  # on the shell's clock: when it surely ran out unless renewed
 
@@ -91,6 +97,29 @@ class LeaseState:
             self._lose("no renewal got through before it ran out")
             return None
         return max(MIN_RETRY_S, min(pause, left / 4))
+
+    def _release_retry_in(self, now: float, started: float, attempt: int) -> float | None:
+        """After release number `attempt` (from 0, the exit began at `started`) found the
+        router or node unavailable: seconds until the next, or None to stop (the lease
+        runs out by itself first, or the exit has waited RELEASE_PATIENCE_S)."""
+        left = min(self._expires, started + RELEASE_PATIENCE_S) - now
+        if left <= 0:
+            return None
+        return min(left, MIN_RETRY_S * 2.0**attempt, 1.0)
+
+    def _unreleased(self, error: Exception) -> None:
+        """The exit's release did not get through: its slot frees when the lease runs out."""
+        self.unreleased_why = str(error)
+        grant = self._held()
+        log.warning(
+            "lease %s of key %r under rule %r not released (%s): its slot frees when the "
+            "lease runs out, within %d ms of its last renewal",
+            grant.id,
+            self.key,
+            self.rule,
+            error,
+            grant.ttl_ms,
+        )
 
     def _raise_if_lost(self, body_raised: BaseException | None) -> None:
         """At the exit: LeaseLost when the lease was lost, unless the body raised its own."""

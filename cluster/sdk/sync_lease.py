@@ -87,15 +87,32 @@ class Lease(LeaseState):
             self._watchdog.join()
         if self._timer is not None:
             self._timer.cancel()
-        grant = self._held()
         if not self.lost.is_set():
+            self._release()
+        self._raise_if_lost(exc)
+
+    def _release(self) -> None:
+        """Release the lease; sent again while the router or node is unavailable (the
+        node restarting, a failover), within RELEASE_PATIENCE_S and the lease's life."""
+        grant, started, attempt = self._held(), time.monotonic(), 0
+        while True:
             try:
                 self.released = self._client.release_lease(self.key, self.rule, grant.id)
+                return
             except LeaseNotHeld:
-                self._lose("it was no longer held when released")
-            except ShardlimitError:
-                pass  # the router is unreachable: the lease runs out by itself
-        self._raise_if_lost(exc)
+                if attempt == 0:
+                    self._lose("it was no longer held when released")
+                return  # after an unanswered try, that try may have freed it
+            except Unavailable as exc:
+                pause = self._release_retry_in(time.monotonic(), started, attempt)
+                if pause is None:
+                    self._unreleased(exc)
+                    return
+                time.sleep(pause)  # retry cadence
+                attempt += 1
+            except ShardlimitError as exc:  # refused, e.g. the rule is gone: 400
+                self._unreleased(exc)
+                return
 
     def _renew_now(self) -> bool:
         """One renewal; False once the lease is lost. Raises Unavailable."""
