@@ -9,6 +9,7 @@ and the upstream is never reached when denied.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import subprocess
 from collections.abc import AsyncIterator
@@ -91,26 +92,27 @@ def _gateway_command(name: str, workdir: Path, values: dict[str, str]) -> list[s
 BINARIES = {"nginx": "nginx", "caddy": "caddy", "haproxy": "haproxy"}
 
 
-@pytest.mark.parametrize("gateway", ["nginx", "caddy", "haproxy"])
-async def test_the_limit_holds_exactly_through_the_gateway(
-    gateway: str, cluster: Cluster, upstream: Upstream, tmp_path: Path
-) -> None:
+@contextlib.asynccontextmanager
+async def running(
+    gateway: str, router: str, upstream: Upstream, workdir: Path
+) -> AsyncIterator[str]:
+    """`gateway` from its compose/gateways/ config, in front of `upstream`, asking the
+    router at `router` (host:port), rule `basic`: the URL of its /orders once it answers."""
     binary = shutil.which(BINARIES[gateway]) or shutil.which(f"/usr/sbin/{BINARIES[gateway]}")
     if binary is None:
         pytest.skip(f"{gateway} is not installed (`make test` installs it with apt-get)")
     port = free_port()
-    router = cluster.router_url.removeprefix("http://")
     values = {
-        "workdir": str(tmp_path),
+        "workdir": str(workdir),
         "port": str(port),
         "router": router,
         "upstream": f"127.0.0.1:{upstream.port}",
         "rule": "basic",
     }
-    command = [binary, *_gateway_command(gateway, tmp_path, values)[1:]]
-    log = (tmp_path / f"{gateway}.log").open("wb")
+    command = [binary, *_gateway_command(gateway, workdir, values)[1:]]
+    log = (workdir / f"{gateway}.log").open("wb")
     proc = await asyncio.create_subprocess_exec(
-        *command, stdout=log, stderr=subprocess.STDOUT, preexec_fn=child_preexec, cwd=tmp_path
+        *command, stdout=log, stderr=subprocess.STDOUT, preexec_fn=child_preexec, cwd=workdir
     )
     url = f"http://127.0.0.1:{port}/orders"
     try:
@@ -118,27 +120,18 @@ async def test_the_limit_holds_exactly_through_the_gateway(
 
             async def listening() -> bool:
                 if proc.returncode is not None:
-                    text = (tmp_path / f"{gateway}.log").read_text(errors="replace")
+                    text = (workdir / f"{gateway}.log").read_text(errors="replace")
                     raise AssertionError(f"{gateway} exited with {proc.returncode}:\n{text}")
                 try:
                     async with http.get(url, headers={"X-Api-Key": "warm-up"}) as resp:
-                        return resp.status in (200, 429)
+                        return resp.status < 600
                 except aiohttp.ClientError:
                     return False
 
             await eventually(listening, within=20)
-            upstream.hits = 0
-            upstream.ratelimit_seen.clear()
-            statuses, retry_after, bodies, ratelimit = [], [], [], []
-            for _ in range(LIMIT + 3):
-                async with http.get(url, headers={"X-Api-Key": f"{gateway}-key"}) as resp:
-                    statuses.append(resp.status)
-                    retry_after.append(resp.headers.get("Retry-After"))
-                    ratelimit.append(resp.headers.get("RateLimit"))
-                    bodies.append(await resp.text())
-            # Another key has its own budget.
-            async with http.get(url, headers={"X-Api-Key": f"{gateway}-other"}) as resp:
-                other = resp.status
+        upstream.hits = 0
+        upstream.ratelimit_seen.clear()
+        yield url
     finally:
         if proc.returncode is None:
             proc.terminate()
@@ -148,6 +141,24 @@ async def test_the_limit_holds_exactly_through_the_gateway(
             proc.kill()
             await proc.wait()
         log.close()
+
+
+@pytest.mark.parametrize("gateway", ["nginx", "caddy", "haproxy"])
+async def test_the_limit_holds_exactly_through_the_gateway(
+    gateway: str, cluster: Cluster, upstream: Upstream, tmp_path: Path
+) -> None:
+    router = cluster.router_url.removeprefix("http://")
+    async with running(gateway, router, upstream, tmp_path) as url, aiohttp.ClientSession() as http:
+        statuses, retry_after, bodies, ratelimit = [], [], [], []
+        for _ in range(LIMIT + 3):
+            async with http.get(url, headers={"X-Api-Key": f"{gateway}-key"}) as resp:
+                statuses.append(resp.status)
+                retry_after.append(resp.headers.get("Retry-After"))
+                ratelimit.append(resp.headers.get("RateLimit"))
+                bodies.append(await resp.text())
+        # Another key has its own budget.
+        async with http.get(url, headers={"X-Api-Key": f"{gateway}-other"}) as resp:
+            other = resp.status
     assert statuses == [200] * LIMIT + [429] * 3
     assert all(b == "hello from upstream" for b in bodies[:LIMIT])
     assert all(r is not None and 1 <= int(r) <= 3600 for r in retry_after[LIMIT:])
@@ -164,6 +175,52 @@ async def test_the_limit_holds_exactly_through_the_gateway(
         assert (on_client, on_upstream) == (remaining, [""] * LIMIT)
     status, usage = await cluster.get(f"/v1/usage?key={gateway}-key&rule=basic")
     assert status == 200 and usage["limits"][0]["remaining"] == 0
+
+
+# What each gateway answers when shardlimit refuses the question (no key header, or
+# one sent twice): nginx's auth_request takes any other answer than 2xx/401/403 for an
+# error (500); Caddy passes shardlimit's 400 on; the HAProxy action denies with 400.
+REFUSED = {"nginx": 500, "caddy": 400, "haproxy": 400}
+
+
+@pytest.mark.parametrize("gateway", ["nginx", "caddy", "haproxy"])
+async def test_a_request_no_limit_can_bind_never_reaches_the_upstream(
+    gateway: str, cluster: Cluster, upstream: Upstream, tmp_path: Path
+) -> None:
+    """Without the key header, or with two of them (the app may read one, the limit
+    would be keyed by the other), the request is refused and nothing is counted."""
+    router = cluster.router_url.removeprefix("http://")
+    twice = CIMultiDict([("X-Api-Key", f"{gateway}-k"), ("X-Api-Key", f"{gateway}-junk")])
+    async with running(gateway, router, upstream, tmp_path) as url, aiohttp.ClientSession() as http:
+        statuses = []
+        for headers in (twice, twice, {}, {"X-Api-Key": ""}):
+            async with http.get(url, headers=headers) as resp:
+                statuses.append(resp.status)
+    assert statuses == [REFUSED[gateway]] * 4
+    assert upstream.hits == 0
+    for key in (f"{gateway}-k", f"{gateway}-junk"):
+        status, usage = await cluster.get(f"/v1/usage?key={key}&rule=basic")
+        assert status == 200 and usage["limits"][0]["remaining"] == LIMIT
+
+
+# With no router listening: nginx answers 500 (an auth_request error), Caddy 502 (its
+# forward_auth's upstream is down); the HAProxy action lets the request go on.
+ROUTER_GONE = {"nginx": 500, "caddy": 502, "haproxy": 200}
+
+
+@pytest.mark.parametrize("gateway", ["nginx", "caddy", "haproxy"])
+async def test_what_the_gateway_answers_with_the_router_gone(
+    gateway: str, upstream: Upstream, tmp_path: Path
+) -> None:
+    router = f"127.0.0.1:{free_port()}"  # nothing listens there
+    async with (
+        running(gateway, router, upstream, tmp_path) as url,
+        aiohttp.ClientSession() as http,
+        http.get(url, headers={"X-Api-Key": "k"}) as resp,
+    ):
+        status = resp.status
+    assert status == ROUTER_GONE[gateway]
+    assert upstream.hits == (1 if status == 200 else 0)
 
 
 async def test_authz_answers_for_gateways(cluster: Cluster) -> None:
