@@ -60,8 +60,14 @@ def lease_request(
     before = len(problems.errors)
     key = parse_key(key, "key", problems)
     parsed_id = parse_lease_id(lease_id)
-    if parsed_id is None:
+    if lease_id is None:
         problems.add("lease_id", "is required: the lease's id as its check's decision gave it")
+    elif parsed_id is None:
+        problems.add(
+            "lease_id",
+            "is not a lease id: `<fencing>.<12 hex digits>` as its check's decision gave "
+            "it, e.g. '17.3f9a0c2b11de'",
+        )
     rule = named_rule(name, rules, problems, "a concurrency limit")
     index = -1 if rule is None else rule.lease_at
     if rule is not None and index < 0:

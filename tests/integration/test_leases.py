@@ -283,6 +283,16 @@ async def test_bad_lease_input_is_a_clear_400(cluster: Cluster) -> None:
         assert [error["field"] for error in problem["errors"]] == [field], problem
     status, problem = await cluster.get("/v1/authz?rule=exports&key=t:7")
     assert status == 400 and problem["errors"][0]["field"] == "rule"
+    # A lease_id that is there but malformed is told apart from a missing one.
+    for given, said in (
+        ({"lease_id": "zzz"}, "is not a lease id"),
+        ({"lease_id": " " + lease_id}, "is not a lease id"),
+        ({}, "is required"),
+    ):
+        status, problem = await cluster.post(
+            "/v1/lease/release", {"key": "t:7", "rule": "exports", **given}
+        )
+        assert status == 400 and problem["errors"][0]["message"].startswith(said), problem
     assert await held(cluster, "t:7") == (1, 1)
 
 
