@@ -119,7 +119,7 @@ def build_parser() -> Parser:
         "fail a primary over). A process that exits is restarted, after 0.5 s doubling to "
         "10 s while it keeps exiting; counters live in Redis (AOF) and survive. Ctrl-C or "
         "SIGTERM stops everything. `up` again on the same --data-dir brings back the same "
-        "cluster: its nodes, replicas and Sentinels, on the same ports.",
+        "cluster: its nodes, their Redis, replicas and Sentinels, on the same ports.",
     )
     up.add_argument("--nodes", type=_positive, default=3, help="counter nodes to start (default 3)")
     up.add_argument(

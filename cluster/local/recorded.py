@@ -1,6 +1,6 @@
 """The cluster a data dir records: which nodes `up` must bring back, and where their
-Redis data lives (`<data dir>/redis-<node id>`, for nodes added live too); with
-replicas, the ports of every Redis and Sentinel (`RecordedPorts`)."""
+Redis data lives (`<data dir>/redis-<node id>`, for nodes added live too), and the
+ports of every Redis and Sentinel (`RecordedPorts`)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ PORTS_FILE = "processes.json"
 @dataclass
 class RecordedPorts:
     """How the Redis side of a local cluster was started: replicas per node, the
-    Sentinels' down-after, and, with replicas, the ports to start them on again. Those
+    Sentinels' down-after, and the ports to start them on again. With replicas those
     must not change: each Sentinel rewrites its own config file naming the primaries',
     replicas' and other Sentinels' ports, and a replica follows its primary's port."""
 
@@ -32,6 +32,10 @@ class RecordedPorts:
     redis: dict[str, list[int]] = field(default_factory=dict)  # id -> primary, replicas
 
     def ports(self) -> set[int]:
+        """The ports that must be the same again: with replicas, every Redis' and
+        Sentinel's. Without, a Redis comes back on its port only if it is free."""
+        if not self.replicas:
+            return set()
         return {*self.sentinels, *(p for ports in self.redis.values() for p in ports)}
 
 

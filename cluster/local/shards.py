@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cluster.local.ports import free_port
+from cluster.local.ports import free_port, listening
 from cluster.local.recorded import RecordedPorts, load_ports, redis_dir, save_ports
 from cluster.local.redis_proc import RedisProcess
 from cluster.local.sentinel_proc import Replication
@@ -88,8 +88,9 @@ def build_shards(
 ) -> Shards:
     """Every Redis and Sentinel, not started yet; their ports recorded in the data dir
     (before anything starts: a Sentinel writes them into its own files). `promised`:
-    ports others will bind; ours are added. With replicas, the processes a recorded
-    cluster had come back on their ports; without, each Redis takes a free one."""
+    ports others will bind; ours are added. The processes a recorded cluster had come
+    back on their ports; without replicas, a Redis whose port was taken meanwhile takes
+    a free one."""
     record = RecordedPorts(options.replicas, options.down_after_ms)
     replication = None
     if options.replicas:
@@ -99,7 +100,9 @@ def build_shards(
             replication.sentinel_ports = list(recorded.sentinels)
     shards = Shards(list(node_ids), [], [], replication)
     for node_id in node_ids:
-        ports = recorded.redis.get(node_id, []) if recorded and replication else []
+        ports = recorded.redis.get(node_id, []) if recorded else []
+        if replication is None and ports:  # a preference only: taken meanwhile, another
+            ports = [p for p in ports[:1] if p not in promised and not listening(p, options.host)]
         redis = RedisProcess(
             port=ports[0] if ports else free_port(avoid=promised),
             data_dir=redis_dir(data_dir, node_id),
@@ -109,6 +112,7 @@ def build_shards(
         shards.redis.append(redis)
         if replication is None:
             shards.urls.append(redis.url)
+            record.redis[node_id] = [redis.port]
             continue
         shards.urls.append(replication.add(node_id, redis, ports[1:]))
         replicas = replication.shards[node_id]

@@ -96,6 +96,7 @@ async def test_a_restart_after_live_changes_keeps_every_counter(tmp_path: Path) 
         client = Client(http, local.router_url)
         try:
             local.start()
+            first_ports = {s.id: r.port for s, r in zip(local.members, local.redis, strict=True)}
             await client.consume(used, 0)
             # n4 is started by hand, its Redis data under the data dir (as the README says).
             # Its ports are picked once the cluster's are bound: a port picked before
@@ -129,6 +130,9 @@ async def test_a_restart_after_live_changes_keeps_every_counter(tmp_path: Path) 
             again.start()
             assert [m.id for m in again.members] == ["n1", "n3", "n4"]
             assert again.node_url(2) == f"http://127.0.0.1:{n4_port}"
+            # Each Redis `up` started comes back on its port (n4's was started by hand).
+            ports = {s.id: r.port for s, r in zip(again.members, again.redis, strict=True)}
+            assert (ports["n1"], ports["n3"]) == (first_ports["n1"], first_ports["n3"])
             assert any("bringing it back as recorded" in note for note in again.notes)
             after = await client.cluster()
             assert [n["id"] for n in after["nodes"]] == ["n1", "n3", "n4"]
