@@ -79,7 +79,10 @@ class Router:
             try:
                 errors = self.rules.reload_errors
                 if self.rules.reload_if_changed() and self.rules.reload_errors == errors:
-                    log.info("rules file reloaded: %d rules", len(self.rules.rules))
+                    log.info(
+                        "rules file changed: %d rules in it, offered to the cluster",
+                        len(self.rules.file_rules),
+                    )
                     await self.cluster_rules.offer(self.rules.file_rules)
             except OSError as exc:
                 log.error("rules file unreadable: %s", exc)
