@@ -154,7 +154,9 @@ def components() -> dict[str, Any]:
                 "minimum": 0,
                 "maximum": MAX_COUNT,
                 "default": 1,
-                "description": "0 or 1 for a rule with a concurrency limit: one lease a check",
+                "description": "written as an integer (1, not 1.0, which JSON Schema counts "
+                "as one and this API refuses); 0 or 1 for a rule with a concurrency limit: "
+                "one lease a check",
             },
             "amount": DECIMAL,
             "request_id": {
