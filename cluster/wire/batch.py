@@ -148,9 +148,12 @@ class Moved(msgspec.Struct, array_like=True, frozen=True, tag="moved"):
 
 
 class Expired(msgspec.Struct, array_like=True, frozen=True, tag="expired"):
-    """Not applied: the deadline passed first (send again), or no replica held it."""
+    """Not applied: the deadline passed first (send again), no replica held it, or the
+    key is moving here and its previous owner could not hand it over (`unavailable`:
+    why; that owner's Redis failing over, say). Only this op is affected."""
 
     unreplicated: bool = False
+    unavailable: str = ""
 
 
 class Failed(msgspec.Struct, array_like=True, frozen=True, tag="error"):

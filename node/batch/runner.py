@@ -57,6 +57,7 @@ class _Prepared:
         "deadline_ms",
         "epoch",
         "failovers",
+        "importing",
         "imports",
         "moved_on",
         "ownership",
@@ -75,7 +76,8 @@ class _Prepared:
         self.results: list[wire.Result] = [wire.Expired()] * size
         self.runnable: list[Op] = []
         self.slots: list[int] = []
-        self.imports: dict[str, list[str]] | None = None
+        self.imports: dict[str, list[str]] | None = None  # moving keys, by previous owner
+        self.importing: dict[int, str] = {}  # runnable op's place -> its key's previous owner
         self.moved_on = 0  # the shard's newer epoch, when its Redis refused some op
 
 
@@ -111,14 +113,15 @@ def _prepare(
             if role is Role.MOVED:
                 results[index] = wire.Moved(batch.epoch)
                 continue
-            if role is Role.IMPORT and source is not None:
-                if batch.imports is None:
-                    batch.imports = defaultdict(list)
-                batch.imports[source].extend(state.store.redis_keys(op))
         if no_replica and op.durable:  # it would only wait for a WAIT to time out
             state.metrics.unreplicated.inc()
             results[index] = UNREPLICATED
             continue
+        if not placed and role is Role.IMPORT and source is not None:
+            if batch.imports is None:
+                batch.imports = defaultdict(list)
+            batch.imports[source].extend(state.store.redis_keys(op))
+            batch.importing[len(runnable)] = source
         runnable.append(op)
         slots.append(index)
     return batch if runnable else results
@@ -187,8 +190,9 @@ async def _catch_up(state: NodeState, batch: _Prepared) -> None:
 
 
 async def run_batch(state: NodeState, deadline_ms: int, ops: list[wire.Op]) -> list[wire.Result]:
-    """One result per op, in order. Ops for keys this node does not own: `Moved`.
-    Raises PeerError (moving keys could not be imported), RedisError or OSError.
+    """One result per op, in order. Ops for keys this node does not own: `Moved`; for
+    moving keys their previous owner could not hand over: `Expired(unavailable=why)`.
+    Raises RedisError or OSError (this node's Redis).
     start_batch() below is the same with its common case run as callbacks."""
     batch = _prepare(state, deadline_ms, ops)
     if isinstance(batch, list):
@@ -207,14 +211,14 @@ async def _run(state: NodeState, batch: _Prepared) -> None:
         # step may still be moving these very keys away. The pull comes after it.
         await state.gate.drained(batch.epoch)
         try:
-            await _pull(state, ownership, batch.imports)
-        except PeerError as exc:
-            if exc.status != 409:
-                raise
+            unimported = await _pull(state, ownership, batch.imports)
+        except PeerError:
             # The previous owner serves the key again (a migration was aborted and it took
             # the newer topology first): nothing ran here, the router routes anew.
             for index in batch.slots:
                 batch.results[index] = wire.Moved(batch.epoch)
+            return
+        if unimported and not _drop_unimported(batch, unimported):
             return
     acks = _replica_acks(state, batch)
     outputs = await state.store.run(batch.runnable, batch.deadline_ms, acks, batch.epoch)
@@ -331,12 +335,40 @@ def _result(op: Op, out: Any) -> wire.Result:
     return _RESULTS[op.kind](out)
 
 
-async def _pull(state: NodeState, ownership: Ownership, imports: dict[str, list[str]]) -> None:
-    """First touch of moving keys: import them from their previous owner before serving."""
+async def _pull(
+    state: NodeState, ownership: Ownership, imports: dict[str, list[str]]
+) -> dict[str, str]:
+    """First touch of moving keys: import them from their previous owners before serving.
+    The owners whose keys could not be imported, and why. Raises PeerError (409) when an
+    owner serves its keys again."""
     assert ownership.migration_id is not None
+    unimported: dict[str, str] = {}
     for source, keys in imports.items():
         spec = ownership.node_spec(source)
-        if spec is None:
-            raise PeerError(f"previous owner {source} unknown")
-        pulled = await state.migrator.pull(ownership, spec.urls, sorted(set(keys)))
+        try:
+            if spec is None:
+                raise PeerError(f"previous owner {source} unknown")
+            pulled = await state.migrator.pull(ownership, spec.urls, sorted(set(keys)))
+        except PeerError as exc:
+            if exc.status == 409:
+                raise
+            unimported[source] = f"could not import moving keys from {source}: {exc}"
+            continue
         state.metrics.keys_pulled.inc(pulled)
+    return unimported
+
+
+def _drop_unimported(batch: _Prepared, unimported: dict[str, str]) -> bool:
+    """The ops whose keys' previous owner could not hand them over are answered so, one by
+    one (the batch's other ops run: this node is fine); False when none is left to run."""
+    kept: list[int] = []
+    for place, index in enumerate(batch.slots):
+        why = unimported.get(batch.importing.get(place, ""))
+        if why is None:
+            kept.append(place)
+        else:
+            batch.results[index] = wire.Expired(unavailable=why)
+    batch.runnable = [batch.runnable[place] for place in kept]
+    batch.slots = [batch.slots[place] for place in kept]
+    batch.importing = {}
+    return bool(batch.runnable)

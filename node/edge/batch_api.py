@@ -12,7 +12,6 @@ from cluster import wire
 from cluster.web.problem import problem
 from node.batch.runner import MAX_OPS, run_batch
 from node.edge.internal import internal
-from node.errors import PeerError
 from node.state import NodeState
 
 
@@ -30,8 +29,4 @@ async def batch(request: web.Request, state: NodeState, body: Any) -> web.Respon
         return problem(400, "bad-batch", f"not a batch: {exc}")
     if len(message.ops) > MAX_OPS:
         return problem(413, "too-many-ops", f"at most {MAX_OPS} ops per batch")
-    try:
-        results = await run_batch(state, message.deadline_ms, message.ops)
-    except PeerError as exc:
-        return problem(503, "import-failed", f"could not import moving keys: {exc}")
-    return _reply(state, results)
+    return _reply(state, await run_batch(state, message.deadline_ms, message.ops))

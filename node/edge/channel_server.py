@@ -22,7 +22,6 @@ from redis.exceptions import RedisError
 
 from cluster import wire
 from node.batch.runner import MAX_OPS, start_batch
-from node.errors import PeerError
 from node.state import NodeState
 
 __all__ = ["ChannelServer"]
@@ -134,9 +133,6 @@ class _Peer(asyncio.Protocol):
         if not isinstance(outcome, BaseException):
             reply = wire.BatchReply(state.epoch, state.node_id, state.liveness.port, outcome)
             self._write(wire.Reply(request_id, 200, reply))
-        elif isinstance(outcome, PeerError):
-            detail = f"could not import moving keys: {outcome}"
-            self._write(wire.Reply(request_id, 503, detail=detail))
         elif isinstance(outcome, RedisError | OSError):
             if isinstance(outcome, RedisConnectionError | OSError):
                 # Idle pooled connections are dead too (as node/edge/boundary.py does).

@@ -258,6 +258,10 @@ class ClusterView:
                         f"node {node_id}: no replica held the check in time",
                         Reason.UNREPLICATED,
                     )
+                if result.unavailable:  # the key's previous owner: this op only, node up
+                    raise NodeUnavailable(
+                        f"node {node_id}: {result.unavailable}", Reason.UNAVAILABLE
+                    )
                 client.expired += 1
                 if resends >= MAX_RESENDS or client.state != "up":
                     raise NodeUnavailable(

@@ -603,6 +603,39 @@ async def test_an_abort_pulls_a_key_back_only_after_the_old_copy_step_moved_it(
     await owner.aclose()
 
 
+LIMIT_10_PER_HOUR = {"algorithm": "fixed_window", "limit": 10, "window": "1h"}
+
+
+async def test_a_source_whose_redis_is_gone_fails_only_its_own_moving_keys_at_the_target(
+    cluster: Cluster, fourth_redis: RedisProcess
+) -> None:
+    """A migration's target imports a moving key on its first touch. With the key's
+    previous owner's Redis gone (failing over, say), that check alone is answered
+    unavailable: the batch's check of a key moving from a healthy node is served, and the
+    target answers the batch (a router would otherwise take the whole target for down)."""
+    n4_url, before, adding, op = await add_n4_by_hand(cluster, fourth_redis)
+    from_n2 = next(
+        k
+        for k in (f"user:{i}" for i in range(1000))
+        if before.partitioner.owner(k) == "n2" and adding.partitioner.owner(k) == "n4"
+    )
+    for url in [*cluster.node_urls.values(), n4_url]:
+        await put_topology(cluster, url, adding)
+    cluster.redis[0].stop()  # n1's; the next test's fixture starts it again
+    [lost, served] = await batch_at(cluster, n4_url, [op, msgspec.structs.replace(op, key=from_n2)])
+    assert isinstance(lost, wire.Expired), lost
+    assert lost.unavailable.startswith("could not import moving keys from n1: ")
+    assert isinstance(served, wire.Checked) and served.limits[0].remaining == 9
+    # Through the router (it learns the migration from n1's `moved`): the check of the
+    # key from n1 is degraded, the other one served, and n4 stays up.
+    status, body = await cluster.post("/v1/check", {"key": op.key, "limits": [LIMIT_10_PER_HOUR]})
+    assert body["degraded"] is True and body["node"] == "n4", body
+    status, body = await cluster.post("/v1/check", {"key": from_n2, "limits": [LIMIT_10_PER_HOUR]})
+    assert status == 200 and body["degraded"] is False, body
+    assert body["limits"][0]["remaining"] == 8
+    assert cluster.router.view.clients["n4"].state == "up"
+
+
 async def test_first_touches_read_the_source_redis_once_the_source_answered_an_export(
     cluster: Cluster, fourth_redis: RedisProcess, tmp_path: Path
 ) -> None:
