@@ -95,11 +95,16 @@ class ReplayMismatch(RouterError):
 
 
 class ReshardError(RouterError):
-    """A topology change that cannot start or go on; `slug` names its problem type."""
+    """A topology change that cannot start or go on; `slug` names its problem type, and
+    `unavailable` says the cluster could not take it now (the lock node not answering)
+    rather than refused it."""
 
-    def __init__(self, detail: str, slug: str = "reshard-refused") -> None:
+    def __init__(
+        self, detail: str, slug: str = "reshard-refused", *, unavailable: bool = False
+    ) -> None:
         super().__init__(detail)
         self.slug = slug
+        self.unavailable = unavailable
 
 
 class MigrationBlocked(RouterError):

@@ -59,7 +59,7 @@ PROBLEMS: list[tuple[type[Exception], Callable[[Any], Problem]]] = [
     (UnknownRule, lambda exc: Problem(404, "unknown-rule", f"no rule named '{exc}'{exc.hint}")),
     (AdjustRefused, _adjust_refused),
     (LeaseNotFound, lambda exc: Problem(404, "lease-not-found", str(exc))),
-    (ReshardError, lambda exc: Problem(409, exc.slug, str(exc))),
+    (ReshardError, lambda exc: Problem(503 if exc.unavailable else 409, exc.slug, str(exc))),
     (ValidationError, _validation),
 ]
 

@@ -26,7 +26,12 @@ class TopologyLease:
         try:
             held = await self.sync.lease("topology", action, self.token, self.ttl_ms)
         except NodeUnavailable as exc:
-            raise ReshardError(f"lease {action} failed: {exc}") from exc
+            raise ReshardError(
+                f"the topology lease could not be taken ({action}): the lock node "
+                f"{self.sync.lock_node()} did not answer: {exc}",
+                "lock-node-unavailable",
+                unavailable=True,
+            ) from exc
         if not held and action != "release":
             raise ReshardError("another topology change holds the lease")
 

@@ -461,6 +461,21 @@ async def test_a_source_finds_exactly_the_keys_that_move(
     client.close()
 
 
+async def test_a_change_while_the_lock_node_is_down_is_unavailable_not_refused(
+    cluster: Cluster, fourth_redis: RedisProcess
+) -> None:
+    """The topology lease lives on the first node by id: while its Redis is gone (failing
+    over, say) a node add is a 503 to retry, not a 409 refusal, and nothing changes."""
+    n4_url = await add_spare_node(cluster, fourth_redis)
+    epoch = cluster.router.view.topology.epoch
+    cluster.redis[0].stop()  # n1's; the next test's fixture starts it again
+    status, problem = await cluster.post("/v1/cluster/nodes", {"url": n4_url, "id": "n4"}, ADMIN)
+    assert status == 503, problem
+    assert problem["type"].endswith("/lock-node-unavailable")
+    assert "the lock node n1 did not answer" in problem["detail"]
+    assert cluster.router.view.topology.epoch == epoch
+
+
 async def test_a_copy_step_with_a_bad_budget_is_refused(cluster: Cluster) -> None:
     headers = {"Authorization": f"Bearer {CLUSTER}"}
     for budget in ({"rate": -1}, {"busy_pct": 0}, {"busy_pct": 101}, {"rate": "fast"}):

@@ -338,6 +338,7 @@ def paths() -> dict[str, Any]:
                     401,
                     404,
                     409,
+                    503,
                 ),
             },
         },
@@ -346,6 +347,16 @@ def paths() -> dict[str, Any]:
                 "summary": "Resume a paused migration (admin)",
                 "security": admin,
                 "responses": _responses({"202": {"description": "resumed"}}, 401, 409),
+            }
+        },
+        "/v1/cluster/migration/abort": {
+            "post": {
+                "summary": "Undo the running migration: the keys it moved go back to their "
+                "previous owners, as a migration of its own (admin)",
+                "security": admin,
+                "responses": _responses(
+                    {"202": {"description": "the revert started"}}, 401, 409, 503
+                ),
             }
         },
         "/ui": {
