@@ -30,7 +30,9 @@ def _connected(info: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """addr -> {"lag_ms", "up"} of the replicas INFO replication lists."""
     return {
         addr: {
-            "lag_ms": int(value["lag"]) * 1000 if value.get("lag") is not None else None,
+            # Whole seconds since its last ACK, by Redis' cached clock: -1 when the ACK
+            # came after the clock's last tick.
+            "lag_ms": max(0, int(value["lag"])) * 1000 if value.get("lag") is not None else None,
             "up": value.get("state") == "online",
         }
         for addr, value in listed_replicas(info).items()
