@@ -77,7 +77,7 @@ class _Prepared:
         self.runnable: list[Op] = []
         self.slots: list[int] = []
         self.imports: dict[str, list[str]] | None = None  # moving keys, by previous owner
-        self.importing: dict[int, str] = {}  # runnable op's place -> its key's previous owner
+        self.importing: dict[int, str] | None = None  # runnable place -> its previous owner
         self.moved_on = 0  # the shard's newer epoch, when its Redis refused some op
 
 
@@ -118,8 +118,8 @@ def _prepare(
             results[index] = UNREPLICATED
             continue
         if not placed and role is Role.IMPORT and source is not None:
-            if batch.imports is None:
-                batch.imports = defaultdict(list)
+            if batch.imports is None or batch.importing is None:
+                batch.imports, batch.importing = defaultdict(list), {}
             batch.imports[source].extend(state.store.redis_keys(op))
             batch.importing[len(runnable)] = source
         runnable.append(op)
@@ -362,13 +362,14 @@ def _drop_unimported(batch: _Prepared, unimported: dict[str, str]) -> bool:
     """The ops whose keys' previous owner could not hand them over are answered so, one by
     one (the batch's other ops run: this node is fine); False when none is left to run."""
     kept: list[int] = []
+    importing = batch.importing or {}
     for place, index in enumerate(batch.slots):
-        why = unimported.get(batch.importing.get(place, ""))
+        why = unimported.get(importing.get(place, ""))
         if why is None:
             kept.append(place)
         else:
             batch.results[index] = wire.Expired(unavailable=why)
     batch.runnable = [batch.runnable[place] for place in kept]
     batch.slots = [batch.slots[place] for place in kept]
-    batch.importing = {}
+    batch.importing = None
     return bool(batch.runnable)
