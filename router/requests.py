@@ -139,7 +139,7 @@ def _inline_key(inline: Any, on_failure: Any, durability: Any) -> tuple[Any, ...
         if not isinstance(item, dict):
             return None
         for name, value in item.items():
-            if not isinstance(value, str | int | float | bool | None):
+            if not isinstance(value, str | int | float | Decimal | bool | None):
                 return None
             frozen.append((name, type(value), value))
         frozen.append(None)  # end of this limit

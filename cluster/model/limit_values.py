@@ -115,16 +115,18 @@ def parse_positive_int(value: Any, path: str, problems: Problems, maximum: int =
 
 
 def parse_decimal(value: Any, path: str, problems: Problems) -> Decimal | None:
-    """An exact decimal from a JSON number or a string; None after reporting a problem."""
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
+    """An exact decimal from a JSON number (read as a Decimal or an int: a float has
+    lost digits already) or a string; None after reporting a problem."""
+    if isinstance(value, bool) or not isinstance(value, int | float | Decimal | str):
         problems.add(path, "must be a decimal number or a string holding one")
         return None
     if isinstance(value, str) and not _DECIMAL_TEXT.fullmatch(value):
         problems.add(path, "is not a decimal number")
         return None
+    if isinstance(value, float):  # from code, not from a request: its shortest repr
+        value = repr(value)
     try:
-        # repr() of a float is the shortest string that round-trips: 0.1 -> "0.1".
-        number = Decimal(value if isinstance(value, str) else repr(value))
+        number = value if isinstance(value, Decimal) else Decimal(value)
     except InvalidOperation:
         problems.add(path, "is not a decimal number")
         return None

@@ -10,6 +10,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from cluster.model.errors import FieldError
+from cluster.web import exact_json
 
 PROBLEM_TYPE = "https://shardlimit.dev/problems/"
 PROBLEM_CONTENT_TYPE = "application/problem+json"
@@ -151,17 +152,18 @@ async def problem_middleware(request: web.Request, handler: Any) -> web.StreamRe
 
 
 async def json_body(request: web.Request) -> Any:
-    """The request's JSON body. Raises Problem (400) if it is not JSON."""
+    """The request's JSON body (numbers exact: cluster/web/exact_json.py). Raises
+    Problem (400) if it is not JSON."""
     try:
-        return orjson.loads(await request.read())
-    except orjson.JSONDecodeError as exc:
+        return exact_json.loads(await request.read())
+    except exact_json.JSONDecodeError as exc:
         raise Problem(400, "malformed-json", f"body is not valid JSON: {exc}") from None
 
 
 async def read_json(request: web.Request) -> tuple[Any, web.Response | None]:
-    """Parse a JSON body; a problem response instead if it is not JSON."""
+    """Parse a JSON body (numbers exact); a problem response instead if it is not JSON."""
     raw = await request.read()
     try:
-        return orjson.loads(raw), None
-    except orjson.JSONDecodeError as exc:
+        return exact_json.loads(raw), None
+    except exact_json.JSONDecodeError as exc:
         return None, problem(400, "malformed-json", f"body is not valid JSON: {exc}")

@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-import orjson
 
 from cluster import wire
 from cluster.model.errors import Problems
+from cluster.web import exact_json
 from cluster.web.problem import Problem
 from router.requests import (
     MAX_BATCH,
@@ -36,7 +36,7 @@ _ABSENT = msgspec.Raw(b"")
 class _Check(msgspec.Struct, forbid_unknown_fields=True):
     key: str
     rule: str | None = None
-    # Kept as raw JSON and read by orjson as the full parser would (same numbers).
+    # Kept as raw JSON and read as the full parser reads it (exact numbers).
     limits: msgspec.Raw = _ABSENT
     on_failure: msgspec.Raw = _ABSENT
     durability: msgspec.Raw = _ABSENT
@@ -57,13 +57,14 @@ _BATCH_DECODER = msgspec.json.Decoder(_Batch)
 
 def _loads(raw: bytes) -> Any:
     try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
+        return exact_json.loads(raw)
+    except exact_json.JSONDecodeError as exc:
         raise Problem(400, "malformed-json", f"body is not valid JSON: {exc}") from None
 
 
 def _raw(value: msgspec.Raw, absent: Any) -> Any:
-    return orjson.loads(bytes(value)) if value else absent
+    """A field kept as its JSON text, read with exact numbers (cluster/web/exact_json.py)."""
+    return exact_json.loads(bytes(value)) if value else absent
 
 
 # Inline limits repeat byte for byte from check to check: each distinct text of
@@ -83,7 +84,7 @@ def _rule(body: _Check, rules: RuleBook, problems: Problems) -> Rule | None:
     rule = _inline.get(text)
     if rule is None:
         on_failure, durability = _raw(body.on_failure, None), _raw(body.durability, None)
-        inline = orjson.loads(limits)
+        inline = exact_json.loads(limits)
         rule = rule_of(None, inline, on_failure, "", rules, problems, durability)
         if rule is not None and not problems.errors:
             if len(_inline) >= _INLINE_MAX:
@@ -101,11 +102,11 @@ def decode_check(raw: bytes, rules: RuleBook) -> CheckRequest:
         # written out here rather than in a helper: one call less per check.
         key = parse_key(body.key, "key", problems)
         rule = _rule(body, rules, problems)
-        amount = orjson.loads(bytes(body.amount)) if body.amount else NO_AMOUNT
+        amount = _raw(body.amount, NO_AMOUNT)
         request = check_of(
             0, key, rule, body.cost, amount, body.request_id, body.dry_run, "", problems
         )
-    except (*wire.DECODE_ERRORS, orjson.JSONDecodeError):
+    except (*wire.DECODE_ERRORS, exact_json.JSONDecodeError):
         request = None  # the full parser below says what is wrong
     if request is not None:
         return request
@@ -126,7 +127,7 @@ def decode_check_batch(raw: bytes, rules: RuleBook) -> tuple[list[CheckRequest],
             for item in body.checks:  # each check as decode_check's
                 key = parse_key(item.key, "key", problems)
                 rule = _rule(item, rules, problems)
-                amount = orjson.loads(bytes(item.amount)) if item.amount else NO_AMOUNT
+                amount = _raw(item.amount, NO_AMOUNT)
                 request = check_of(
                     0, key, rule, item.cost, amount, item.request_id, item.dry_run, "", problems
                 )
@@ -136,7 +137,7 @@ def decode_check_batch(raw: bytes, rules: RuleBook) -> tuple[list[CheckRequest],
                 checks.append(request)
             else:
                 return checks, body.all_or_nothing
-        except orjson.JSONDecodeError:
+        except exact_json.JSONDecodeError:
             pass
     problems = Problems()
     parsed = parse_check_batch(_loads(raw), rules, problems)

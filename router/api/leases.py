@@ -7,10 +7,10 @@ router/api/problems.py."""
 from __future__ import annotations
 
 import msgspec
-import orjson
 
 from cluster import wire
 from cluster.model.errors import Problems
+from cluster.web import exact_json
 from cluster.web.problem import Problem
 from router.api.check_answers import JsonAnswer
 from router.decide.leases import Action, LeaseRequest, lease_request, parse_lease
@@ -35,7 +35,7 @@ _PLAIN = msgspec.json.Decoder(_Plain)
 def _request(raw: bytes, action: Action, rules: RuleBook) -> LeaseRequest:
     """The body's request; raises Problem (400) with every problem it has. The common
     body (exactly `key`, `rule` and `lease_id`, all strings) is decoded and typed in one
-    pass; any other goes through orjson and parse_lease, which also reports unknown
+    pass; any other is read whole and goes through parse_lease, which also reports unknown
     fields and wrong types."""
     problems = Problems()
     try:
@@ -46,8 +46,8 @@ def _request(raw: bytes, action: Action, rules: RuleBook) -> LeaseRequest:
         fields = (plain.key, plain.rule, plain.lease_id, None)
         return problems.result(lease_request(action, *fields, rules, problems))
     try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
+        body = exact_json.loads(raw)
+    except exact_json.JSONDecodeError as exc:
         raise Problem(400, "malformed-json", f"body is not valid JSON: {exc}") from None
     return problems.result(parse_lease(action, body, rules, problems))
 

@@ -5,7 +5,9 @@ to 1000, `dry_run` true or false (not "yes", not a list), nothing else."""
 
 from __future__ import annotations
 
+import math
 import re
+from decimal import Decimal
 from typing import Any
 
 from cluster.model.errors import FieldError
@@ -42,7 +44,7 @@ def new_node(body: Any, existing: set[str]) -> tuple[NodeSpec, bool]:
     elif node_id in existing:
         errors.append(FieldError("id", f"node {node_id} already exists"))
     weight = body.get("weight", 1)
-    if isinstance(weight, float) and weight.is_integer():
+    if isinstance(weight, float | Decimal) and math.isfinite(weight) and weight == int(weight):
         weight = int(weight)  # 2.0 is an integer to JSON Schema, as to the OpenAPI document
     if not isinstance(weight, int) or isinstance(weight, bool) or not 1 <= weight <= 1000:
         errors.append(FieldError("weight", "must be an integer from 1 to 1000"))

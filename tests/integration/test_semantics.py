@@ -312,6 +312,46 @@ async def test_a_huge_amount_is_a_400_not_a_crash(cluster: Cluster) -> None:
     assert status == 400 and problem["errors"][0]["field"] == "amount", problem
 
 
+async def test_an_amount_written_as_a_json_number_keeps_every_digit(cluster: Cluster) -> None:
+    """A JSON number is read exactly, as a string is: extra decimals are refused, never
+    rounded away by a float (99.999999999999999 would be charged as 100.00)."""
+    money = '[{"algorithm":"calendar","period":"day","max_amount":"100.00"}]'
+
+    async def send(path: str, text: str, token: str | None = None) -> tuple[int, Any]:
+        headers = {"Content-Type": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        async with cluster.http.request(
+            "PUT" if path.startswith("/v1/rules/") else "POST",
+            cluster.router_url + path,
+            data=text.encode(),
+            headers=headers,
+        ) as resp:
+            return resp.status, await resp.json(content_type=None)
+
+    for number in ("99.999999999999999", "100.000000000000001", "0.0099999999999999999", "1e-400"):
+        status, problem = await send(
+            "/v1/check", f'{{"key":"exact","limits":{money},"amount":{number}}}'
+        )
+        assert status == 400, (number, problem)
+        assert problem["errors"][0]["message"] == "has more than 2 decimal places", problem
+    status, problem = await send("/v1/check", f'{{"key":"exact","limits":{money},"amount":1e999}}')
+    assert status == 400 and problem["type"].endswith("/validation"), problem  # valid JSON
+    status, batch = await send(
+        "/v1/check/batch",
+        f'{{"checks":[{{"key":"exact","limits":{money},"amount":0.1000000001}}]}}',
+    )
+    assert status == 400 and batch["errors"][0]["field"].endswith("amount"), batch
+    status, problem = await send(
+        "/v1/rules/exact-money",
+        '{"limits":[{"algorithm":"calendar","period":"day","max_amount":100.000000000000001}]}',
+        ADMIN,
+    )
+    assert status == 400 and problem["errors"][0]["field"].endswith("max_amount"), problem
+    status, answer = await send("/v1/check", f'{{"key":"exact","limits":{money},"amount":99.99}}')
+    assert status == 200 and answer["limits"][0]["amount_remaining"] == "0.01", answer
+
+
 async def test_an_amount_no_limit_takes_may_be_any_decimal(cluster: Cluster) -> None:
     """A count limit ignores `amount`, but a request_id still binds it: amounts far past
     what a money limit could take, with and without request ids, singly and in a batch."""
