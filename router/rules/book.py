@@ -15,7 +15,7 @@ from cluster.model.limits import LimitSpec, parse_limits
 from router.rules.rejection import Rejection, file_block, rejected_now, yaml_cause
 from router.rules.spread_split import check_spread, split_limits
 from router.rules.watched_file import WatchedFile
-from router.rules.yaml_text import NotAName, StrictLoader, not_utf8
+from router.rules.yaml_text import ExactLoader, NotAName, StrictLoader, not_utf8
 
 log = logging.getLogger("shardlimit.rules")
 ON_FAILURE = ("allow", "deny")
@@ -234,7 +234,7 @@ def _refuse_unquoted_names(loader: StrictLoader, root: yaml.Node | None) -> None
 def load_rules_text(text: str) -> Any:
     """A rules file's YAML document. Raises yaml.YAMLError: not YAML, a key given twice in
     one mapping, a rule name YAML reads as another type."""
-    loader = StrictLoader(text)
+    loader = ExactLoader(text)
     try:
         root = loader.get_single_node()
         _refuse_unquoted_names(loader, root)

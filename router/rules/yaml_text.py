@@ -5,6 +5,7 @@ PyYAML would keep the last."""
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterator
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,23 @@ class StrictLoader(yaml.SafeLoader):
                         key_node.start_mark,
                     )
         return super().construct_mapping(node, deep=deep)
+
+
+class ExactLoader(StrictLoader):
+    """StrictLoader reading a float as written, an exact Decimal: a rule's `max_amount:
+    100.000000000000001` is refused for its decimals, not read as 100.0."""
+
+
+def _exact_float(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    assert isinstance(node, yaml.ScalarNode)
+    try:
+        number = Decimal(str(loader.construct_scalar(node)).replace("_", ""))
+    except InvalidOperation:  # .inf, .nan, 1:30.5 (base 60): as PyYAML reads them
+        return loader.construct_yaml_float(node)
+    return number if number.is_finite() else loader.construct_yaml_float(node)
+
+
+ExactLoader.add_constructor("tag:yaml.org,2002:float", _exact_float)
 
 
 def strict_load_all(text: str) -> Iterator[Any]:
