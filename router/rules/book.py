@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -222,8 +223,9 @@ def _refuse_unquoted_names(loader: StrictLoader, root: yaml.Node | None) -> None
                 continue
             if isinstance(name, yaml.ScalarNode):
                 read = loader.construct_object(name, deep=True)
+                kind = "float" if isinstance(read, Decimal) else type(read).__name__
                 said = (
-                    f"rule name {name.value} is the {type(read).__name__} {read} to YAML: "
+                    f"rule name {name.value} is the {kind} {read} to YAML: "
                     f'quote it ("{name.value}":)'
                 )
             else:
