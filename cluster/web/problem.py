@@ -152,8 +152,8 @@ async def problem_middleware(request: web.Request, handler: Any) -> web.StreamRe
 
 
 async def json_body(request: web.Request) -> Any:
-    """The request's JSON body (numbers exact: cluster/web/exact_json.py). Raises
-    Problem (400) if it is not JSON."""
+    """A public request's JSON body, numbers exact (cluster/web/exact_json.py: amounts
+    may be in it). Raises Problem (400) if it is not JSON."""
     try:
         return exact_json.loads(await request.read())
     except exact_json.JSONDecodeError as exc:
@@ -161,9 +161,10 @@ async def json_body(request: web.Request) -> Any:
 
 
 async def read_json(request: web.Request) -> tuple[Any, web.Response | None]:
-    """Parse a JSON body (numbers exact); a problem response instead if it is not JSON."""
+    """Parse an internal JSON body (a topology: its numbers are floats, and stored as
+    such); a problem response instead if it is not JSON."""
     raw = await request.read()
     try:
-        return exact_json.loads(raw), None
-    except exact_json.JSONDecodeError as exc:
+        return orjson.loads(raw), None
+    except orjson.JSONDecodeError as exc:
         return None, problem(400, "malformed-json", f"body is not valid JSON: {exc}")
