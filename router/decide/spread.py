@@ -155,7 +155,8 @@ class Spread:
                 continue
             if not isinstance(result, Checked) or len(result.limits) != len(request.rule.limits):
                 return node, result  # an error, or a replay made for other limits
-            self._remember(request, index, result.limits)
+            if not op.dry_run:  # a dry run's rows are as if it had consumed: not the state
+                self._remember(request, index, result.limits)
             if result.allowed:
                 if step:
                     self.fallbacks += 1

@@ -211,6 +211,18 @@ async def test_usage_and_cost_zero_read_the_sum(cluster: Cluster) -> None:
     assert usage["limits"][1]["amount_remaining"] == "0.00"
 
 
+async def test_dry_runs_in_a_row_each_answer_what_is_left(cluster: Cluster) -> None:
+    """A dry run's rows are what a real check would leave: the router does not take them
+    for the sub-counter's state, so dry runs one after another all answer 7 of 8, and the
+    real check after them too."""
+    for _ in range(6):
+        status, dry = await cluster.check({"key": "dry", "rule": "small", "dry_run": True})
+        assert status == 200 and dry["limits"][0]["remaining"] == 7, dry
+    status, real = await cluster.check({"key": "dry", "rule": "small"})
+    assert status == 200 and real["limits"][0]["remaining"] == 7, real
+    assert (await cluster.usage("dry", "small"))["limits"][0]["remaining"] == 7
+
+
 async def test_adjust_restocks_every_sub_counter_by_its_share(cluster: Cluster) -> None:
     for _ in range(8):
         assert (await cluster.check({"key": "k4", "rule": "small"}))[0] == 200
