@@ -83,6 +83,7 @@ class Checked(msgspec.Struct, array_like=True, frozen=True, tag="checked"):
     replayed: bool
     limits: list[LimitRow]
     undo: bytes | None = None  # what it consumed, when it did (opaque: for an "undo" op)
+    rolled_back: bool = False  # a replay of a check its all-or-nothing batch rolled back
 
 
 class RefundStatus(enum.IntEnum):

@@ -111,11 +111,12 @@ def check_result(raw: list[Any]) -> Checked | Reused | Expired | Moved:
         if raw[0] == FENCED:
             return Moved(raw[1])
     n = raw[2]
+    # raw[0]: 1 allowed, 0 denied, 2 a replay of a check its batch rolled back (refund.lua)
     if n == 1:  # the common case: one limit, its row and perhaps its undo entries
         undo = raw[11] if len(raw) > 11 and isinstance(raw[11], bytes) else None
-        return Checked(raw[0] == 1, raw[1] == 1, [LimitRow(*raw[3:11])], undo)
+        return Checked(raw[0] == 1, raw[1] == 1, [LimitRow(*raw[3:11])], undo, raw[0] == 2)
     rows = [LimitRow(*raw[_HEAD + _ROW * i : _HEAD + _ROW * (i + 1)]) for i in range(n)]
-    return Checked(raw[0] == 1, raw[1] == 1, rows, _packed_undo(raw))
+    return Checked(raw[0] == 1, raw[1] == 1, rows, _packed_undo(raw), raw[0] == 2)
 
 
 def commit_result(raw: int) -> Committed:

@@ -173,7 +173,7 @@ def decision(request: CheckRequest, node: str, result: Checked) -> answers.Decis
         return body
     denied_by = [i for i, row in enumerate(rows) if row.ok == 0]
     waits = [rows[i].retry_after_ms for i in denied_by]
-    return answers.Decision(
+    body = answers.Decision(
         allowed=False,
         key=request.key,
         rule=plan.public_name,
@@ -185,6 +185,9 @@ def decision(request: CheckRequest, node: str, result: Checked) -> answers.Decis
         replayed=result.replayed,
         dry_run=request.dry_run,
     )
+    if result.rolled_back:  # a replay of a check its all-or-nothing batch rolled back
+        body.rolled_back = True
+    return body
 
 
 def degraded_decision(request: CheckRequest, node: str, reason: str) -> answers.Decision:

@@ -3,6 +3,8 @@ what it had consumed is back, in `remaining` and `amount_remaining`."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from tests.conftest import Cluster
 
 
@@ -32,3 +34,30 @@ async def test_a_rolled_back_check_reports_what_is_left_after_the_rollback(
     assert [(v["remaining"], v["amount_remaining"]) for v in usage["limits"]] == [
         (1_000_000, "1000000.00")
     ]
+
+
+async def test_a_replay_of_a_rolled_back_check_is_the_first_answer(cluster: Cluster) -> None:
+    """The same batch again, or one of its checks alone, replays what was answered: rolled
+    back, with what was left after the rollback; a refund of it finds nothing consumed."""
+    checks: list[dict[str, Any]] = [
+        {"key": "aon:r1", "rule": "basic", "cost": 3, "request_id": "aon-r1"},
+        {"key": "aon:r2", "rule": "payments", "amount": "10.50", "request_id": "aon-r2"},
+        {"key": "aon:r3", "rule": "login", "cost": 4, "request_id": "aon-r3"},  # denied
+    ]
+    batch = {"checks": checks, "all_or_nothing": True}
+    status, first = await cluster.post("/v1/check/batch", batch)
+    assert status == 200 and first["allowed"] is False, first
+    status, again = await cluster.post("/v1/check/batch", batch)
+    assert status == 200 and again["allowed"] is False, again
+    for before, replay in zip(first["results"][:2], again["results"][:2], strict=True):
+        assert replay["replayed"] is True and replay["allowed"] is False, replay
+        assert replay.get("rolled_back") is True, replay
+        assert replay["limits"] == before["limits"], (before, replay)
+    status, alone = await cluster.check(checks[0])
+    assert status == 429 and alone["rolled_back"] is True and alone["replayed"] is True
+    assert [v["remaining"] for v in alone["limits"]] == [5]
+    status, refund = await cluster.post(
+        "/v1/refund", {"key": "aon:r1", "rule": "basic", "request_id": "aon-r1"}
+    )
+    assert status == 200 and refund["refunded"] is False, refund
+    assert [v["remaining"] for v in (await cluster.usage("aon:r1", "basic"))["limits"]] == [5]

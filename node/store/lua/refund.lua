@@ -1,8 +1,9 @@
 -- refund: give back exactly what one recorded decision consumed, once.
 -- KEYS: the idempotency record key, then the counter key of each current limit.
--- ARGV: offset_us, n, void (1 = a rollback: replays of the request then answer
---       "denied"), then per limit 8 values (algorithm code, amount, p1..p6), then only_held
---       (1 = the hold sweeper: act only on a decision still held).
+-- ARGV: offset_us, n, void (1 = a rollback: replays of the request then answer "rolled
+--       back", with what was left after it, and a refund finds nothing consumed), then per
+--       limit 8 values (algorithm code, amount, p1..p6), then only_held (1 = the hold
+--       sweeper: act only on a decision still held).
 -- Returns {status, n, then per limit: count given back, amount given back};
 -- status 1 refunded, 0 no such decision, 2 already refunded, 3 consumed nothing,
 -- 4 not held (committed) and only_held was asked, 5 it consumed from none of these
@@ -46,8 +47,20 @@ for i = 1, n do
   out[#out + 1] = count
   out[#out + 1] = amount
 end
-record.refunded = 1
 record.held = 0
-if void then record.result[1] = 0 end
+if void then
+  -- The decision's rows, as its limits stand after the rollback (the refund's limits are
+  -- the check's, in its order); it consumed nothing now.
+  local result = record.result
+  result[1] = 2
+  for i = 1, math.min(n, result[3]) do
+    local k = 3 + (i - 1) * 8
+    if result[k + 3] >= 0 then result[k + 3] = result[k + 3] + out[1 + 2 * i] end
+    if result[k + 8] >= 0 then result[k + 8] = result[k + 8] + out[2 + 2 * i] end
+  end
+  record.undo = {}
+else
+  record.refunded = 1
+end
 redis.call('SET', KEYS[1], cmsgpack.pack(record), 'KEEPTTL')
 return out
