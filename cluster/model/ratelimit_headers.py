@@ -8,7 +8,8 @@ syntax is that of -10): `RateLimit-Policy: "<rule>.<i>";q=<quota>;w=<window s>` 
 period's reset; for a token or leaky bucket missing some quota, at most the interval of
 one unit (`period / rate`), as a unit comes back that often; for sliding windows, the
 time until the window holds no hit (quota may come back sooner, never later). Retry-After
-(denials) is never earlier than `t` of the limit that denied. Amount-only calendar limits
+(denials) is when the denied cost fits again: never earlier than `t` of the limit that
+denied, except a sliding window's, whose `t` is only that bound. Amount-only calendar limits
 (money) have no request quota and no fields.
 """
 
