@@ -67,6 +67,30 @@ async def test_refund_gives_back_exactly_once(cluster: Cluster) -> None:
     assert [x["amount_remaining"] for x in usage["limits"]] == ["70.00", "970.00"]
 
 
+@pytest.mark.parametrize(
+    "limit",
+    [
+        {"algorithm": "token_bucket", "rate": 3, "period": "1h", "burst": 3},
+        {"algorithm": "leaky_bucket", "rate": 3, "period": "1h", "capacity": 3},
+    ],
+)
+async def test_a_bucket_refund_says_what_it_gave_back_as_remaining(
+    cluster: Cluster, limit: dict[str, Any]
+) -> None:
+    """A bucket's level moves on between the check and its refund: `given_back.count` is
+    the whole units of remaining the refund gave back, as the next read shows them."""
+    key = f"bucket-refund:{limit['algorithm']}"
+    check = {"key": key, "limits": [limit], "cost": 2, "request_id": f"{key}:1"}
+    status, checked = await cluster.check(check)
+    assert status == 200 and checked["limits"][0]["remaining"] == 1, checked
+    status, refund = await cluster.post(
+        "/v1/refund", {"key": key, "limits": [limit], "request_id": f"{key}:1"}
+    )
+    assert status == 200 and [g["count"] for g in refund["given_back"]] == [2], refund
+    status, read = await cluster.check({"key": key, "limits": [limit], "cost": 0})
+    assert read["limits"][0]["remaining"] == 3, read
+
+
 async def test_refund_of_a_denied_decision_gives_nothing(cluster: Cluster) -> None:
     status, _ = await cluster.check({"key": "ref:2", "rule": "basic", "cost": 6, "request_id": "x"})
     assert status == 429

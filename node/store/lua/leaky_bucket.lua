@@ -38,10 +38,12 @@ ALG[CODE] = {
     return r
   end,
   refund = function(key, p, t, u)
-    local rate, period = p[1], p[2]
+    local rate, period, size = p[1], p[2], p[3]
+    local capacity = size * period
     local level = lb_level(key, rate, t.ms)
     local back = math.max(0, level - u[3] * period)
     redis.call('SET', key, fmt(back) .. ':' .. fmt(t.ms), 'PX', math.max(1, ceil_div(back, rate)))
-    return math.floor((level - back) / period), 0
+    -- What it gave back, as the remaining the client sees: whole units after, less before.
+    return math.floor((capacity - back) / period) - math.floor((capacity - level) / period), 0
   end,
 }

@@ -44,6 +44,7 @@ ALG[CODE] = {
     local back = math.min(capacity, scaled + u[3] * period)
     redis.call('SET', key, fmt(back) .. ':' .. fmt(t.ms),
       'PX', math.max(1, ceil_div(capacity - back, rate)))
-    return math.floor((back - scaled) / period), 0
+    -- What it gave back, as the remaining the client sees: whole tokens after, less before.
+    return math.floor(back / period) - math.floor(scaled / period), 0
   end,
 }
