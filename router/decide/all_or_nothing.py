@@ -155,6 +155,10 @@ class AllOrNothing:
     ) -> None:
         async def undo(request: CheckRequest, body: answers.Decision) -> None:
             consumed = not (body.replayed or body.degraded or request.dry_run)
+            if body.allowed and request.dry_run and not body.degraded:
+                # Its rows are what it would have left: as it stands is what it left.
+                now = replace(request, cost=0, amounts=(0,) * len(request.amounts), request_id=None)
+                body.limits = (await self.check(now, 0, None)).limits
             if body.allowed and consumed and request.request_id is not None:
                 refund = RefundRequest(request.key, request.rule, request.request_id)
                 try:

@@ -61,3 +61,20 @@ async def test_a_replay_of_a_rolled_back_check_is_the_first_answer(cluster: Clus
     )
     assert status == 200 and refund["refunded"] is False, refund
     assert [v["remaining"] for v in (await cluster.usage("aon:r1", "basic"))["limits"]] == [5]
+
+
+async def test_a_dry_run_batch_that_would_be_rolled_back_shows_what_is_left(
+    cluster: Cluster,
+) -> None:
+    """Nothing was held by a dry run: its rolled-back answer shows the limits as they are."""
+    assert (await cluster.check({"key": "aon:dry1", "rule": "basic", "cost": 4}))[0] == 200
+    checks = [
+        {"key": "aon:dry1", "rule": "basic", "cost": 1, "dry_run": True},
+        {"key": "aon:dry2", "rule": "login", "cost": 4, "dry_run": True},  # 4 > 3: denied
+    ]
+    status, body = await cluster.post("/v1/check/batch", {"checks": checks, "all_or_nothing": True})
+    assert status == 200 and body["allowed"] is False, body
+    first = body["results"][0]
+    assert first["allowed"] is False and first["rolled_back"] is True, first
+    assert [v["remaining"] for v in first["limits"]] == [1], first
+    assert [v["remaining"] for v in (await cluster.usage("aon:dry1", "basic"))["limits"]] == [1]
