@@ -18,12 +18,24 @@ from cluster.web.problem import problem
 # aiohttp's keep-alive timeout before 3.12 (now 3630 s): an idle connection is closed
 # after it, as the router's front closes its own.
 KEEPALIVE_S = 75.0
+# How long a half-closed connection has to finish the request in flight (a router
+# answers by its node deadline and margin): after it, the connection is closed.
+HALF_CLOSED_GRACE_S = 5.0
 # What every server's runner gives aiohttp's protocol: no access log.
 PROTOCOL_OPTIONS: dict[str, Any] = {"access_log": None, "keepalive_timeout": KEEPALIVE_S}
 
 
 class ProblemRequestHandler(web.RequestHandler):
-    """aiohttp's protocol whose answers to requests it cannot read are problem+json."""
+    """aiohttp's protocol whose answers to requests it cannot read are problem+json, and
+    that answers the request in flight when the client half-closes."""
+
+    def eof_received(self) -> bool:  # type: ignore[override]  # asyncio.Protocol: True keeps it open
+        # The client sent all it will. aiohttp's own would close the connection now, and a
+        # check it had counted would never be answered: this one takes no more requests,
+        # answers the one in flight, and closes, within HALF_CLOSED_GRACE_S at most.
+        self.close()
+        asyncio.get_running_loop().call_later(HALF_CLOSED_GRACE_S, self.force_close)
+        return True
 
     def handle_error(
         self,

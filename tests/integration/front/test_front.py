@@ -148,6 +148,22 @@ async def test_what_aiohttp_judges_is_answered_by_aiohttp(
     assert front[0].split(b" ", 2)[1] == status
 
 
+async def test_a_request_aiohttp_serves_is_answered_after_the_client_half_closes(
+    cluster: Cluster, aiohttp_port: int
+) -> None:
+    """A client that sends its request and then shuts its side (FIN) gets the answer: the
+    check was counted, so losing its answer would have it counted twice on a retry."""
+    for port in (_port(cluster.router_url), aiohttp_port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(post("/v1/check?from=a-test", orjson.dumps({**OK, "key": f"fin{port}"})))
+        writer.write_eof()
+        answer = await asyncio.wait_for(reader.read(), 10)  # to the end: closed after it
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 200 "), answer
+        status, usage = await cluster.get(f"/v1/usage?key=fin{port}&rule=stock")
+        assert status == 200 and usage["limits"][0]["remaining"] == 1, usage
+
+
 @pytest.mark.parametrize(
     "request_bytes",
     [
