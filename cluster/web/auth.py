@@ -24,7 +24,9 @@ def bearer_check(header: str | None, expected: str | None) -> str:
     given = header[7:].strip() if header and header.startswith("Bearer ") else ""
     if not given:
         return "missing"
-    return "ok" if hmac.compare_digest(given.encode(), expected.encode()) else "wrong"
+    # A header's bytes that are not UTF-8 reach here as surrogates: kept, never equal.
+    given_bytes = given.encode("utf-8", "surrogateescape")
+    return "ok" if hmac.compare_digest(given_bytes, expected.encode()) else "wrong"
 
 
 def token_from(env_name: str, file: str | None = None) -> str | None:

@@ -17,5 +17,9 @@ _DECODER = msgspec.json.Decoder(float_hook=Decimal)
 
 
 def loads(raw: bytes | str) -> Any:
-    """The value `raw` holds. Raises JSONDecodeError when it is not JSON."""
-    return _DECODER.decode(raw)
+    """The value `raw` holds. Raises JSONDecodeError when it is not JSON, or nests
+    arrays and objects deeper than the decoder goes."""
+    try:
+        return _DECODER.decode(raw)
+    except RecursionError:
+        raise JSONDecodeError("arrays and objects nested too deep") from None

@@ -11,7 +11,8 @@ encoder: Final = msgspec.msgpack.Encoder()
 _Message = TypeVar("_Message")
 # What a msgspec decoder raises for bytes that are no message: msgspec before 0.23 lets a
 # string's bad UTF-8 out as UnicodeDecodeError rather than as DecodeError.
-DECODE_ERRORS: Final = (msgspec.DecodeError, UnicodeDecodeError)
+# msgspec raises RecursionError for arrays or objects nested too deep (about 1,000).
+DECODE_ERRORS: Final = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
 NOT_UTF8: Final = "a string is not UTF-8"
 
 

@@ -160,6 +160,43 @@ async def test_a_string_that_is_not_utf8_is_malformed_json(
     assert problem["type"].endswith("/malformed-json"), problem
 
 
+DEEP = b"[" * 1500 + b"]" * 1500
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/check", b'{"key":"k","limits":' + DEEP + b"}"),
+        ("/v1/check", DEEP),
+        ("/v1/check/batch", b'{"checks":[{"key":"k","limits":' + DEEP + b"}]}"),
+        ("/v1/lease/release", b'{"key":"k","rule":"leases","lease_id":' + DEEP + b"}"),
+        ("/v1/refund", b'{"key":"k","rule":"basic","request_id":' + DEEP + b"}"),
+    ],
+)
+async def test_json_nested_too_deep_is_malformed_json(
+    cluster: Cluster, path: str, body: bytes
+) -> None:
+    status, content_type, problem = await raw_post(cluster, path, body)
+    assert (status, content_type) == (400, "application/problem+json"), problem
+    assert problem["type"].endswith("/malformed-json"), problem
+
+
+async def test_a_token_that_is_not_utf8_is_refused_not_a_crash(cluster: Cluster) -> None:
+    port = int(cluster.router_url.rsplit(":", 1)[1])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    body = b'{"limits":[{"algorithm":"fixed_window","limit":5,"window":"1m"}]}'
+    writer.write(
+        b"PUT /v1/rules/zz HTTP/1.1\r\nHost: r\r\nAuthorization: Bearer s3cret\xff\r\n"
+        + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+        + body
+    )
+    answer = await reader.read()
+    writer.close()
+    head, problem = answer.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 401 "), answer
+    assert orjson.loads(problem)["status"] == 401
+
+
 async def test_a_key_header_that_is_not_utf8_is_a_problem(cluster: Cluster) -> None:
     """Forward auth takes the key from a header, whose bytes a client chose freely."""
     port = int(cluster.router_url.rsplit(":", 1)[1])
