@@ -12,6 +12,7 @@ import asyncio
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import ContentEncodingError
 
 from cluster.web.problem import problem
 
@@ -48,6 +49,13 @@ class ProblemRequestHandler(web.RequestHandler):
         super().handle_error(request, status, exc, message)
         if status >= 500:
             answer = problem(status, "internal", "internal error; the request may be retried")
+        elif isinstance(exc, ContentEncodingError):  # one aiohttp cannot decode: br, zstd
+            answer = problem(
+                415,
+                "unsupported-content-encoding",
+                "Content-Encoding not served: send the body as is, or in gzip or deflate",
+                headers={"Accept-Encoding": "gzip, deflate"},
+            )
         else:
             answer = problem(status, "malformed-request", message or "the request cannot be read")
         answer.force_close()

@@ -119,12 +119,35 @@ def internal_error() -> Problem:
     return Problem(500, "internal", "internal error; the request may be retried")
 
 
+# The content codings a body may come in (aiohttp decodes them); one at most.
+CONTENT_CODINGS = frozenset({"identity", "gzip", "x-gzip", "deflate"})
+
+
+def unsupported_coding(request: web.BaseRequest) -> Problem | None:
+    """A 415 for a body in a content coding not served here, or in several (RFC 9110,
+    15.5.16); None when it can be read."""
+    given = ",".join(request.headers.getall("Content-Encoding", ()))
+    codings = [c.strip().lower() for c in given.split(",") if c.strip()]
+    if len(codings) <= 1 and set(codings) <= CONTENT_CODINGS:
+        return None
+    return Problem(
+        415,
+        "unsupported-content-encoding",
+        f"Content-Encoding {given!r} is not served: send the body as is, or in one of "
+        "gzip or deflate",
+        headers={"Accept-Encoding": "gzip, deflate"},
+    )
+
+
 @web.middleware
 async def problem_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
     """Every error leaves as problem+json; nothing escapes as an HTML page or a bare 500."""
     if request.version.major != 1:  # llhttp reads HTTP/0.9 and HTTP/2.0 request lines too
         version = request.version
         return version_not_supported(f"{version.major}.{version.minor}").response()
+    refused = unsupported_coding(request)
+    if refused is not None:
+        return refused.response()
     try:
         response: web.StreamResponse = await handler(request)
         return response

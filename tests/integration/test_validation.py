@@ -181,6 +181,20 @@ async def test_json_nested_too_deep_is_malformed_json(
     assert problem["type"].endswith("/malformed-json"), problem
 
 
+@pytest.mark.parametrize("coding", ["x-foo", "br", "gzip, gzip", "compress"])
+async def test_a_body_in_a_coding_not_served_is_a_415(cluster: Cluster, coding: str) -> None:
+    """Read as is, such a body would be taken for what it is not (x-foo was counted)."""
+    body = orjson.dumps({"key": f"coded:{coding}", "rule": "basic"})
+    async with cluster.http.post(
+        cluster.router_url + "/v1/check", data=body, headers={"Content-Encoding": coding}
+    ) as resp:
+        problem = await resp.json(content_type=None)
+        assert resp.status == 415 and resp.headers["Accept-Encoding"] == "gzip, deflate"
+    assert problem["type"].endswith("/unsupported-content-encoding"), problem
+    usage = await cluster.usage(f"coded:{coding}", "basic")
+    assert usage["limits"][0]["remaining"] == usage["limits"][0]["limit"]
+
+
 async def test_a_token_that_is_not_utf8_is_refused_not_a_crash(cluster: Cluster) -> None:
     port = int(cluster.router_url.rsplit(":", 1)[1])
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
