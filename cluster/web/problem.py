@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import msgspec
@@ -15,12 +16,16 @@ from cluster.web import exact_json
 PROBLEM_TYPE = "https://shardlimit.dev/problems/"
 PROBLEM_CONTENT_TYPE = "application/problem+json"
 CLIENT_CLOSED = 499  # a request whose client went away before it was whole (nginx's code)
+# How long a request's body may take to arrive, as the router's front gives a request
+# (its keep-alive timeout) before closing the connection.
+BODY_WAIT_S = 75.0
 _TITLES = {
     400: "Bad Request",
     401: "Unauthorized",
     403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
+    408: "Request Timeout",
     409: "Conflict",
     413: "Content Too Large",
     415: "Unsupported Media Type",
@@ -139,6 +144,17 @@ def unsupported_coding(request: web.BaseRequest) -> Problem | None:
     )
 
 
+async def _body_in_time(request: web.Request) -> bool:
+    """Read the body whole within BODY_WAIT_S (aiohttp would wait for it for ever); the
+    handler's own read then takes it from memory. False when it did not arrive."""
+    try:
+        async with asyncio.timeout(BODY_WAIT_S):
+            await request.read()
+    except TimeoutError:
+        return False
+    return True
+
+
 @web.middleware
 async def problem_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
     """Every error leaves as problem+json; nothing escapes as an HTML page or a bare 500."""
@@ -149,6 +165,11 @@ async def problem_middleware(request: web.Request, handler: Any) -> web.StreamRe
     if refused is not None:
         return refused.response()
     try:
+        if request.body_exists and not await _body_in_time(request):
+            late = f"the request body did not arrive whole in {BODY_WAIT_S:g} s"
+            answer = problem(408, "request-timeout", late)
+            answer.force_close()
+            return answer
         response: web.StreamResponse = await handler(request)
         return response
     except Problem as exc:

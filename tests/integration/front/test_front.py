@@ -21,6 +21,7 @@ import trustme
 from aiohttp import web
 
 from cluster.local.redis_proc import RedisProcess, free_port
+from cluster.web import problem as problem_module
 from cluster.web.logs import MalformedRequestFilter, quiet_malformed_requests
 from cluster.web.serve import start_site
 from router.app import ROUTER, create_app
@@ -235,6 +236,21 @@ async def test_a_request_that_trickles_in_is_closed_after_the_keepalive_timeout(
     finally:
         sending.cancel()
         writer.close()
+
+
+async def test_a_body_that_never_arrives_whole_on_an_aiohttp_path_gets_a_408(
+    cluster: Cluster, aiohttp_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aiohttp waits for a body for ever; the service waits BODY_WAIT_S (75 s; 0.3 here)."""
+    monkeypatch.setattr(problem_module, "BODY_WAIT_S", 0.3)
+    for port in (_port(cluster.router_url), aiohttp_port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /v1/check?slow HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n{")
+        answer = await asyncio.wait_for(_read_answer(reader), 10)
+        writer.close()
+        head, body = answer.split(b"\r\n\r\n", 1)
+        assert head.startswith(b"HTTP/1.1 408 "), answer
+        assert orjson.loads(body)["type"].endswith("/request-timeout")
 
 
 async def test_pipelined_requests_are_answered_in_order(cluster: Cluster) -> None:
