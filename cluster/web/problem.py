@@ -77,9 +77,11 @@ class Problem(Exception):
 
 
 def invalid(errors: list[FieldError]) -> Problem:
-    """A 400 validation problem naming each field."""
-    detail = "; ".join(f"{e.path}: {e.message}" for e in errors[:5])
-    return Problem(400, "validation", detail, errors)
+    """A 400 validation problem naming each field, each problem once (two limits may
+    find the same fault in one field)."""
+    unique = list({(e.path, e.message): e for e in errors}.values())
+    detail = "; ".join(f"{e.path}: {e.message}" for e in unique[:5])
+    return Problem(400, "validation", detail, unique)
 
 
 def version_not_supported(version: str) -> Problem:

@@ -400,3 +400,13 @@ async def test_a_client_gone_mid_body_is_counted_499_not_an_error(
     await eventually(counted)
     assert metrics.count("shardlimit_error_responses_total", status="500") == 0
     assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
+
+
+async def test_a_fault_two_limits_find_in_one_field_is_named_once(cluster: Cluster) -> None:
+    money = {"algorithm": "calendar", "period": "day", "max_amount": "100.00"}
+    status, problem = await cluster.post(
+        "/v1/check", {"key": "k", "limits": [money, {**money, "period": "week"}], "amount": "0.001"}
+    )
+    assert status == 400, problem
+    assert problem["detail"] == "amount: has more than 2 decimal places"
+    assert [e["field"] for e in problem["errors"]] == ["amount"]
