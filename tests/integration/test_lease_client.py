@@ -125,13 +125,17 @@ async def test_the_blocking_client_holds_a_lease_with_a_with_block(cluster: Clus
 
 
 class Gate:
-    """A TCP relay to the router that can stop passing requests on (a router that hangs):
-    `held` counts the requests it swallowed, which then wait for the client's timeout."""
+    """A TCP relay to the router that can stop passing requests on (a router that hangs:
+    `held` counts the requests it swallowed, which then wait for the client's timeout),
+    drop every connection it holds (`cut`) and close the next `refuse` ones as soon as
+    they open (a router or node briefly gone)."""
 
     def __init__(self, router_url: str) -> None:
         self.target = router_url.rsplit(":", 1)[1]
         self.frozen = False
         self.held = 0
+        self.refuse = 0
+        self.refused = 0
         self.server: asyncio.Server | None = None
         self.url = ""
         self.writers: list[asyncio.StreamWriter] = []
@@ -140,7 +144,17 @@ class Gate:
         self.server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
         self.url = f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
 
+    def cut(self) -> None:
+        for writer in self.writers:
+            writer.close()
+        self.writers.clear()
+
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.refuse > 0:
+            self.refuse -= 1
+            self.refused += 1
+            writer.close()
+            return
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", int(self.target))
         self.writers += [writer, up_writer]
 
@@ -204,60 +218,10 @@ async def test_a_router_that_hangs_loses_the_lease_when_it_runs_out_not_at_the_t
         await gate.close()
 
 
-class Door:
-    """A TCP relay to the router that can drop every connection it holds (`cut`) and close
-    the next `refuse` ones as soon as they open: a router or node that is briefly gone."""
-
-    def __init__(self, router_url: str) -> None:
-        self.target = int(router_url.rsplit(":", 1)[1])
-        self.refuse = 0
-        self.refused = 0
-        self.server: asyncio.Server | None = None
-        self.url = ""
-        self.writers: list[asyncio.StreamWriter] = []
-
-    async def start(self) -> None:
-        self.server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
-        self.url = f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
-
-    def cut(self) -> None:
-        for writer in self.writers:
-            writer.close()
-        self.writers.clear()
-
-    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self.refuse > 0:
-            self.refuse -= 1
-            self.refused += 1
-            writer.close()
-            return
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
-        self.writers += [writer, up_writer]
-
-        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            while data := await src.read(65536):
-                dst.write(data)
-                await dst.drain()
-
-        try:
-            await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
-        except ConnectionError:
-            pass
-        finally:
-            writer.close()
-            up_writer.close()
-
-    async def close(self) -> None:
-        self.cut()
-        if self.server is not None:
-            self.server.close()
-            await self.server.wait_closed()
-
-
 async def test_the_exit_sends_its_release_again_until_it_gets_through(cluster: Cluster) -> None:
     """The router unreachable for the exit's first releases (a node restarting, a
     failover): the exit keeps sending it, and the slot is free once the block is left."""
-    door = Door(cluster.router_url)
+    door = Gate(cluster.router_url)
     await door.start()
     try:
         async with AsyncClient(door.url) as client:
@@ -286,7 +250,7 @@ async def test_an_exit_that_cannot_release_gives_up_when_the_lease_runs_out(
 ) -> None:
     """Never reachable again: the exit stops sending at the lease's end (600 ms), says
     why on `unreleased_why`, and raises nothing; the slot frees by itself."""
-    door = Door(cluster.router_url)
+    door = Gate(cluster.router_url)
     await door.start()
     try:
         async with AsyncClient(door.url) as client:
