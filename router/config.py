@@ -13,6 +13,7 @@ import yaml
 
 from cluster.model.algorithms import DEFAULT_QUOTA_TTL_MS
 from cluster.model.errors import Problems
+from cluster.model.keys import RULE_NAME_TEXT
 from cluster.model.limits import parse_duration
 from cluster.model.nodes import NodeSpec
 from cluster.model.partition import DEFAULT_VNODES
@@ -216,7 +217,7 @@ def parse_config(doc: Any, base: Path) -> RouterConfig:
     cluster_id = cluster.get("id")
     if cluster_id is not None:
         if not isinstance(cluster_id, str) or not CLUSTER_ID.match(cluster_id):
-            problems.add("cluster.id", "must be 1-64 characters of A-Z a-z 0-9 _ . : -")
+            problems.add("cluster.id", f"must be {RULE_NAME_TEXT}")
         else:
             cfg.cluster_id = cluster_id
     kind = cluster.get("partitioner", "ring")

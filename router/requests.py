@@ -14,6 +14,7 @@ from cluster.model.keys import (
     MAX_KEY_BYTES,
     REQUEST_ID,
     RULE_NAME,
+    RULE_NAME_TEXT,
     request_fingerprint,
 )
 from cluster.model.limits import (
@@ -364,7 +365,7 @@ def rule_name(name: str) -> str:
         raise Problem(
             400,
             "validation",
-            "rule names are 1-64 characters of A-Z a-z 0-9 _ . : -",
+            f"rule names are {RULE_NAME_TEXT}",
             [FieldError("name", "invalid rule name")],
         )
     return name

@@ -17,14 +17,14 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from cluster.cli.command_tree import Commands, Exclusive
-from cluster.model.keys import RULE_NAME
+from cluster.model.keys import RULE_NAME, RULE_NAME_TEXT
 
 # Exit statuses (the --help epilog says them): 0 done.
 CLUSTER_FAILED = 1  # the cluster could not do it: router unreachable, an HTTP 5xx
 MISTAKE = 2  # a mistake in the command or its input: usage, a bad file, an HTTP 4xx
 INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as a shell reports a program it interrupted
 # The router's rule for a node id (router/api/node_body.py), said as the router says it.
-NODE_ID_RULE = "1-64 characters of A-Z a-z 0-9 _ . : -"
+NODE_ID_RULE = RULE_NAME_TEXT
 FOLLOW_HINT = "`shardlimit reshard status` to follow it"
 
 

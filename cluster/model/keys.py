@@ -47,8 +47,10 @@ from typing import Any
 
 INLINE_SCOPE = "~inline"
 MAX_KEY_BYTES = 512
-# \Z, not $: $ also matches before a final newline ("basic\n")
-RULE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}\Z")
+# \Z, not $: $ also matches before a final newline ("basic\n"). Not "." or "..", which
+# clients that normalise URL paths would never send as /v1/rules/<name>.
+RULE_NAME = re.compile(r"^(?!\.\.?\Z)[A-Za-z0-9_.:-]{1,64}\Z")
+RULE_NAME_TEXT = "1-64 characters of A-Z a-z 0-9 _ . : - (not . or ..)"
 REQUEST_ID = re.compile(r"^[A-Za-z0-9_.:@~+=/-]{1,128}\Z")
 # SCAN pattern that finds every counter and record (and nothing else of ours).
 DATA_KEYS_PATTERN = "[cr]*"

@@ -11,7 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 from cluster.model.errors import FieldError
-from cluster.model.keys import RULE_NAME
+from cluster.model.keys import RULE_NAME, RULE_NAME_TEXT
 from cluster.model.nodes import NodeSpec
 from cluster.web.problem import invalid
 
@@ -40,7 +40,7 @@ def new_node(body: Any, existing: set[str]) -> tuple[NodeSpec, bool]:
             number += 1
         node_id = f"n{number}"
     if not isinstance(node_id, str) or not RULE_NAME.match(node_id):
-        errors.append(FieldError("id", "must be 1-64 characters of A-Z a-z 0-9 _ . : -"))
+        errors.append(FieldError("id", f"must be {RULE_NAME_TEXT}"))
     elif node_id in existing:
         errors.append(FieldError("id", f"node {node_id} already exists"))
     weight = body.get("weight", 1)

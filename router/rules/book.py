@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from cluster.model.errors import FieldError, Problems, ValidationError
-from cluster.model.keys import INLINE_SCOPE, RULE_NAME
+from cluster.model.keys import INLINE_SCOPE, RULE_NAME, RULE_NAME_TEXT
 from cluster.model.limits import LimitSpec, parse_limits
 from router.rules.rejection import Rejection, file_block, rejected_now, yaml_cause
 from router.rules.spread_split import check_spread, split_limits
@@ -135,7 +135,7 @@ def make_rule(
 def parse_rule(name: str, data: Any, path: str, problems: Problems) -> Rule | None:
     before = len(problems.errors)
     if not RULE_NAME.match(name):
-        problems.add(path, "rule names are 1-64 characters of A-Z a-z 0-9 _ . : -")
+        problems.add(path, f"rule names are {RULE_NAME_TEXT}")
     if not isinstance(data, dict):
         problems.add(path, "must be an object with 'limits'")
         return None

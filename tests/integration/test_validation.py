@@ -7,6 +7,7 @@ from typing import Any
 
 import orjson
 import pytest
+from yarl import URL
 
 from tests.conftest import ADMIN, Cluster, eventually
 
@@ -410,3 +411,17 @@ async def test_a_fault_two_limits_find_in_one_field_is_named_once(cluster: Clust
     assert status == 400, problem
     assert problem["detail"] == "amount: has more than 2 decimal places"
     assert [e["field"] for e in problem["errors"]] == ["amount"]
+
+
+async def test_a_rule_named_dot_or_dot_dot_is_refused(cluster: Cluster) -> None:
+    """A client that normalises URL paths could never reach /v1/rules/. or /v1/rules/..."""
+    body = {"limits": [{"algorithm": "fixed_window", "limit": 5, "window": "1m"}]}
+    for name in ("%2e", "%2e%2e"):
+        async with cluster.http.put(
+            URL(cluster.router_url + f"/v1/rules/{name}", encoded=True),
+            json=body,
+            headers={"Authorization": f"Bearer {ADMIN}"},
+        ) as resp:
+            problem = await resp.json(content_type=None)
+        assert resp.status == 400, problem
+        assert "(not . or ..)" in problem["detail"], problem

@@ -90,7 +90,7 @@ def test_old_spellings_still_work_for_one_release() -> None:
         (
             ("serve", "node", "--id", "bad id", "--port", "7001", "--redis", "redis://x:1/0"),
             2,
-            "--id: a node id is 1-64 characters of A-Z a-z 0-9 _ . : -, not 'bad id'",
+            "--id: a node id is 1-64 characters of A-Z a-z 0-9 _ . : - (not . or ..), not 'bad id'",
         ),
         (("up", "--routers", "0"), 2, "--routers: must be a whole number from 1 to 64"),
         (("up", "--nodes", "0"), 2, "--nodes: must be a whole number from 1 to 64"),
