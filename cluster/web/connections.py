@@ -3,7 +3,8 @@
 aiohttp answers a request it cannot read (a bad request line, a header over its limits, a
 malformed Content-Length) before any handler or middleware runs, as text/plain. Here
 those answers are problem+json like every other error, through `handle_error`, the
-method aiohttp gives for it.
+method aiohttp gives for it. And a client that half-closes after its request gets the
+answer, where aiohttp would close at once.
 """
 
 from __future__ import annotations
