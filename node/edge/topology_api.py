@@ -41,7 +41,7 @@ async def put_topology(request: web.Request, state: NodeState, body: Any) -> web
         return problem(400, "bad-topology", topology)
     refused = await state.kept.install(topology)
     if refused is not None:
-        return problem(409, refused.kind, refused.detail)
+        return problem(refused.status, refused.kind, refused.detail)
     if state.ownership is not None:
         state.migrator.sources.prepare(state.ownership)
     return json_response({"epoch": state.epoch})

@@ -30,9 +30,21 @@ __all__ = ["KeptTopology", "Refused"]
 log = logging.getLogger("shardlimit.node")
 
 
+# A topology is adopted only once the shard's Redis keeps it (its epoch fence raised):
+# tries of the keep, a pause apart, before the push is refused as unavailable. A connect
+# timing out on a busy host is the case they cover; the router pushes again after.
+KEEP_TRIES = 3
+KEEP_RETRY_S = 0.2
+
+
 class Refused(NamedTuple):
-    kind: str  # "stale-epoch" or "other-cluster"
+    kind: str  # "stale-epoch", "other-cluster", or "redis-unavailable"
     detail: str
+
+    @property
+    def status(self) -> int:
+        """The HTTP status of the refusal: a conflict, or the shard's Redis not answering."""
+        return 503 if self.kind == "redis-unavailable" else 409
 
 
 class KeptTopology:
@@ -117,6 +129,8 @@ class KeptTopology:
                 or (current.cluster_id is None and topology.cluster_id is not None)
             ):
                 newer = await self._keep(topology)
+                if isinstance(newer, Refused):
+                    return newer
                 if newer is not None:
                     # Another endpoint of the shard is ahead: take what it took instead.
                     if self.refusal(newer) is None:
@@ -132,17 +146,27 @@ class KeptTopology:
         if topology.node(node_id) is not None and node_id not in topology.successors:
             await self._unfence()  # a member again (re-added under its old id)
 
-    async def _keep(self, topology: Topology) -> Topology | None:
+    async def _keep(self, topology: Topology) -> Topology | Refused | None:
         """Keep the topology in the shard's Redis and raise its epoch fence; the topology
-        the shard keeps instead when an endpoint of it adopted a newer one."""
-        try:
-            reply = await self.keep_script(
-                keys=[TOPOLOGY_KEY, SHARD_EPOCH_KEY],
-                args=[topology.epoch, orjson.dumps(topology.to_dict())],
-            )
-        except (RedisError, OSError) as exc:
-            log.warning("topology epoch %d adopted but not kept in Redis: %s", topology.epoch, exc)
-            return None
+        the shard keeps instead when an endpoint of it adopted a newer one, or Refused
+        when the Redis did not answer (adopted unkept, an endpoint of the shard behind it
+        would go on serving the older epoch)."""
+        for tried in range(1, KEEP_TRIES + 1):
+            try:
+                reply = await self.keep_script(
+                    keys=[TOPOLOGY_KEY, SHARD_EPOCH_KEY],
+                    args=[topology.epoch, orjson.dumps(topology.to_dict())],
+                )
+                break
+            except (RedisError, OSError) as exc:
+                if tried == KEEP_TRIES:
+                    log.warning("topology epoch %d not kept in Redis: %s", topology.epoch, exc)
+                    return Refused(
+                        "redis-unavailable",
+                        f"topology epoch {topology.epoch} not taken: the node's Redis did "
+                        f"not keep it ({exc})",
+                    )
+                await asyncio.sleep(KEEP_RETRY_S)  # then try the Redis again
         if reply[0] == 1:
             return None
         newer = _readable(reply[2]) if len(reply) > 2 else None

@@ -158,7 +158,8 @@ class TopologySync:
             self.foreign.pop(node_id, None)
 
     async def _poll_epochs(self) -> None:
-        """A second router learns of a change within a second even if idle."""
+        """A second router learns of a change within a second even if idle, and a node
+        behind (a push it refused or never got) is pushed the topology again."""
         turn = 0
         while True:
             await asyncio.sleep(EPOCH_POLL_S)  # polling cadence
@@ -166,8 +167,11 @@ class TopologySync:
             node_id = ids[turn % len(ids)]
             turn += 1
             with contextlib.suppress(NodeUnavailable, ValueError, TypeError):
-                if await self._node_epoch(node_id) > self.view.topology.epoch:
+                epoch = await self._node_epoch(node_id)
+                if epoch > self.view.topology.epoch:
                     await self.refresh_from(node_id)
+                else:
+                    self.saw_epoch(node_id, epoch)
 
     def lock_node(self) -> str:
         """The node whose Redis holds the change leases: the first member by id."""

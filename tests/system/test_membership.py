@@ -365,8 +365,9 @@ async def test_a_blocked_migration_says_why_and_can_be_undone(
     plain_cluster: Cluster, tmp_path: Path
 ) -> None:
     """n4's Redis goes down midway: the migration shows which node blocks it and why
-    (GET /v1/cluster, `shardlimit status`); an abort then waits on n4 (the keys it took
-    are there); once its Redis is back the abort completes with every counter exact."""
+    (GET /v1/cluster, `shardlimit status`); an abort then waits on n4, which cannot take
+    it (its Redis would not keep the epoch) and holds the keys it took; once its Redis
+    is back the abort completes with every counter exact."""
     cluster = plain_cluster
     n4_redis = RedisProcess(port=free_port(), data_dir=tmp_path / "redis-n4")
     n4_redis.start()
@@ -395,14 +396,15 @@ async def test_a_blocked_migration_says_why_and_can_be_undone(
 
         await eventually(lambda: blocked_by(None, n4_url), within=30)
         status, aborted = await cluster.post("/v1/cluster/migration/abort", None, ADMIN)
-        assert status == 202, aborted
-        await eventually(lambda: blocked_by("n4", "copy step failed"), within=30)
+        assert status == 503 and aborted["type"].endswith("/migration-blocked"), aborted
+        assert "Redis did not keep it" in aborted["detail"], aborted
+        await eventually(lambda: blocked_by("n4", "not taken"), within=30)
         _, info = await cluster.get("/v1/cluster")
         assert info["migration"]["reverts"] == started["migration"]
         code, out, err = await _cli(cluster, "status")
         assert code == 0, err
-        assert "blocked by n4: copy step failed" in out, out
-        await _page_shows_blocked(cluster, "blocked by n4: copy step failed")
+        assert f"blocked by n4: epoch {info['epoch']} not taken" in out, out
+        await _page_shows_blocked(cluster, f"blocked by n4: epoch {info['epoch']} not taken")
         n4_redis.start()
         status, resumed = await cluster.post("/v1/cluster/migration/resume", None, ADMIN)
         assert status in (202, 200), resumed
@@ -504,6 +506,49 @@ async def test_a_node_refuses_the_topology_of_another_cluster(plain_cluster: Clu
         kept = direct.get(TOPOLOGY_KEY)
         direct.close()
         assert kept is not None and orjson.loads(kept)["cluster_id"] == ours.cluster_id
+
+
+async def test_a_node_whose_redis_is_down_refuses_a_topology_and_is_pushed_it_again(
+    plain_cluster: Cluster,
+) -> None:
+    """A node adopts a topology only once its Redis keeps it (the shard's epoch fence):
+    with its Redis down it answers 503, and the router's epoch poll pushes the topology
+    again once the Redis is back, with no check sent to bring the node up to date."""
+    cluster = plain_cluster
+    view = cluster.router.view
+    ours = view.topology
+    newer = Topology(ours.epoch + 1, ours.partitioner, cluster_id=ours.cluster_id)
+    down = cluster.redis[0]  # n1's
+    headers = {"Authorization": f"Bearer {CLUSTER}"}
+    down.kill()
+    try:
+        async with cluster.http.put(
+            cluster.node_urls["n1"] + "/node/v1/topology",
+            data=_topology_json(newer),
+            headers=headers,
+        ) as resp:
+            body = await resp.json()
+        assert resp.status == 503 and body["type"].endswith("/redis-unavailable"), body
+        assert view.sync.adopt(newer)
+        assert await view.sync.push_topology("n1") is False
+        assert "Redis did not keep it" in view.sync.push_failures["n1"]
+        for node_id in ("n2", "n3"):
+            assert await view.sync.push_topology(node_id) is True
+    finally:
+        down.start()
+
+    async def taken() -> bool:
+        async with cluster.http.get(
+            cluster.node_urls["n1"] + "/node/v1/stats", headers=headers
+        ) as resp:
+            stats = await resp.json()
+        return bool(stats["epoch"] == newer.epoch)
+
+    await eventually(taken)
+    direct = sync_redis.Redis(port=down.port)
+    kept = direct.get(TOPOLOGY_KEY)
+    direct.close()
+    assert kept is not None and orjson.loads(kept)["epoch"] == newer.epoch
 
 
 async def test_a_router_that_missed_a_change_starts_from_the_layout_the_nodes_hold(
