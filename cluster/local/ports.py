@@ -3,6 +3,7 @@ port is taken by a listener now."""
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 from collections.abc import Collection
@@ -32,6 +33,21 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
         return True
 
 
+# Where free_port() picks, as FIRST-LAST: several pickers on one host that must not race
+# for the same ports (parallel test workers) each get a range of their own.
+PORT_RANGE_ENV = "SHARDLIMIT_FREE_PORTS"
+
+
+def _pick_range() -> tuple[int, int]:
+    """[first, last) to pick in: SHARDLIMIT_FREE_PORTS, else 10000 up to the kernel's
+    ephemeral range."""
+    given = os.environ.get(PORT_RANGE_ENV, "")
+    first, _, last = given.partition("-")
+    if first.isdigit() and last.isdigit() and 1024 <= int(first) < int(last) <= 65_536:
+        return int(first), int(last)
+    return 10_000, _ephemeral_low()
+
+
 def free_port(host: str = "127.0.0.1", avoid: Collection[int] = ()) -> int:
     """A port free now, for a process that will bind it a moment later, and not one of
     `avoid` (ports promised to other processes that have not bound them yet).
@@ -40,10 +56,10 @@ def free_port(host: str = "127.0.0.1", avoid: Collection[int] = ()) -> int:
     binding(0) stays free only until the next ephemeral bind or outgoing connection
     takes it (a node's liveness socket once took a router's pre-picked port).
     """
-    low = _ephemeral_low()
-    if low > 12_000:
+    first, last = _pick_range()
+    if last - first > 2_000:
         for _ in range(100):
-            port = random.randrange(10_000, low)
+            port = random.randrange(first, last)
             if port not in avoid and port_is_free(port, host):
                 return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
