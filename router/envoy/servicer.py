@@ -215,15 +215,24 @@ class RateLimitService:
     ) -> list[tuple[answers.Decision, bool]]:
         """The decisions of a request's checks, each with whether it was withheld. With
         STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, as upstream, a descriptor over its limit
-        keeps the request's other descriptors from being counted: the checks run as one
-        all-or-nothing batch (or, next to a requests_per_unit 0 hit, as reads only), and
-        a check admitted but not counted so is withheld."""
+        keeps the request's other descriptors from being counted: the checks are read
+        first, and run as one all-or-nothing batch only when none is over (next to a
+        requests_per_unit 0 hit, or one read over, the reads are the answer), and a
+        check admitted but not counted so is withheld."""
         stop = self.settings.stop_increment_when_over_limit
         if blocked_over and stop:
             checks = [msgspec.structs.replace(check, dry_run=True) for check in checks]
         if len(checks) > 1:
             spread = any(check.rule.spread > 1 for check in checks)
             together = stop and not blocked_over and not spread
+            if together:
+                # Read first, as upstream does: a request with a descriptor already over
+                # is answered from the reads and holds nothing. Held, its other
+                # descriptors' units would deny concurrent requests until its rollback.
+                reads = [msgspec.structs.replace(check, dry_run=True) for check in checks]
+                read = (await self.router.batch(reads, False)).results
+                if not all(body.allowed for body in read):
+                    return [(body, body.allowed) for body in read]
             bodies = (await self.router.batch(checks, together)).results
         elif checks:  # one check: the path of POST /v1/check (as a batch of one decides)
             bodies = [await self.router.check(checks[0])]

@@ -7,6 +7,7 @@ its environment settings, TLS and gRPC health."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from cluster.model.nodes import NodeSpec
 from router.app import ENVOY
 from router.app import create_app as create_router_app
 from router.config import RouterConfig
+from router.envoy.descriptors import match
 from router.envoy.server import GrpcServer
 from router.envoy.settings import EnvoySettings
 from router.errors import SettingsError
@@ -317,6 +319,45 @@ async def test_stop_cache_key_increment_when_overlimit(
         assert (await read(envoy, minute, 0)).limit_remaining == 10
         fits = await envoy.call("rl", descriptor(minute, hits=4), descriptor(hour, hits=2))
         assert [(s.code, s.limit_remaining) for s in fits.statuses] == [(OK, 6), (OK, 8)]
+    finally:
+        await stop_envoy(envoy)
+
+
+async def test_a_request_over_one_descriptor_holds_none_of_its_others(
+    redis_servers: list[RedisProcess], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true, two descriptors on two nodes, one of
+    them over: 40 such requests at once with 15 of the other descriptor alone. The 40
+    are read first and hold nothing, so the 15 are decided by their own limit alone:
+    exactly 10 admitted, and the limit used by exactly them."""
+    monkeypatch.setenv("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true")
+    envoy = await start_envoy(redis_servers, tmp_path, CONFIG, 2000)
+    try:
+        await pin_clock(envoy, PINNED_MS + 9 * 60_000)
+        domains = envoy.cluster.runners[-1].app[ENVOY].config.domains
+        owner = envoy.cluster.router.view.owner
+
+        def node_of(entries: list[tuple[str, str]]) -> str:
+            found = match(domains, "rl", entries)
+            assert found is not None
+            return owner(found.key)
+
+        value = next(
+            v
+            for v in (f"apart{i}" for i in range(200))
+            if node_of([("minutely", v)]) != node_of([("hourly", v)])
+        )
+        minute, hour = [("minutely", value)], [("hourly", value)]
+        assert (await envoy.call("rl", descriptor(hour, hits=10))).overall_code == OK
+        doomed = [
+            envoy.call("rl", descriptor(minute, hits=1), descriptor(hour, hits=1))
+            for _ in range(40)
+        ]
+        alone = [envoy.call("rl", descriptor(minute, hits=1)) for _ in range(15)]
+        answers = await asyncio.gather(*doomed, *alone)
+        assert [a.overall_code for a in answers[:40]] == [OVER] * 40
+        assert sorted(a.overall_code for a in answers[40:]) == sorted([OK] * 10 + [OVER] * 5)
+        assert (await read(envoy, minute, 0)).limit_remaining == 0
     finally:
         await stop_envoy(envoy)
 
