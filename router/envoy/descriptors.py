@@ -362,12 +362,25 @@ class EnvoyConfigFile(WatchedFile):
         self.domains: dict[str, Level] = {}
 
     def load(self) -> None:
-        """Raises ValidationError, yaml.YAMLError or OSError (a bad or unreadable file)."""
-        if self.path is None or not self.path.exists():
+        """Raises ValidationError, yaml.YAMLError or OSError (a bad or unreadable file).
+        Once descriptors are served, a file gone or left with no domain is refused too:
+        a truncated write or a lost volume would otherwise lift every limit at once (a
+        file with a domain and no descriptors lifts them on purpose)."""
+        if self.path is None:
             self.domains, self._mtime = {}, None
             return
-        mtime = self.path.stat().st_mtime
+        mtime = self.path.stat().st_mtime if self.path.exists() else None
         try:
+            if mtime is None:
+                if self.domains:
+                    raise ValidationError([FieldError("file", "is gone")])
+                log.warning(
+                    "no envoy descriptors file at %s: every descriptor answers OK until "
+                    "one is written there",
+                    self.path,
+                )
+                self.domains, self._mtime = {}, None
+                return
             try:
                 text = self.path.read_text()
             except UnicodeDecodeError as undecoded:
@@ -375,6 +388,8 @@ class EnvoyConfigFile(WatchedFile):
                     [FieldError("file", not_utf8(self.path, undecoded))]
                 ) from None
             domains = parse_text(text, self.options)
+            if self.domains and not domains:
+                raise ValidationError([FieldError("file", "holds no domain")])
         except (ValidationError, yaml.YAMLError) as exc:
             self.reload_errors += 1
             self._mtime = mtime

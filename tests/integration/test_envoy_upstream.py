@@ -383,9 +383,13 @@ def test_bad_setting_stops_the_router(tmp_path: Path, monkeypatch: pytest.Monkey
 
 async def test_refused_config_keeps_the_previous(upstream: Envoy) -> None:
     """Difference 3 at run time: a file upstream refuses (replaces naming its own
-    descriptor, unlimited with a unit) is refused whole; the previous one serves."""
+    descriptor, unlimited with a unit) is refused whole; the previous one serves. So is
+    a file emptied or removed once it served descriptors (which lifted every limit)."""
     listener = upstream.cluster.runners[-1].app[ENVOY]
     for bad in (
+        "",
+        "# nothing here\n---\n",
+        None,  # the file removed
         CONFIG.replace(
             "      requests_per_unit: 10\n",
             "      requests_per_unit: 10\n"
@@ -396,7 +400,10 @@ async def test_refused_config_keeps_the_previous(upstream: Envoy) -> None:
         "      unlimited: true\n      unit: day\n      requests_per_unit: 25\n",
     ):
         errors = listener.config.reload_errors
-        upstream.config.write_text(bad)
+        if bad is None:
+            upstream.config.unlink()
+        else:
+            upstream.config.write_text(bad)
 
         async def rejected(errors: int = errors) -> bool:
             return bool(listener.config.reload_errors == errors + 1)
@@ -405,6 +412,14 @@ async def test_refused_config_keeps_the_previous(upstream: Envoy) -> None:
         status = await read(upstream, [("hourly", "kept")], 0)
         assert status.current_limit.requests_per_unit == 10
         assert "other" not in listener.config.domains
+    reloads = listener.config.reloads
+    upstream.config.write_text(CONFIG.replace("requests_per_unit: 10\n", "requests_per_unit: 12\n"))
+
+    async def reloaded() -> bool:
+        return bool(listener.config.reloads == reloads + 1)
+
+    await eventually(reloaded)
+    assert (await read(upstream, [("hourly", "kept")], 0)).current_limit.requests_per_unit == 12
 
 
 async def test_health_and_tls(
