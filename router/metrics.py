@@ -27,6 +27,7 @@ from router.control.cluster_view import ClusterView
 from router.control.resharding import Resharder
 from router.requests import CheckRequest
 from router.rules.book import RuleBook
+from router.rules.watched_file import WatchedFile
 
 __all__ = [
     "BATCH_OPS_BUCKETS",
@@ -211,6 +212,10 @@ class RouterMetrics:
         """Read the router's state at each scrape."""
         self.registry.register(_StateCollector(view, rules, resharder))
 
+    def attach_envoy_config(self, config: WatchedFile) -> None:
+        """Count the Envoy descriptors file's loads at each scrape."""
+        self.registry.register(_EnvoyConfigCollector(config))
+
     def watch_client(self, client: ShardClient) -> None:
         """Observe a node client's batches (called for each node client a router makes)."""
         node = client.spec.id
@@ -324,6 +329,25 @@ def _single(name: str, kind: str, help_text: str, value: float) -> _Family:
     return family
 
 
+def _reloads(name: str, help_text: str, watched: WatchedFile) -> Metric:
+    family = CounterMetricFamily(name, help_text, labels=["result"])
+    family.add_metric(["ok"], watched.reloads)
+    family.add_metric(["error"], watched.reload_errors)
+    return family
+
+
+class _EnvoyConfigCollector(Collector):
+    def __init__(self, config: WatchedFile) -> None:
+        self.config = config
+
+    def collect(self) -> Iterator[Metric]:
+        yield _reloads(
+            "shardlimit_envoy_config_reloads",
+            "Envoy descriptors file loads (start, change) by result.",
+            self.config,
+        )
+
+
 class _StateCollector(Collector):
     def __init__(self, view: ClusterView, rules: RuleBook, resharder: Resharder) -> None:
         self.view = view
@@ -364,14 +388,9 @@ class _StateCollector(Collector):
             "The version the rules file names (-1: none).",
             file_version,
         )
-        reloads = CounterMetricFamily(
-            "shardlimit_rules_reloads",
-            "Rules file loads (start, change, SIGHUP) by result.",
-            labels=["result"],
+        yield _reloads(
+            "shardlimit_rules_reloads", "Rules file loads (start, change, SIGHUP) by result.", book
         )
-        reloads.add_metric(["ok"], book.reloads)
-        reloads.add_metric(["error"], book.reload_errors)
-        yield reloads
         yield from self._migration()
 
     def _migration(self) -> Iterator[Metric]:

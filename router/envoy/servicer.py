@@ -267,6 +267,7 @@ class EnvoyListener:
         except SettingsError as exc:
             raise SystemExit(f"envoy settings rejected: {exc}") from exc
         self.config = EnvoyConfigFile(router.config.envoy_config, parse_options(self.settings))
+        router.metrics.attach_envoy_config(self.config)
         self.service = RateLimitService(router, self.config, self.settings)
         self.server = GrpcServer(router.config, self.settings, self.service)
         self.port: int | None = None

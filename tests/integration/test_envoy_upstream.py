@@ -420,6 +420,9 @@ async def test_refused_config_keeps_the_previous(upstream: Envoy) -> None:
 
     await eventually(reloaded)
     assert (await read(upstream, [("hourly", "kept")], 0)).current_limit.requests_per_unit == 12
+    text = upstream.cluster.router.metrics.render().decode()
+    assert 'shardlimit_envoy_config_reloads_total{result="ok"} 2.0' in text  # start, last edit
+    assert 'shardlimit_envoy_config_reloads_total{result="error"} 5.0' in text
 
 
 async def test_health_and_tls(
