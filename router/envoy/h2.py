@@ -5,7 +5,9 @@ A stream's request (headers, then its DATA up to END_STREAM) is handed to the `C
 (router/envoy/lean_server.py) as one message; the answer goes back through `respond`
 (unary), or `send_message` and `finish` (server streaming, health Watch). Flow control
 both ways; SETTINGS, PING, WINDOW_UPDATE, RST_STREAM and GOAWAY as the RFC says;
-PRIORITY ignored; a peer's protocol error closes the connection with a GOAWAY.
+PRIORITY not followed; a peer's protocol error closes the connection with a GOAWAY
+(a frame on the wrong stream, of the wrong size, on an idle stream, a window overflow),
+and a stream error resets its stream.
 
 The connection goes away (GOAWAY, then closed after a grace) when told to: at the
 server's stop, and at GRPC_MAX_CONNECTION_AGE (its grace: GRPC_MAX_CONNECTION_AGE_GRACE).
@@ -18,6 +20,7 @@ from collections.abc import Callable
 from typing import Protocol, cast
 
 from router.envoy import h2_frames as f
+from router.envoy.h2_checks import ProtocolError, misplaced
 from router.envoy.hpack import Decoder, HpackError
 
 
@@ -25,12 +28,6 @@ class Calls(Protocol):
     def call(
         self, connection: H2Connection, stream_id: int, path: bytes, message: bytes
     ) -> asyncio.Task[None] | None: ...
-
-
-class _ConnectionError(Exception):
-    def __init__(self, code: int, text: str) -> None:
-        super().__init__(text)
-        self.code = code
 
 
 def _unpadded(payload: bytes) -> tuple[int, int]:
@@ -152,6 +149,19 @@ class _Answers(asyncio.Protocol):
             self._closed(stream_id)
         return out
 
+    def _reset(self, stream_id: int, code: int) -> None:
+        """A stream error: the stream is reset, its call (if running) cancelled."""
+        self.pending.append(f.rst_stream(stream_id, code))
+        self._dropped(stream_id)
+
+    def _dropped(self, stream_id: int) -> None:
+        """The stream is closed without an answer (reset either way): its call cancelled."""
+        stream = self.streams.get(stream_id)
+        if stream is not None:
+            self._closed(stream_id)
+            if stream.task is not None:
+                stream.task.cancel()
+
     def _closed(self, stream_id: int) -> None:
         stream = self.streams.pop(stream_id, None)
         if stream is not None:
@@ -216,8 +226,8 @@ class H2Connection(_Answers):
         self.buffer += data
         try:
             self._frames()
-        except (_ConnectionError, HpackError) as exc:
-            code = exc.code if isinstance(exc, _ConnectionError) else f.COMPRESSION_ERROR
+        except (ProtocolError, HpackError) as exc:
+            code = exc.code if isinstance(exc, ProtocolError) else f.COMPRESSION_ERROR
             self.pending.append(f.goaway(self.last_stream, code, str(exc).encode()[:200]))
             self.close_when_flushed = True
             self._flush()
@@ -232,17 +242,17 @@ class H2Connection(_Answers):
         if not self.preface:
             if len(buffer) < len(f.PREFACE):
                 if not f.PREFACE.startswith(bytes(buffer)):
-                    raise _ConnectionError(f.PROTOCOL_ERROR, "not HTTP/2")
+                    raise ProtocolError(f.PROTOCOL_ERROR, "not HTTP/2")
                 return
             if buffer[: len(f.PREFACE)] != f.PREFACE:
-                raise _ConnectionError(f.PROTOCOL_ERROR, "not HTTP/2")
+                raise ProtocolError(f.PROTOCOL_ERROR, "not HTTP/2")
             self.preface = True
             at = len(f.PREFACE)
         end = len(buffer)
         while end - at >= 9:
             length = int.from_bytes(buffer[at : at + 3], "big")
             if length > f.DEFAULT_MAX_FRAME:
-                raise _ConnectionError(f.FRAME_SIZE_ERROR, "frame over SETTINGS_MAX_FRAME_SIZE")
+                raise ProtocolError(f.FRAME_SIZE_ERROR, "frame over SETTINGS_MAX_FRAME_SIZE")
             if end - at < 9 + length:
                 break
             kind, flags = buffer[at + 3], buffer[at + 4]
@@ -250,7 +260,8 @@ class H2Connection(_Answers):
             payload = bytes(buffer[at + 9 : at + 9 + length])
             at += 9 + length
             if self.continuing is not None and kind != f.CONTINUATION:
-                raise _ConnectionError(f.PROTOCOL_ERROR, "expected CONTINUATION")
+                raise ProtocolError(f.PROTOCOL_ERROR, "expected CONTINUATION")
+            misplaced(kind, flags, stream_id, length, self.last_stream)
             self._frame(kind, flags, stream_id, payload)
         del buffer[:at]
 
@@ -261,10 +272,10 @@ class H2Connection(_Answers):
             self._headers(flags, stream_id, payload)
         elif kind == f.CONTINUATION:
             if self.continuing is None or self.continuing[0] != stream_id:
-                raise _ConnectionError(f.PROTOCOL_ERROR, "unexpected CONTINUATION")
+                raise ProtocolError(f.PROTOCOL_ERROR, "unexpected CONTINUATION")
             self.continuing[1].append(payload)
             if sum(map(len, self.continuing[1])) > f.MAX_HEADER_BLOCK:
-                raise _ConnectionError(f.ENHANCE_YOUR_CALM, "header block too large")
+                raise ProtocolError(f.ENHANCE_YOUR_CALM, "header block too large")
             if flags & f.END_HEADERS:
                 _, parts, ended = self.continuing
                 self.continuing = None
@@ -278,17 +289,21 @@ class H2Connection(_Answers):
             if not flags & f.ACK:
                 self.pending.append(f.frame(f.PING, f.ACK, 0, payload))
         elif kind == f.RST_STREAM:
-            stream = self.streams.get(stream_id)
-            if stream is not None:
-                self._closed(stream_id)
-                if stream.task is not None:
-                    stream.task.cancel()
+            self._dropped(stream_id)
         elif kind == f.GOAWAY:
             self.going_away = True
             self.close_when_flushed = not self.streams
         elif kind == f.PUSH_PROMISE:
-            raise _ConnectionError(f.PROTOCOL_ERROR, "PUSH_PROMISE from a client")
-        # PRIORITY and unknown frame types are ignored.
+            raise ProtocolError(f.PROTOCOL_ERROR, "PUSH_PROMISE from a client")
+        elif kind == f.PRIORITY:
+            self._priority(stream_id, payload)
+        # Unknown frame types are ignored.
+
+    def _priority(self, stream_id: int, fields: bytes) -> None:
+        """Priorities are not followed; a stream made to depend on itself is a stream
+        error (RFC 9113 5.3.1)."""
+        if int.from_bytes(fields[:4], "big") & 0x7FFFFFFF == stream_id:
+            self._reset(stream_id, f.PROTOCOL_ERROR)
 
     def _settings(self, payload: bytes) -> None:
         for at in range(0, len(payload) - len(payload) % 6, 6):
@@ -296,7 +311,7 @@ class H2Connection(_Answers):
             value = int.from_bytes(payload[at + 2 : at + 6], "big")
             if key == f.SETTINGS_INITIAL_WINDOW_SIZE:
                 if value > f.MAX_WINDOW:
-                    raise _ConnectionError(f.FLOW_CONTROL_ERROR, "initial window too large")
+                    raise ProtocolError(f.FLOW_CONTROL_ERROR, "initial window too large")
                 for stream in self.streams.values():
                     stream.window += value - self.peer_window
                 self.peer_window = value
@@ -308,9 +323,17 @@ class H2Connection(_Answers):
     def _window_update(self, stream_id: int, payload: bytes) -> None:
         increment = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF
         if stream_id == 0:
+            if increment == 0:
+                raise ProtocolError(f.PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
+            if self.send_window + increment > f.MAX_WINDOW:
+                raise ProtocolError(f.FLOW_CONTROL_ERROR, "connection window over 2^31-1")
             self.send_window += increment
             self._pump_all()
         elif (stream := self.streams.get(stream_id)) is not None:
+            if increment == 0 or stream.window + increment > f.MAX_WINDOW:
+                zero = increment == 0
+                self._reset(stream_id, f.PROTOCOL_ERROR if zero else f.FLOW_CONTROL_ERROR)
+                return
             stream.window += increment
             self.pending.extend(self._pump(stream_id, stream))
 
@@ -324,12 +347,14 @@ class H2Connection(_Answers):
 
     def _headers(self, flags: int, stream_id: int, payload: bytes) -> None:
         if stream_id == 0 or stream_id % 2 == 0:
-            raise _ConnectionError(f.PROTOCOL_ERROR, "HEADERS on a server stream id")
+            raise ProtocolError(f.PROTOCOL_ERROR, "HEADERS on a server stream id")
         start, end = _unpadded(payload) if flags & f.PADDED else (0, len(payload))
         if flags & f.PRIORITY_FLAG:
+            if int.from_bytes(payload[start : start + 4], "big") & 0x7FFFFFFF == stream_id:
+                raise ProtocolError(f.PROTOCOL_ERROR, f"stream {stream_id} depends on itself")
             start += 5
         if start > end:
-            raise _ConnectionError(f.PROTOCOL_ERROR, "bad padding")
+            raise ProtocolError(f.PROTOCOL_ERROR, "bad padding")
         ended = bool(flags & f.END_STREAM)
         if flags & f.END_HEADERS:
             self._header_block(stream_id, payload[start:end], ended)
@@ -363,7 +388,7 @@ class H2Connection(_Answers):
             self.unacked = 0
         start, end = _unpadded(payload) if flags & f.PADDED else (0, len(payload))
         if start > end:
-            raise _ConnectionError(f.PROTOCOL_ERROR, "bad padding")
+            raise ProtocolError(f.PROTOCOL_ERROR, "bad padding")
         stream = self.streams.get(stream_id)
         if stream is None or stream.task is not None or stream.trailers is not None:
             return  # closed, or answered already (too large)
@@ -373,7 +398,7 @@ class H2Connection(_Answers):
         stream.body += payload[start:end]
         self.held += end - start
         if self.held > f.MAX_HELD:
-            raise _ConnectionError(f.ENHANCE_YOUR_CALM, "request bodies over the limit")
+            raise ProtocolError(f.ENHANCE_YOUR_CALM, "request bodies over the limit")
         if len(stream.body) > f.MAX_MESSAGE + 5:
             text = f"Received message larger than max ({len(stream.body) - 5} vs. {f.MAX_MESSAGE})"
             self.finish(stream_id, f.GRPC_RESOURCE_EXHAUSTED, text)

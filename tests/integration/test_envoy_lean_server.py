@@ -246,3 +246,80 @@ async def test_mangled_http2_gets_answers_or_a_goaway_and_logs_no_error(
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
     answer = await lean.call("messaging", [("to_number", "after the fuzz")])
     assert answer.statuses[0].limit_remaining == 99
+
+
+def _frames_in(data: bytes) -> list[tuple[int, int, bytes]]:
+    """(kind, stream id, payload) of each whole frame in `data`."""
+    frames, at = [], 0
+    while len(data) - at >= 9:
+        length = int.from_bytes(data[at : at + 3], "big")
+        stream_id = int.from_bytes(data[at + 5 : at + 9], "big") & 0x7FFFFFFF
+        frames.append((data[at + 3], stream_id, data[at + 9 : at + 9 + length]))
+        at += 9 + length
+    return frames
+
+
+async def _answer_to(port: int, frames: bytes) -> list[tuple[int, int, bytes]]:
+    """The server's frames after the preface, its SETTINGS and `frames`: until it closes,
+    or 1 s after it went quiet."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f.PREFACE + f.settings_frame({}) + frames)
+    received = b""
+    try:
+        while chunk := await asyncio.wait_for(reader.read(65_536), 1.0):
+            received += chunk
+    except TimeoutError:
+        pass
+    finally:
+        writer.close()
+    return _frames_in(received)
+
+
+MAX_INCREMENT = (2**31 - 1).to_bytes(4, "big")
+SELF_DEPENDENT = (3).to_bytes(4, "big") + b"\x10"  # stream 3 depending on stream 3
+CONNECTION_ERRORS = {
+    "SETTINGS of 3 bytes": (f.frame(f.SETTINGS, 0, 0, b"\x00\x04\x00"), f.FRAME_SIZE_ERROR),
+    "SETTINGS on a stream": (f.frame(f.SETTINGS, 0, 1, b""), f.PROTOCOL_ERROR),
+    "SETTINGS ACK with settings": (
+        f.frame(f.SETTINGS, f.ACK, 0, bytes(6)),
+        f.FRAME_SIZE_ERROR,
+    ),
+    "PING of 3 bytes": (f.frame(f.PING, 0, 0, b"abc"), f.FRAME_SIZE_ERROR),
+    "PING on a stream": (f.frame(f.PING, 0, 1, bytes(8)), f.PROTOCOL_ERROR),
+    "WINDOW_UPDATE of 0": (f.window_update(0, 0), f.PROTOCOL_ERROR),
+    "connection window over 2^31-1": (
+        f.frame(f.WINDOW_UPDATE, 0, 0, MAX_INCREMENT) * 2,
+        f.FLOW_CONTROL_ERROR,
+    ),
+    "DATA on an idle stream": (f.frame(f.DATA, 0, 1, b"x"), f.PROTOCOL_ERROR),
+    "RST_STREAM on an idle stream": (f.rst_stream(5, f.CANCEL), f.PROTOCOL_ERROR),
+    "RST_STREAM on stream 0": (f.rst_stream(0, f.CANCEL), f.PROTOCOL_ERROR),
+    "GOAWAY on a stream": (f.frame(f.GOAWAY, 0, 1, bytes(8)), f.PROTOCOL_ERROR),
+    "PRIORITY of 4 bytes": (f.frame(f.PRIORITY, 0, 1, bytes(4)), f.FRAME_SIZE_ERROR),
+    "HEADERS depending on their own stream": (
+        f.frame(f.HEADERS, f.END_HEADERS | f.PRIORITY_FLAG, 3, SELF_DEPENDENT + b"\x83"),
+        f.PROTOCOL_ERROR,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CONNECTION_ERRORS))
+async def test_a_connection_error_gets_a_goaway_naming_it(lean: Envoy, case: str) -> None:
+    """RFC 9113's connection errors, each alone on a connection: a GOAWAY with its code."""
+    frames, code = CONNECTION_ERRORS[case]
+    answer = await _answer_to(lean.port, frames)
+    goaways = [payload for kind, _stream, payload in answer if kind == f.GOAWAY]
+    assert len(goaways) == 1, answer
+    assert int.from_bytes(goaways[0][4:8], "big") == code, goaways[0]
+
+
+async def test_a_stream_depending_on_itself_is_reset_and_the_connection_serves(
+    lean: Envoy,
+) -> None:
+    priority = f.frame(f.PRIORITY, 0, 3, SELF_DEPENDENT)
+    ping = f.frame(f.PING, 0, 0, b"12345678")
+    answer = await _answer_to(lean.port, priority + ping)
+    resets = [(stream, payload) for kind, stream, payload in answer if kind == f.RST_STREAM]
+    assert resets == [(3, f.PROTOCOL_ERROR.to_bytes(4, "big"))], answer
+    assert (f.PING, 0, b"12345678") in answer
+    assert not [kind for kind, _stream, _payload in answer if kind == f.GOAWAY]
