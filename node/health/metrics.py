@@ -53,8 +53,8 @@ class NodeCounts(Protocol):
 
 
 async def held_keys(client: aioredis.Redis) -> int:
-    """Keys the node holds for limits (DBSIZE less the cluster's rules document, the
-    node's kept topology and its hand-over fence)."""
+    """Keys the node holds for limits: DBSIZE less the node's own keys there
+    (NODE_SINGLETONS: the rules document, the kept topology and epoch fence, ...)."""
     async with client.pipeline(transaction=False) as pipe:
         pipe.dbsize()
         pipe.exists(*NODE_SINGLETONS)
@@ -129,7 +129,7 @@ class NodeMetrics:
         self.keys_pulled = migrated(node_id, "pulled")
         self.keys = Gauge(
             "shardlimit_node_keys",
-            "Keys the node's Redis holds for limits (DBSIZE less the rules document), "
+            "Keys the node's Redis holds for limits (DBSIZE less the node's own sl| keys), "
             "read at scrape time.",
             ["node"],
             registry=registry,
