@@ -53,6 +53,10 @@ class ImportKeys(Entries):  # entries: node/migration/migrator.py decode_entries
 
 # The share of a source Redis' time a copy takes by default (the router's reshard_busy_pct).
 COPY_BUSY_PCT = 80
+# How long one copy step runs at most before it answers where it got: under a keys/s rate
+# a step of reshard_step_keys names could otherwise outlast the router's wait for it, and
+# the router's progress and status are only as fresh as the last step's answer.
+COPY_STEP_MAX_S = 5.0
 
 
 class MigrateStep(Control):

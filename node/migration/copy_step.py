@@ -43,7 +43,7 @@ from cluster.model.partition import (
     RingPartitioner,
     SlotPartitioner,
 )
-from cluster.wire.control import COPY_BUSY_PCT
+from cluster.wire.control import COPY_BUSY_PCT, COPY_STEP_MAX_S
 from node.migration.redis_time import RedisTime
 from node.store.redispy_pipe import Sender, replies_or_raise
 from node.store.scripts import read_lua
@@ -348,10 +348,12 @@ async def copy_step(
     budget: Budget,
     *,
     chunk: Chunk = _migrate_chunk,
+    max_s: float | None = None,
 ) -> dict[str, Any]:
-    """Examine up to `count` keys from `cursor`; move those that change owner, up to
-    `chunk(target)` keys per move. Finding the next keys overlaps with moving the
-    previous ones."""
+    """Examine up to `count` keys from `cursor` (fewer once `max_s`, by default
+    COPY_STEP_MAX_S, has passed: the answer's cursor goes on from there); move those
+    that change owner, up to `chunk(target)` keys per move. Finding the next keys
+    overlaps with moving the previous ones."""
     queue: asyncio.Queue[tuple[str, list[str]] | None] = asyncio.Queue(maxsize=4)
     totals = {"scanned": 0, "moved": 0, "restored": 0}
     timing = {"find_s": 0.0, "move_s": 0.0, "paused_s": budget.paused_s}
@@ -401,6 +403,8 @@ async def copy_step(
                 break  # the mover failed: its exception is raised below
             if cursor == 0 or totals["scanned"] >= count:
                 break
+            if time.monotonic() - started >= (COPY_STEP_MAX_S if max_s is None else max_s):
+                break  # the names found so far are moved below; the next step goes on
             # Only the Redis call counts: not the classifying here, nor waiting for the mover
             # (which counted its own calls), both of which the budget paid for.
             await budget.after(finder.blocked_s, ended=finder.answered_at)

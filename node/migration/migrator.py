@@ -5,6 +5,7 @@ See docs/resharding.md for the protocol and why each step is safe to repeat.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -46,6 +47,9 @@ class Migrator:
         self.revert_script = client.register_script(read_lua("import_revert.lua"))
         self._finder: tuple[tuple[str, int], Finder] | None = None
         self._budget: tuple[str, Budget] | None = None
+        # One copy step at a time: a step the router stopped waiting for runs to its end
+        # before the next one begins, from the cursor it answered.
+        self._stepping = asyncio.Lock()
         # (migration id, run_id of this node's Redis, cursor) of the last copy step that
         # succeeded: a SCAN cursor means nothing to another Redis process.
         self._scanned_on: tuple[str, str, int] | None = None
@@ -158,6 +162,18 @@ class Migrator:
         during which it changed fails. `replicated` (this node's shard has replicas):
         a step answers only once a replica holds its deletions, so that a failover
         cannot bring back keys handed over."""
+        async with self._stepping:
+            return await self._copy_batch(ownership, cursor, count, budget, guard, replicated)
+
+    async def _copy_batch(
+        self,
+        ownership: Ownership,
+        cursor: int,
+        count: int,
+        budget: Budget | None,
+        guard: MoveGuard | None,
+        replicated: bool,
+    ) -> dict[str, Any]:
         migration_id = ownership.migration_id
         if migration_id is None:
             return {"cursor": 0, "scanned": 0, "moved": 0, "restored": 0}

@@ -370,7 +370,7 @@ def _blocked(exc: MigrationBlocked, abort_hint: str = "") -> Problem:
 
 @admin_only
 async def resume_migration(request: web.Request) -> web.Response:
-    return json_response(router_of(request).resharder.resume(), status=202)
+    return json_response(await router_of(request).resharder.resume(), status=202)
 
 
 @admin_only

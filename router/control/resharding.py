@@ -153,11 +153,13 @@ class Resharder:
         await self._launch_announced()
         return {"epoch": reverting.epoch, "migration": back["id"], "reverts": asked}
 
-    def resume(self) -> dict[str, Any]:
+    async def resume(self) -> dict[str, Any]:
+        """Run the migration here, unless another router runs it (then ReshardError)."""
         migration = self.view.topology.migration
         if migration is None:
             raise ReshardError("no migration to resume", "nothing-to-resume")
         if not self.running:
+            await self.lease.take_over()
             self._launch()
         return {"epoch": self.view.topology.epoch, "migration": migration["id"]}
 

@@ -10,6 +10,8 @@ import time
 from router.control.topology_sync import TopologySync
 from router.errors import NodeUnavailable, ReshardError
 
+LEASE_MARGIN_S = 1.0  # past a lease's TTL, before it is taken for kept by its holder
+
 
 class TopologyLease:
     """This router's hold of the "topology" lease; a crashed holder blocks the next
@@ -35,9 +37,11 @@ class TopologyLease:
         if not held and action != "release":
             raise ReshardError("another topology change holds the lease")
 
-    async def acquire_patiently(self) -> None:
-        """A crashed holder's lease runs out after its TTL; wait that long at most."""
-        deadline = time.monotonic() + 2 * self.ttl_ms / 1000
+    async def acquire_patiently(self, patience_s: float | None = None) -> None:
+        """A crashed holder's lease runs out after its TTL: wait for it, `patience_s` at
+        most (by default twice the TTL)."""
+        wait_s = 2 * self.ttl_ms / 1000 if patience_s is None else patience_s
+        deadline = time.monotonic() + wait_s
         while True:
             try:
                 await self.act("acquire")
@@ -46,6 +50,19 @@ class TopologyLease:
                 if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(0.2)  # retry cadence while the old lease runs out
+
+    async def take_over(self) -> None:
+        """Take the lease for a migration another router may have left: waiting out a
+        gone router's lease (one TTL at most); ReshardError while one keeps renewing it."""
+        try:
+            await self.acquire_patiently(self.ttl_ms / 1000 + LEASE_MARGIN_S)
+        except ReshardError as exc:
+            if exc.unavailable:
+                raise
+            raise ReshardError(
+                "another router holds the topology lease and keeps it: the migration runs "
+                "there (its GET /v1/cluster says how far)"
+            ) from None
 
     async def renew_forever(self) -> None:
         while True:

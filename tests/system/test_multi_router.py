@@ -574,6 +574,43 @@ async def test_an_abort_through_another_router_never_forks_the_topology(
             assert not any(r["degraded"] for r in body["results"])
 
 
+@pytest.mark.parametrize(
+    "settings", [{"reshard_rate": 150, "reshard_lease_ttl": "2s"}], indirect=True
+)
+async def test_a_resume_through_another_router_than_the_one_running_it_is_refused(
+    cluster: Cluster, settings: dict[str, Any]
+) -> None:
+    """Router a runs a node's removal; a resume through b waits out the lease's TTL, finds
+    a still renewing it, and is refused (409), leaving b as it was; a finishes."""
+    a, b, _c = cluster.routers
+    checks: list[dict[str, Any]] = [{"key": f"slow:{i}", "limits": LIMITS} for i in range(3000)]
+    for first in range(0, len(checks), 1000):  # ~1,000 keys to move: ~7 s at 150 keys/s
+        status, body, _ = await cluster.request(
+            "POST", a + "/v1/check/batch", {"checks": checks[first : first + 1000]}
+        )
+        assert status == 200 and all(r["allowed"] for r in body["results"])
+    status, started, _ = await cluster.request(
+        "DELETE", a + "/v1/cluster/nodes/n3", None, ADMIN_HEADERS
+    )
+    assert status == 202, started
+
+    async def b_sees_it() -> bool:
+        _, info, _ = await cluster.request("GET", b + "/v1/cluster")
+        return bool((info["migration"] or {}).get("id") == started["migration"])
+
+    await eventually(b_sees_it, within=10)
+    status, refused, _ = await cluster.request(
+        "POST", b + "/v1/cluster/migration/resume", None, ADMIN_HEADERS
+    )
+    assert status == 409 and refused["type"].endswith("/reshard-refused"), refused
+    assert "another router holds the topology lease and keeps it" in refused["detail"]
+    _, info, _ = await cluster.request("GET", b + "/v1/cluster")
+    assert info["migration"]["running"] is False, info["migration"]
+    await _migration_done(cluster, a)
+    _, info, _ = await cluster.request("GET", a + "/v1/cluster")
+    assert [n["id"] for n in info["nodes"]] == ["n1", "n2"]
+
+
 async def test_every_router_tells_the_last_migration_whichever_ran_it(cluster: Cluster) -> None:
     """a adds n4, then b removes it: a then tells b's migration, not its own older one."""
     a, b, c = cluster.routers

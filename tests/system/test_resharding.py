@@ -26,11 +26,13 @@ import yaml
 from cluster import wire
 from cluster.local.loadgen import LoadProcess, start_loadgen
 from cluster.local.redis_proc import RedisProcess, free_port
-from cluster.model.keys import counter_key, limit_key_of, record_key
+from cluster.model.keys import DATA_KEYS_PATTERN, counter_key, limit_key_of, record_key
 from cluster.model.nodes import NodeSpec
 from cluster.model.partition import new_partitioner
 from cluster.model.topology import Topology
 from node.app import STATE
+from node.migration import copy_step as copy_step_module
+from node.migration import migrator as migrator_module
 from node.migration.copy_step import Finder
 from node.migration.direct import LANDED_GROUP
 from node.migration.entries import decode_entries
@@ -616,6 +618,52 @@ async def test_an_abort_pulls_a_key_back_only_after_the_old_copy_step_moved_it(
     [look] = await node_batch(cluster, "n1", [msgspec.structs.replace(op, cost=0)])
     assert isinstance(look, wire.Checked) and look.limits[0].remaining == 8
     await owner.aclose()
+
+
+async def test_a_copy_step_answers_after_its_time_and_the_next_ones_move_the_rest(
+    cluster: Cluster, fourth_redis: RedisProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a keys/s rate a step of every name would outlast the router's wait for it.
+    A step answers once COPY_STEP_MAX_S has passed, with the cursor it got to, and the
+    steps after it move exactly the rest."""
+    monkeypatch.setattr(copy_step_module, "COPY_STEP_MAX_S", 0.2)
+    # Chunks of 10 keys at 100 keys/s: the finder waits for the moves, as it does for a
+    # whole copy's names under a rate.
+    monkeypatch.setattr(migrator_module, "LANDED_GROUP", 10)
+    monkeypatch.setattr(migrator_module, "MOVE_CHUNK", 10)
+    n4_url, _before, adding, _op = await add_n4_by_hand(cluster, fourth_redis)
+    await preload(cluster)
+    for url in [*cluster.node_urls.values(), n4_url]:
+        await put_topology(cluster, url, adding)
+    n1 = sync_redis.Redis(port=cluster.redis[0].port)
+
+    def moving_names() -> set[str]:
+        names = (k.decode() for k in n1.scan_iter(match=DATA_KEYS_PATTERN, count=1000))
+        return {
+            name
+            for name in names
+            if (key := limit_key_of(name)) and adding.partitioner.owner(key) == "n4"
+        }
+
+    moving = moving_names()
+    cursor, steps = 0, []
+    while True:
+        body = {"migration": "madd", "cursor": cursor, "count": 100_000, "rate": 100}
+        async with cluster.http.post(
+            cluster.node_urls["n1"] + wire.MIGRATE_PATH, json=body, headers=NODE_AUTH
+        ) as resp:
+            assert resp.status == 200, await resp.text()
+            steps.append(await resp.json())
+        cursor = steps[-1]["cursor"]
+        if cursor == 0:
+            break
+    assert len(steps) > 1 and steps[0]["scanned"] < 100_000, steps
+    assert sum(step["moved"] for step in steps) == len(moving) > 300
+    assert moving_names() == set()
+    n4 = sync_redis.Redis(port=fourth_redis.port)
+    assert all(n4.exists(name) for name in moving)
+    n4.close()
+    n1.close()
 
 
 LIMIT_10_PER_HOUR = {"algorithm": "fixed_window", "limit": 10, "window": "1h"}
