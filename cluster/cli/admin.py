@@ -101,6 +101,13 @@ def _refusal(
     return AdminError(f"{method} {path}: {exc.code} {detail}", errors, code)
 
 
+# How long the command line waits for the router: a read, or a change, which may wait
+# out another router's lease (twice its TTL, 15 s by default) and then push the topology
+# for 20 s before it answers.
+READ_TIMEOUT_S = 30.0
+CHANGE_TIMEOUT_S = 90.0
+
+
 def call(
     args: argparse.Namespace,
     method: str,
@@ -117,7 +124,8 @@ def call(
     if args.token:
         request.add_header("Authorization", f"Bearer {args.token}")
     try:
-        with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
+        timeout = READ_TIMEOUT_S if method == "GET" else CHANGE_TIMEOUT_S
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
             return json.loads(response.read() or b"null")
     except urllib.error.HTTPError as exc:
         raise _refusal(args, method, path, exc) from exc

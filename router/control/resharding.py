@@ -23,7 +23,6 @@ from router.errors import MigrationBlocked, NodeUnavailable, ReshardError
 log = logging.getLogger("shardlimit.reshard")
 # The nodes a migration leads to, from the current ones (raises ReshardError).
 Change = Callable[[list[NodeSpec]], list[NodeSpec]]
-PUSH_ATTEMPTS = 10  # rounds of topology pushes, 0.5 s apart, before a migration pauses
 
 
 class Resharder:
@@ -213,19 +212,13 @@ class Resharder:
                 await self.lease.act("release")
 
     async def _push_all(self) -> None:
-        ids = self.view.member_ids()
-        epoch = self.view.topology.epoch
-        for _attempt in range(PUSH_ATTEMPTS):
-            results = await asyncio.gather(*(self.view.sync.push_topology(n) for n in ids))
-            if all(results):
-                self.blocked = None
-                return
-            failed = [n for n, ok in zip(ids, results, strict=True) if not ok]
-            why = self.view.sync.push_failures.get(failed[0], "no answer")
-            self.blocked = {"node": failed[0], "reason": f"epoch {epoch} not taken: {why}"}
-            await asyncio.sleep(0.5)  # retry cadence while a node is unreachable
-        assert self.blocked is not None
-        raise ReshardError(f"node {self.blocked['node']}: {self.blocked['reason']}")
+        def note(blocked: dict[str, str]) -> None:
+            self.blocked = blocked
+
+        blocked = await self.view.sync.push_everywhere(note)
+        self.blocked = blocked
+        if blocked is not None:
+            raise ReshardError(f"node {blocked['node']}: {blocked['reason']}")
 
     async def _migrate(self) -> None:
         topology = self.view.topology

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,6 +23,11 @@ from router.errors import NodeUnavailable
 
 log = logging.getLogger("shardlimit.router")
 EPOCH_POLL_S = 0.5
+PUSH_TIMEOUT_S = 10.0  # one push of a topology to one node
+# How long a change pushes its topology to the members before it pauses, naming a node
+# that did not take it: the change's request answers within it.
+ANNOUNCE_S = 20.0
+ROUND_S = 0.5  # between rounds of pushes
 
 
 class View(Protocol):
@@ -190,7 +196,29 @@ class TopologySync:
         """Call `listener(node_id, stats)` with every node's stats the poll reads."""
         self._stats_listeners.append(listener)
 
-    async def push_topology(self, node_id: str) -> bool:
+    async def push_everywhere(
+        self, on_blocked: Callable[[dict[str, str]], None]
+    ) -> dict[str, str] | None:
+        """Push the topology to every member until all took it, in rounds ROUND_S apart
+        for ANNOUNCE_S at most: None, or {"node", "reason"} of one that did not take it
+        (also given to `on_blocked` after each round that left one behind)."""
+        ids = self.view.member_ids()
+        epoch = self.view.topology.epoch
+        deadline = time.monotonic() + ANNOUNCE_S
+        while True:
+            wait_s = min(PUSH_TIMEOUT_S, max(deadline - time.monotonic(), ROUND_S))
+            results = await asyncio.gather(*(self.push_topology(n, wait_s) for n in ids))
+            if all(results):
+                return None
+            failed = next(n for n, ok in zip(ids, results, strict=True) if not ok)
+            why = self.push_failures.get(failed, "no answer")
+            blocked = {"node": failed, "reason": f"epoch {epoch} not taken: {why}"}
+            on_blocked(blocked)
+            if time.monotonic() + ROUND_S >= deadline:
+                return blocked
+            await asyncio.sleep(ROUND_S)  # retry cadence while a node is unreachable
+
+    async def push_topology(self, node_id: str, timeout_s: float = PUSH_TIMEOUT_S) -> bool:
         view = self.view
         client = view.clients[node_id]
         if node_id in self.foreign:
@@ -206,7 +234,7 @@ class TopologySync:
 
         async def push(endpoint: NodeClient) -> NodeUnavailable | None:
             try:
-                await endpoint.post(wire.TOPOLOGY_PATH, body, method="PUT", timeout_s=10.0)
+                await endpoint.post(wire.TOPOLOGY_PATH, body, method="PUT", timeout_s=timeout_s)
             except NodeUnavailable as exc:
                 return exc
             return None

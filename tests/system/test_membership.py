@@ -445,6 +445,30 @@ async def _cli(cluster: Cluster, *args: str) -> tuple[int, str, str]:
     return proc.returncode or 0, out.decode(), err.decode()
 
 
+async def test_a_removal_while_a_members_redis_hangs_is_answered_blocked_naming_it(
+    plain_cluster: Cluster,
+) -> None:
+    """n2's Redis hangs (SIGSTOP): n2 cannot take the removal's topology, and `node
+    remove` says so, naming n2, rather than timing out on the router; once the Redis
+    runs again, `reshard resume` finishes the removal with every counter exact."""
+    cluster = plain_cluster
+    used = await preload(cluster)
+    hung = cluster.redis[1]  # n2's
+    hung.pause()
+    try:
+        code, _out, err = await _cli(cluster, "node", "remove", "n3", "--no-wait")
+    finally:
+        hung.resume()
+    assert code == 1, err
+    assert "503" in err and "node n2: epoch 2 not taken" in err, err
+    code, _out, err = await _cli(cluster, "reshard", "resume")
+    assert code == 0, err
+    await wait_migration_done(cluster)
+    assert sorted(redis_key_counts(cluster)) == ["n1", "n2", "n3"]
+    assert redis_key_counts(cluster)["n3"] == 0
+    await assert_totals(cluster, used, NoLoad())  # type: ignore[arg-type]
+
+
 async def test_a_node_on_an_older_redis_is_refused(plain_cluster: Cluster, tmp_path: Path) -> None:
     """Keys DUMPed by the members' Redis cannot be RESTOREd by an older one: such a node
     would block the migration at its first key, so it may not join."""
