@@ -522,18 +522,12 @@ async def test_a_new_router_started_mid_migration_serves_and_resumes_it(
         assert got == {k: 1000 - 3 - (1 if k in touched else 0) for k in chunk}
 
 
-@pytest.mark.parametrize(
-    "settings", [{"reshard_rate": 300, "reshard_lease_ttl": "2s"}], indirect=True
-)
-async def test_an_abort_through_another_router_never_forks_the_topology(
-    cluster: Cluster, settings: dict[str, Any]
-) -> None:
-    """Router a runs a node's removal; router b, asked to abort it, waits for the lease:
-    whatever it answers, every router ends on the one topology the nodes hold, and no
-    key is answered degraded."""
-    a, b, c = cluster.routers
-    checks: list[dict[str, Any]] = [{"key": f"spread:{i}", "limits": LIMITS} for i in range(3000)]
-    for first in range(0, len(checks), 1000):  # ~1,000 keys to move: ~3 s at 300 keys/s
+async def _removing_n3(cluster: Cluster, prefix: str) -> list[dict[str, Any]]:
+    """3,000 keys checked through router a (about 1,000 move when n3 goes), then n3's
+    removal started through a, once router b sees it running: the checks made."""
+    a, b, _c = cluster.routers
+    checks: list[dict[str, Any]] = [{"key": f"{prefix}:{i}", "limits": LIMITS} for i in range(3000)]
+    for first in range(0, len(checks), 1000):
         batch = {"checks": checks[first : first + 1000]}
         status, body, _ = await cluster.request("POST", a + "/v1/check/batch", batch)
         assert status == 200 and all(r["allowed"] for r in body["results"])
@@ -548,6 +542,20 @@ async def test_an_abort_through_another_router_never_forks_the_topology(
         return bool(migration.get("id") == started["migration"] and migration["phase"] != "done")
 
     await eventually(b_sees_it, within=10)
+    return checks
+
+
+@pytest.mark.parametrize(
+    "settings", [{"reshard_rate": 300, "reshard_lease_ttl": "2s"}], indirect=True
+)
+async def test_an_abort_through_another_router_never_forks_the_topology(
+    cluster: Cluster, settings: dict[str, Any]
+) -> None:
+    """Router a runs a node's removal; router b, asked to abort it, waits for the lease:
+    whatever it answers, every router ends on the one topology the nodes hold, and no
+    key is answered degraded."""
+    a, b, c = cluster.routers
+    checks = await _removing_n3(cluster, "spread")
     status, aborted, _ = await cluster.request(
         "POST", b + "/v1/cluster/migration/abort", None, ADMIN_HEADERS
     )
@@ -583,22 +591,7 @@ async def test_a_resume_through_another_router_than_the_one_running_it_is_refuse
     """Router a runs a node's removal; a resume through b waits out the lease's TTL, finds
     a still renewing it, and is refused (409), leaving b as it was; a finishes."""
     a, b, _c = cluster.routers
-    checks: list[dict[str, Any]] = [{"key": f"slow:{i}", "limits": LIMITS} for i in range(3000)]
-    for first in range(0, len(checks), 1000):  # ~1,000 keys to move: ~7 s at 150 keys/s
-        status, body, _ = await cluster.request(
-            "POST", a + "/v1/check/batch", {"checks": checks[first : first + 1000]}
-        )
-        assert status == 200 and all(r["allowed"] for r in body["results"])
-    status, started, _ = await cluster.request(
-        "DELETE", a + "/v1/cluster/nodes/n3", None, ADMIN_HEADERS
-    )
-    assert status == 202, started
-
-    async def b_sees_it() -> bool:
-        _, info, _ = await cluster.request("GET", b + "/v1/cluster")
-        return bool((info["migration"] or {}).get("id") == started["migration"])
-
-    await eventually(b_sees_it, within=10)
+    await _removing_n3(cluster, "slow")
     status, refused, _ = await cluster.request(
         "POST", b + "/v1/cluster/migration/resume", None, ADMIN_HEADERS
     )
