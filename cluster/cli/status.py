@@ -35,7 +35,9 @@ def migration_lines(migration: dict[str, Any] | None) -> list[str]:
     moved += f", {migration['seconds']} s)" if migration.get("seconds") is not None else ")"
     lines.append(moved)
     for source, progress in sorted((migration.get("sources") or {}).items()):
-        done = "done" if progress.get("done") else "copying"
+        # A router of the release before names no `copying`: its sources were all shown so.
+        waiting = progress.get("copying") is False
+        done = "done" if progress.get("done") else "waiting" if waiting else "copying"
         counts = f"{progress.get('moved', 0)} moved of {progress.get('scanned', 0)} scanned"
         lines.append(f"  from {source}: {counts}, {done}")
     for name, value in sorted(migration.items()):

@@ -91,6 +91,7 @@ class MigrationSteps:
         run = self.run
         cursor = 0
         entry = run.progress["sources"][source]
+        entry["copying"] = True  # past the gate of reshard_parallel sources at once
         started = time.monotonic()
         # The keys/s budget is the cluster's: shared by the sources copying at once.
         config = self.view.config

@@ -229,7 +229,10 @@ class Resharder:
             "id": migration["id"],
             "phase": "announcing",
             "epoch": topology.epoch,
-            "sources": {n.id: {"scanned": 0, "moved": 0, "done": False} for n in previous.nodes},
+            "sources": {
+                n.id: {"scanned": 0, "moved": 0, "copying": False, "done": False}
+                for n in previous.nodes
+            },
             "keys_moved": 0,
             "keys_per_s": 0.0,
         }

@@ -357,6 +357,7 @@ def test_a_migration_reads_as_lines() -> None:
         "sources": {
             "n2": {"scanned": 40, "moved": 12, "done": False},
             "n1": {"scanned": 90, "moved": 30, "done": True},
+            "n3": {"scanned": 0, "moved": 0, "copying": False, "done": False},
         },
         "keys_moved": 42,
         "keys_per_s": 21.0,
@@ -368,6 +369,7 @@ def test_a_migration_reads_as_lines() -> None:
         "  keys moved: 42 (21.0 keys/s)",
         "  from n1: 30 moved of 90 scanned, done",
         "  from n2: 12 moved of 40 scanned, copying",
+        "  from n3: 0 moved of 0 scanned, waiting",
         "  aborting: False",
         "  last error: n3 unreachable"
         " (fix it, then `shardlimit reshard resume`, or `shardlimit reshard abort`)",

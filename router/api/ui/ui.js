@@ -284,7 +284,7 @@ function renderMigration(m, nodes) {
     for (const [id, s] of sources) {
       const row = el("tr", { "data-source": id });
       row.append(el("td", {}, id), el("td", {}, fmt(s.scanned)), el("td", {}, fmt(s.moved)),
-                 el("td", {}, s.done ? "✓ done" : "copying…"));
+                 el("td", {}, s.done ? "✓ done" : s.copying === false ? "waiting" : "copying…"));
       table.append(row);
     }
     parts.push(table);
