@@ -328,6 +328,12 @@ def cmd_reshard(args: argparse.Namespace) -> int:
             ideal = 1 / len(answer["shares"]) if args.add else None
             if ideal is not None:
                 print(f"ideal for an equal-weight node: {ideal:.2%}")
+            refused = answer.get("refused")
+            if isinstance(refused, dict):
+                print(
+                    f"applied now, this would be refused ({refused.get('status')}): "
+                    f"{refused.get('detail')}"
+                )
         return 0
     return _finish(args, answer, asked)
 

@@ -14,7 +14,7 @@ from cluster import wire
 from cluster.model.errors import FieldError
 from cluster.model.keys import RULE_NAME
 from cluster.model.nodes import NodeSpec
-from cluster.web.problem import Problem, invalid, json_body, json_response
+from cluster.web.problem import PROBLEM_TYPE, Problem, invalid, json_body, json_response
 from router.api.handler_tools import admin_only, query_flag, query_of, router_of
 from router.api.node_body import new_node
 from router.channel.control_client import get_once
@@ -37,26 +37,26 @@ async def add_node(request: web.Request) -> web.Response:
         return await _add_endpoint(router, shard, body)
     spec, dry_run = new_node(body, set(shards))
     _require_https(router, spec)
+    refused: JoinRefused | None = None  # a plan's: what applying it now would meet
     try:
-        if not dry_run or named is None:
-            await _require_reachable(router.view, spec)
-            stats = await authenticated_stats(router.view, spec)
-            if named is None:  # no id given: the one the node was started with
-                spec = _as_started(spec, stats, set(shards))
-        if not dry_run:
-            members = await router.view.node_stats()
-            versions = [str(m.get("redis_version") or "") for m in members.values()]
-            check_joinable(router.view, spec, stats, versions)
+        await _require_reachable(router.view, spec)
+        stats = await authenticated_stats(router.view, spec)
+        if named is None:  # no id given: the one the node was started with
+            spec = _as_started(spec, stats, set(shards))
+        members = await router.view.node_stats()
+        versions = [str(m.get("redis_version") or "") for m in members.values()]
+        check_joinable(router.view, spec, stats, versions)
     except JoinRefused as exc:
         if not dry_run:
             raise Problem(exc.status, exc.kind, f"{exc}; nothing was changed") from None
+        refused = exc
 
     def add(current: list[NodeSpec]) -> list[NodeSpec]:
         if spec.id in {n.id for n in current}:
             raise ReshardError(f"node {spec.id} already exists")
         return [*current, spec]
 
-    return await _reshard(router, add, dry_run)
+    return await _reshard(router, add, dry_run, refused)
 
 
 def _as_started(spec: NodeSpec, stats: dict[str, Any], taken: set[str]) -> NodeSpec:
@@ -87,23 +87,25 @@ async def _add_endpoint(router: Router, shard: NodeSpec, body: dict[str, Any]) -
         raise invalid(
             [FieldError("weight", f"an endpoint serves {shard.id} at its weight, {shard.weight}")]
         )
-    if not dry_run:
-        try:
-            await _require_reachable(router.view, spec)
-            stats = await authenticated_stats(router.view, spec)
-            if (
-                stats.get("node") != shard.id
-                or stats.get("cluster_id") != router.view.topology.cluster_id
-            ):
-                raise JoinRefused(
-                    "endpoint-not-of-shard",
-                    409,
-                    f"the node at {spec.url} is not an endpoint of {shard.id}: it was started as "
-                    f"{stats.get('node')!r} on a Redis holding cluster {stats.get('cluster_id')}, "
-                    f"not on {shard.id}'s Redis (give it {shard.id}'s Sentinel URL and id)",
-                )
-        except JoinRefused as exc:
+    refused: JoinRefused | None = None
+    try:
+        await _require_reachable(router.view, spec)
+        stats = await authenticated_stats(router.view, spec)
+        if (
+            stats.get("node") != shard.id
+            or stats.get("cluster_id") != router.view.topology.cluster_id
+        ):
+            raise JoinRefused(
+                "endpoint-not-of-shard",
+                409,
+                f"the node at {spec.url} is not an endpoint of {shard.id}: it was started as "
+                f"{stats.get('node')!r} on a Redis holding cluster {stats.get('cluster_id')}, "
+                f"not on {shard.id}'s Redis (give it {shard.id}'s Sentinel URL and id)",
+            )
+    except JoinRefused as exc:
+        if not dry_run:
             raise Problem(exc.status, exc.kind, f"{exc}; nothing was changed") from None
+        refused = exc
 
     def add(current: list[NodeSpec]) -> list[NodeSpec]:
         return [
@@ -111,7 +113,7 @@ async def _add_endpoint(router: Router, shard: NodeSpec, body: dict[str, Any]) -
             for n in current
         ]
 
-    return await _reshard(router, add, dry_run)
+    return await _reshard(router, add, dry_run, refused)
 
 
 async def _require_reachable(view: ClusterView, spec: NodeSpec) -> None:
@@ -337,8 +339,12 @@ async def _remove_endpoint(router: Router, node_id: str, url: str, dry_run: bool
     return await _reshard(router, remove, dry_run)
 
 
-async def _reshard(router: Router, change: Change, dry_run: bool) -> web.Response:
-    """Plan (`dry_run`) or start the migration to `change(the current nodes)`."""
+async def _reshard(
+    router: Router, change: Change, dry_run: bool, refused: JoinRefused | None = None
+) -> web.Response:
+    """Plan (`dry_run`) or start the migration to `change(the current nodes)`. A plan
+    says whether applying it now would be refused, and why (`refused`: a node to add
+    that is not up yet still gets its plan)."""
     try:
         new, moves = router.resharder.plan(change(list(router.view.topology.nodes)))
     except ValueError as exc:
@@ -349,6 +355,7 @@ async def _reshard(router: Router, change: Change, dry_run: bool) -> web.Respons
             "moves": moves,
             "shares": new.shares(),
             "partitioner": new.kind,
+            "refused": None if refused is None else _refusal(refused),
         }
         return json_response(body)
     try:
@@ -357,6 +364,11 @@ async def _reshard(router: Router, change: Change, dry_run: bool) -> web.Respons
         hint = " or `shardlimit reshard abort` to return to the previous one"
         raise _blocked(exc, hint) from None
     return json_response(started, status=202)
+
+
+def _refusal(exc: JoinRefused) -> dict[str, Any]:
+    """The problem applying a plan would answer now (as the change itself words it)."""
+    return {"status": exc.status, "type": PROBLEM_TYPE + exc.kind, "detail": str(exc)}
 
 
 def _blocked(exc: MigrationBlocked, abort_hint: str = "") -> Problem:

@@ -250,6 +250,7 @@ async def test_a_node_added_without_an_id_joins_under_the_id_it_was_started_with
                     planned = await resp.json()
                 assert resp.status == 200, planned
                 assert {m["target"] for m in planned["moves"]} == {"edge-7"}, planned
+                assert planned["refused"] is None, planned
                 async with http.post(
                     router + "/v1/cluster/nodes", json={"url": extra_url}, headers=HEADERS
                 ) as resp:

@@ -372,6 +372,12 @@ async def test_reshard_cli_plan_and_status(cluster: Cluster) -> None:
     assert code == 0, err
     plan = json.loads(out)
     assert plan["dry_run"] is True and {m["target"] for m in plan["moves"]} == {"n4"}
+    # The plan says what applying it now would meet: nothing listens there.
+    assert plan["refused"]["status"] == 422, plan
+    assert plan["refused"]["type"].endswith("/node-unreachable"), plan
+    code, out, err = await cli("reshard", "plan", "--add", "http://127.0.0.1:9")
+    assert code == 0, err
+    assert "applied now, this would be refused (422): node n4 at http://127.0.0.1:9" in out
     assert 0.15 < sum(m["fraction"] for m in plan["moves"]) < 0.35
     assert cluster.router.view.topology.epoch == 1  # a plan changes nothing
     code, out, err = await cli("reshard", "status", "--json")

@@ -535,11 +535,13 @@ async def test_nodes_without_the_cluster_certificate_cannot_join(
     assert (after["epoch"], after["migration"]) == (before["epoch"], None)
     assert [n["id"] for n in after["nodes"]] == [n["id"] for n in before["nodes"]]
     assert all(n["state"] == "up" for n in after["nodes"])
-    # A dry run plans without probing (the node may not run yet).
+    # A dry run plans for a node that may not run yet, and says the add would be refused.
     status, plan = await _call(
         http, "POST", nodes_url, {"url": nowhere, "id": "n9", "dry_run": True}, True
     )
     assert status == 200 and plan["dry_run"] is True
+    assert plan["refused"]["type"].endswith("/node-unreachable"), plan
+    assert "ConnectionRefusedError" in plan["refused"]["detail"], plan
 
 
 async def test_a_node_with_the_cluster_certificate_joins_and_keys_move_over_tls(

@@ -302,7 +302,11 @@ def paths() -> dict[str, Any]:
                 },
                 "responses": _responses(
                     {
-                        "200": {"description": "dry_run: the planned moves"},
+                        "200": {
+                            "description": "dry_run: the planned moves, and `refused`: null, "
+                            "or the problem (status, type, detail) adding the node now "
+                            "would answer"
+                        },
                         "202": {"description": "migration started"},
                     },
                     400,
