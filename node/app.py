@@ -46,7 +46,7 @@ def create_app(config: NodeConfig) -> web.Application:
         middlewares=[problem_middleware, redis_boundary(state.redis, state.counters)],
     )
     app[STATE] = state
-    app[CHANNEL] = ChannelServer(state, config.host, config.server_ssl)
+    app[CHANNEL] = ChannelServer(state, config.host, config.server_ssl, config.channel_port)
     app.router.add_post(wire.BATCH_PATH, batch_api.batch)
     app.router.add_post(wire.DECISION_PATH, coordination_api.decide)
     app.router.add_post(wire.DECISIONS_HANDOVER_PATH, coordination_api.hand_over_decisions)

@@ -14,6 +14,11 @@ class NodeConfig:
     redis_url: str
     cluster_token: str | None = None  # what routers and peer nodes must present
     host: str = "127.0.0.1"  # the address the node serves on; its side ports bind there too
+    # The side ports: the hot-path channel (node/edge/channel_server.py) and liveness
+    # (node/health/liveness.py). 0: an ephemeral port; either way the node announces them
+    # to the routers. Fixed ones are for firewalls and NetworkPolicies that list ports.
+    channel_port: int = 0
+    liveness_port: int = 0
     # The listener's context (cluster/web/tls.py), which the liveness and channel ports
     # use too; None: plain TCP.
     server_ssl: ssl.SSLContext | None = None

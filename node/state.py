@@ -45,7 +45,7 @@ class NodeState:
         decision_ttl_ms = config.decision_ttl_ms
         self.node_id = node_id
         # The liveness port speaks what the main listener speaks (node/health/liveness.py).
-        self.liveness = LivenessResponder(config.host, config.server_ssl)
+        self.liveness = LivenessResponder(config.host, config.server_ssl, config.liveness_port)
         self.channel_port = (
             0  # the hot-path channel's port (node/edge/channel_server.py), once open
         )

@@ -80,6 +80,18 @@ def _node_server_args(node: argparse.ArgumentParser) -> None:
     node.add_argument("--host", default="127.0.0.1", help="listen on this address")
     node.add_argument("--port", type=_port, required=True, help="listen on this port")
     node.add_argument(
+        "--channel-port",
+        type=_port,
+        default=0,
+        help="the routers' binary channel's port (default: an ephemeral one, announced)",
+    )
+    node.add_argument(
+        "--liveness-port",
+        type=_port,
+        default=0,
+        help="the liveness probe's port (default: an ephemeral one, announced)",
+    )
+    node.add_argument(
         "--redis",
         required=True,
         help="redis://host:port/db, or redis+sentinel://host:port[,host:port...]/master-name",

@@ -161,11 +161,13 @@ def cmd_node(args: argparse.Namespace) -> int:
                 cluster_token,
                 test_mode=args.test_clock,
                 host=args.host,
+                channel_port=args.channel_port,
+                liveness_port=args.liveness_port,
                 server_ssl=server_ssl,
                 client_ssl=client_ssl,
             )
         )
-    except TlsError as exc:
+    except (TlsError, CannotListenError) as exc:
         return refuse("node", str(exc))
     try:
         run_app(app, args.host, args.port, ssl_context=server_ssl)

@@ -21,6 +21,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from cluster import wire
+from cluster.web.serve import CannotListenError
 from node.batch.runner import MAX_OPS, start_batch
 from node.state import NodeState
 
@@ -168,9 +169,13 @@ class ChannelServer:
     async def start(self) -> int:
         """Listen; the port (an ephemeral one unless given)."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: _Peer(self), self.host, self.port, ssl=self.ssl_context
-        )
+        try:
+            self._server = await loop.create_server(
+                lambda: _Peer(self), self.host, self.port, ssl=self.ssl_context
+            )
+        except OSError as exc:
+            where = f"{self.host}:{self.port}"
+            raise CannotListenError(f"cannot listen on {where} (channel): {exc}") from exc
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
 

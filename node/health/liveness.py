@@ -28,6 +28,8 @@ import ssl
 import threading
 import time
 
+from cluster.web.serve import CannotListenError
+
 __all__ = ["LivenessResponder"]
 
 log = logging.getLogger("shardlimit.node")
@@ -40,8 +42,11 @@ _STALLED = (
 
 
 class LivenessResponder:
-    def __init__(self, host: str, ssl_context: ssl.SSLContext | None = None) -> None:
-        self._socket = socket.create_server((host, 0))
+    def __init__(self, host: str, ssl_context: ssl.SSLContext | None = None, port: int = 0) -> None:
+        try:
+            self._socket = socket.create_server((host, port))
+        except OSError as exc:
+            raise CannotListenError(f"cannot listen on {host}:{port} (liveness): {exc}") from exc
         self._ssl = ssl_context
         self.port: int = self._socket.getsockname()[1]
         self._heartbeat = time.monotonic()

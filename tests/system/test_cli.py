@@ -252,6 +252,20 @@ def test_a_refusal_exits_2_and_a_cluster_failure_1(status: int, code: int) -> No
     assert (str(refused), refused.code) == (f"GET /v1/x: {status} why", code)
 
 
+@pytest.mark.parametrize("side", ["channel", "liveness"])
+def test_a_node_on_a_taken_side_port_says_so_in_one_line(side: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        args = ("--id", "n1", "--port", str(free_port()), "--redis", "redis://127.0.0.1:1/0")
+        done = _run("serve", "node", *args, f"--{side}-port", str(port))
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"shardlimit node: cannot listen on 127.0.0.1:{port} ({side}): ")
+
+
 @pytest.mark.parametrize("service", ["node", "router"])
 def test_serve_on_a_taken_port_says_so_in_one_line(service: str, tmp_path: Path) -> None:
     with socket.socket() as taken:
@@ -282,7 +296,10 @@ def test_serve_on_a_taken_port_says_so_in_one_line(service: str, tmp_path: Path)
 def test_completion_knows_commands_and_options(tmp_path: Path) -> None:
     script = completion_script(build_parser(), "bash")
     assert '"") words="' in script and " serve " in script
-    assert '"serve node") words="--cluster-token-file --help --host --id --json --port' in script
+    assert (
+        '"serve node") words="--channel-port --cluster-token-file --help --host --id --json '
+        "--liveness-port --port"
+    ) in script
     assert '"completion") words="--json bash zsh"' in script
     assert '"node add") words="' in script and "--weight" in script
     done = _run("completion", "bash")
@@ -419,15 +436,33 @@ def test_reshard_and_node_json(live: LocalCluster, tmp_path: Path) -> None:
     assert {(m["source"], m["target"]) for m in plan["moves"]} == {("n2", "n1")}
     redis = RedisProcess(port=free_port(), data_dir=tmp_path / "redis-n3", aof=False)
     port = free_port()
+    channel, liveness = free_port(avoid={port}), free_port(avoid={port})
+    while liveness == channel:
+        liveness = free_port(avoid={port})
     log = tmp_path / "node-n3.log"
-    spare = node_process("n3", port, redis.url, log=log, env=live.env(), extra=("--json",))
+    side_ports = ("--channel-port", str(channel), "--liveness-port", str(liveness))
+    spare = node_process(
+        "n3", port, redis.url, log=log, env=live.env(), extra=("--json", *side_ports)
+    )
     redis.start()
     try:
         with spare:
+            # The side ports given are the ones announced to the routers.
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as got:
+                health = json.loads(got.read())
+            assert (health["channel"], health["live"]) == (channel, liveness)
+            with urllib.request.urlopen(f"http://127.0.0.1:{liveness}/", timeout=10) as got:
+                assert got.read() == b"ok"
             added = _run_json(live, "node", "add", f"http://127.0.0.1:{port}", "--id", "n3")
             assert added["phase"] == "done"
             ids = [n["id"] for n in _run_json(live, "status")["nodes"]]
             assert ids == ["n1", "n2", "n3"]
+            checks = [
+                _http(live, "POST", "/v1/check", {"key": f"fixed:{i}", "limits": "5/minute"})
+                for i in range(40)
+            ]
+            assert all(c["allowed"] and not c["degraded"] for c in checks)
+            assert "n3" in {c["node"] for c in checks}
             removed = _run_json(live, "node", "remove", "n3")
             assert removed["phase"] == "done" and removed["epoch"] > added["epoch"]
             assert [n["id"] for n in _run_json(live, "status")["nodes"]] == ["n1", "n2"]

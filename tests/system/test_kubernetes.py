@@ -505,7 +505,13 @@ def test_node_command_line_ports_and_redis() -> None:
             assert args.id == shard == sts["metadata"]["name"]
             assert (args.host, args.port) == ("0.0.0.0", 7001)
             assert not args.test_clock and args.cluster_token_file is None
-            assert [(p["name"], p["containerPort"]) for p in node["ports"]] == [("http", args.port)]
+            # Fixed side ports, declared (for a NetworkPolicy that lists ports).
+            assert (args.channel_port, args.liveness_port) == (7002, 7003)
+            assert [(p["name"], p["containerPort"]) for p in node["ports"]] == [
+                ("http", args.port),
+                ("channel", args.channel_port),
+                ("liveness", args.liveness_port),
+            ]
             probe_ports = {named_port(node, node[p]["httpGet"]["port"]) for p in PROBES}
             assert probe_ports == {args.port}
             assert [named_port(node, p["targetPort"]) for p in service["spec"]["ports"]] == [
