@@ -14,6 +14,7 @@ __all__ = [
     "LeaseNotFound",
     "MigrationBlocked",
     "NodeUnavailable",
+    "PreconditionFailed",
     "ProtocolError",
     "Reason",
     "ReplayMismatch",
@@ -67,6 +68,10 @@ class RulesConflict(RouterError):
     def __init__(self, current: int) -> None:
         super().__init__(f"the cluster's rules are at version {current}")
         self.current = current
+
+
+class PreconditionFailed(RouterError):
+    """A write's If-Match: * or If-None-Match: * does not hold for the rule it names."""
 
 
 class UnknownRule(RouterError, LookupError):

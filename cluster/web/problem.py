@@ -27,6 +27,7 @@ _TITLES = {
     405: "Method Not Allowed",
     408: "Request Timeout",
     409: "Conflict",
+    412: "Precondition Failed",
     413: "Content Too Large",
     415: "Unsupported Media Type",
     422: "Unprocessable Content",

@@ -19,6 +19,7 @@ from router.errors import (
     AdjustRefused,
     LeaseNotFound,
     NodeUnavailable,
+    PreconditionFailed,
     ReshardError,
     RulesConflict,
     RulesUnavailable,
@@ -55,6 +56,7 @@ def _rules_unavailable(exc: RulesUnavailable) -> Problem:
 PROBLEMS: list[tuple[type[Exception], Callable[[Any], Problem]]] = [
     (NodeUnavailable, _node_unavailable),
     (RulesConflict, _rules_conflict),
+    (PreconditionFailed, lambda exc: Problem(412, "precondition-failed", str(exc))),
     (RulesUnavailable, _rules_unavailable),
     (UnknownRule, lambda exc: Problem(404, "unknown-rule", f"no rule named '{exc}'{exc.hint}")),
     (AdjustRefused, _adjust_refused),

@@ -43,6 +43,7 @@ log = logging.getLogger("shardlimit.rules")
 
 # A rules change: the cluster's current rules in, the rules to store out.
 RulesChange = Callable[[dict[str, Rule]], dict[str, Rule]]
+VersionHolds = Callable[[int], bool]  # the cluster's rules version -> the write may go on
 
 LEASE_TTL_MS = 10_000
 LEASE_PATIENCE_S = 5.0  # how long a write waits for another router's write to finish
@@ -123,23 +124,24 @@ class ClusterRules:
             self.pending = None
             self.book.accepted()
 
-    async def publish(self, change: RulesChange, expected: int | None) -> int:
+    async def publish(self, change: RulesChange, holds: VersionHolds | None) -> int:
         """Apply `change` to the cluster's current rules, under the rules lease, and store
         the result as the next version on a majority: that version (the current one
         when nothing changed). `change` sees the newest rules a majority holds, never a
-        local copy, so writes through different routers do not lose each other. Raises
+        local copy, so writes through different routers do not lose each other. `holds`:
+        whether the writer's condition on the version read holds (If-Match). Raises
         RulesConflict, RulesUnavailable, and whatever `change` raises."""
         async with self._publishing:
-            return await self._publish(change, expected)
+            return await self._publish(change, holds)
 
-    async def _publish(self, change: RulesChange, expected: int | None) -> int:
+    async def _publish(self, change: RulesChange, holds: VersionHolds | None) -> int:
         await self._acquire()
         try:
             read = await self._read()
             if read is None:
                 raise RulesUnavailable("no majority of the nodes answered")
             current = read.version
-            if expected is not None and expected != current:
+            if holds is not None and not holds(current):
                 raise RulesConflict(current)
             try:
                 current_rules = parse_document(read.doc)

@@ -5,10 +5,12 @@ delete rules lists them and refuses unless `--prune`, or asks y/N on a terminal.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import pty
 import sys
 from pathlib import Path
+from typing import Any
 
 from tests.conftest import ADMIN, Cluster, eventually
 
@@ -209,3 +211,46 @@ async def test_rule_writes_at_once_through_one_router_lose_nothing(cluster: Clus
     statuses = await asyncio.gather(*(put("at-once-0", condition, 6 + i) for i in range(4)))
     assert sorted(statuses) == [200, 409, 409, 409]
     assert (await _rules(cluster))[0] == version + 1
+
+
+async def test_preconditions_on_rule_writes(cluster: Cluster) -> None:
+    """If-Match: * writes only a rule that exists, If-None-Match: * only a new one (412
+    otherwise, and nothing changes); If-Match may list versions, any one of which will do."""
+    headers = {"Authorization": f"Bearer {ADMIN}"}
+
+    async def write(method: str, name: str, extra: dict[str, str], limit: int = 5) -> Any:
+        url = f"{cluster.router_url}/v1/rules/{name}"
+        sent = {"limits": [{"algorithm": "fixed_window", "limit": limit, "window": "1m"}]}
+        async with cluster.http.request(
+            method, url, json=sent if method == "PUT" else None, headers={**headers, **extra}
+        ) as resp:
+            raw = await resp.read()
+            return resp.status, json.loads(raw) if raw else None
+
+    version, _ = await _rules(cluster)
+    status, problem = await write("PUT", "cond-new", {"If-Match": "*"})
+    assert (status, problem["type"].rsplit("/", 1)[1]) == (412, "precondition-failed"), problem
+    assert "no rule named 'cond-new'" in problem["detail"]
+    assert (await write("DELETE", "cond-new", {"If-Match": "*"}))[0] == 412
+    assert (await _rules(cluster))[0] == version  # nothing written
+    assert (await write("PUT", "cond-new", {"If-None-Match": "*"}))[0] == 201
+    status, problem = await write("PUT", "cond-new", {"If-None-Match": "*"}, 6)
+    assert status == 412 and "rule 'cond-new' exists" in problem["detail"], problem
+    assert (await write("PUT", "cond-new", {"If-Match": "*"}, 7))[0] == 200
+    version, _ = await _rules(cluster)
+    listed = {"If-Match": f'"{version - 1}", W/"{version}" ,"{version + 5}"'}
+    assert (await write("PUT", "cond-new", listed, 8))[0] == 200
+    stale = {"If-Match": f'"{version - 1}", "{version}"'}
+    assert (await write("PUT", "cond-new", stale, 9))[0] == 409
+    assert (await write("PUT", "cond-new", {"If-None-Match": f'"{version + 1}"'}, 9))[0] == 409
+    assert (await write("DELETE", "cond-new", {"If-Match": "*"}))[0] == 204
+    for bad in ("**", '"1",', '*, "1"', "x"):
+        status, problem = await write("PUT", "cond-new", {"If-None-Match": bad})
+        assert status == 400 and "If-None-Match" in problem["detail"], (bad, problem)
+    async with cluster.http.put(
+        f"{cluster.router_url}/v1/rules",
+        json={"rules": {}},
+        headers={**headers, "If-None-Match": "*"},
+    ) as resp:
+        assert resp.status == 412, await resp.text()
+    assert (await _rules(cluster))[0] == version + 2  # the listed write and the delete

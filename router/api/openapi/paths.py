@@ -66,9 +66,18 @@ def paths() -> dict[str, Any]:
         "name": "If-Match",
         "in": "header",
         "required": False,
-        "description": "the rules version the write is based on (the ETag of GET /v1/rules); "
-        "409 when the cluster's rules are at another version",
-        "schema": {"type": "string", "pattern": f"^{IF_MATCH.pattern}$"},
+        "description": "the rules versions the write may be based on (the ETag of GET "
+        "/v1/rules), 409 when the cluster's rules are at another; or *: the rule written "
+        "must exist, 412 when it does not",
+        "schema": {"type": "string", "pattern": f"^(?:{IF_MATCH.pattern})$"},
+    }
+    if_none_match = {
+        "name": "If-None-Match",
+        "in": "header",
+        "required": False,
+        "description": "*: the rule written must not exist yet (create only), 412 when it "
+        "does; or rules versions the write may not be based on, 409 when it is",
+        "schema": {"type": "string", "pattern": f"^(?:{IF_MATCH.pattern})$"},
     }
     # router/api/ring_view.py: ring mode fills points/vnodes, slots mode slots/ranges
     ring_layout = {
@@ -260,9 +269,11 @@ def paths() -> dict[str, Any]:
             "put": {
                 "summary": "Replace every rule at once (admin; `shardlimit rules apply`)",
                 "security": admin,
-                "parameters": [if_match],
+                "parameters": [if_match, if_none_match],
                 "requestBody": _json_body("RuleDocument"),
-                "responses": _responses(_json_ok("RuleList", "stored"), 400, 401, 409, 413, 503),
+                "responses": _responses(
+                    _json_ok("RuleList", "stored"), 400, 401, 409, 412, 413, 503
+                ),
             },
         },
         "/v1/rules/{name}": {
@@ -271,13 +282,14 @@ def paths() -> dict[str, Any]:
             "put": {
                 "summary": "Create or replace a rule (admin)",
                 "security": admin,
-                "parameters": [if_match],
+                "parameters": [if_match, if_none_match],
                 "requestBody": _json_body("Rule"),
                 "responses": _responses(
                     {**_json_ok("Rule", "replaced"), **_json_ok("Rule", "created", "201")},
                     400,
                     401,
                     409,
+                    412,
                     413,
                     503,
                 ),
@@ -285,9 +297,9 @@ def paths() -> dict[str, Any]:
             "delete": {
                 "summary": "Delete a rule (admin)",
                 "security": admin,
-                "parameters": [if_match],
+                "parameters": [if_match, if_none_match],
                 "responses": _responses(
-                    {"204": {"description": "deleted"}}, 400, 401, 404, 409, 503
+                    {"204": {"description": "deleted"}}, 400, 401, 404, 409, 412, 503
                 ),
             },
         },
