@@ -63,7 +63,13 @@ def check_keys(doc: dict[Any, Any], path: str, problems: Problems) -> None:
         elif isinstance(value, dict):
             check_keys(value, here, problems)
         elif value is not None and not isinstance(value, str | int):  # bool is an int
-            problems.add(here, "error checking config")
+            # Upstream's message, then what it leaves the reader to guess.
+            kind = "a float" if isinstance(value, float) else f"of type {type(value).__name__}"
+            problems.add(
+                here,
+                f"error checking config: {value!r} is {kind}; a value here must be a "
+                "string, an integer or a boolean",
+            )
 
 
 def text(data: dict[str, Any], field: str, path: str, problems: Problems) -> str:

@@ -55,7 +55,8 @@ BAD_DESCRIPTORS = [
     ),
     (
         HEAD + "    rate_limit: {unit: second, requests_per_unit: 1.5}\n",
-        ": documents[0].descriptors[0].rate_limit.requests_per_unit: error checking config",
+        ": documents[0].descriptors[0].rate_limit.requests_per_unit: error checking config: "
+        "1.5 is a float; a value here must be a string, an integer or a boolean",
     ),
     ("domain: [web\n", ":2:1: not YAML: expected ',' or ']', but got '<stream end>'"),
 ]

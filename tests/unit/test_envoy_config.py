@@ -59,7 +59,8 @@ def test_more_refusals_from_config_impl() -> None:
             "but found key 'k_v'"
         ),
         "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1.5}\n": (
-            "error checking config"
+            "error checking config: 1.5 is a float; a value here must be a string, an "
+            "integer or a boolean"
         ),
         "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: -1}\n": (
             "must be an integer from 0 to 4294967295"
