@@ -158,6 +158,15 @@ async def _body_in_time(request: web.Request) -> bool:
     return True
 
 
+# The app's client_max_size, for problem_middleware to refuse a body declared larger
+# before waiting for it.
+BODY_LIMIT = web.AppKey("body_limit", int)
+
+
+def _too_large(limit: int) -> web.Response:
+    return problem(413, "body-too-large", f"request body exceeds {limit // 1024 // 1024} MiB")
+
+
 @web.middleware
 async def problem_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
     """Every error leaves as problem+json; nothing escapes as an HTML page or a bare 500."""
@@ -167,6 +176,12 @@ async def problem_middleware(request: web.Request, handler: Any) -> web.StreamRe
     refused = unsupported_coding(request)
     if refused is not None:
         return refused.response()
+    limit = request.app.get(BODY_LIMIT, 1024 * 1024)
+    declared = request.content_length
+    if declared is not None and declared > limit:
+        answer = _too_large(limit)
+        answer.force_close()  # the body is never read
+        return answer
     try:
         if request.body_exists and not await _body_in_time(request):
             late = f"the request body did not arrive whole in {BODY_WAIT_S:g} s"
@@ -178,7 +193,7 @@ async def problem_middleware(request: web.Request, handler: Any) -> web.StreamRe
     except Problem as exc:
         return exc.response()
     except web.HTTPRequestEntityTooLarge:
-        return problem(413, "body-too-large", "request body exceeds 1 MiB")
+        return _too_large(limit)
     except web.RequestPayloadError as exc:  # e.g. Content-Encoding: gzip on a body that is not
         cause = exc.__cause__
         reason = cause.message if isinstance(cause, HttpProcessingError) else str(exc)

@@ -58,6 +58,7 @@ from cluster.wire.batch import (
 from cluster.wire.channel import (
     FRAME_HEADER,
     MAX_FRAME_BYTES,
+    MAX_HELLO_BYTES,
     ChannelIn,
     ChannelOut,
     FrameBuffer,
@@ -131,6 +132,7 @@ __all__ = [
     "LEASE_PATH",
     "MAX_EXPORT_KEYS",
     "MAX_FRAME_BYTES",
+    "MAX_HELLO_BYTES",
     "METRICS_PATH",
     "MIGRATE_PATH",
     "MIGRATION_CLEANUP_PATH",

@@ -14,6 +14,9 @@ from cluster.wire.codec import decoded, encoder
 
 FRAME_HEADER: Final = struct.Struct(">I")  # the length of the msgpack body that follows
 MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
+# The first frame of a connection, its Hello, before the token in it is checked: what an
+# unauthenticated client can make a node hold.
+MAX_HELLO_BYTES: Final = 64 * 1024
 
 
 class Hello(msgspec.Struct, array_like=True, frozen=True, tag="hello"):
@@ -83,26 +86,31 @@ def decode_channel_out(body: bytes | memoryview) -> ChannelOut:
 class FrameBuffer:
     """Bytes from a stream in, complete frame bodies out."""
 
-    __slots__ = ("_data",)
+    __slots__ = ("_data", "_max_bytes", "_most")
 
-    def __init__(self) -> None:
+    def __init__(self, max_bytes: int = MAX_FRAME_BYTES, first_max_bytes: int = 0) -> None:
         self._data = bytearray()
+        self._max_bytes = max_bytes  # the longest frame body taken
+        self._most = first_max_bytes or max_bytes  # the same for the next frame
 
     def feed(self, data: bytes) -> list[bytes]:
         """The bodies of the frames completed by `data`, in order. Raises ValueError
-        for a frame longer than MAX_FRAME_BYTES (the stream cannot be trusted after)."""
+        for a frame longer than `max_bytes` (`first_max_bytes` for the first frame): the
+        stream cannot be trusted after."""
         buffer = self._data
         buffer += data
         bodies: list[bytes] = []
-        at, size = 0, len(buffer)
+        at, size, most = 0, len(buffer), self._most
         while size - at >= 4:
             (length,) = FRAME_HEADER.unpack_from(buffer, at)
-            if length > MAX_FRAME_BYTES:
-                raise ValueError(f"frame of {length} bytes (at most {MAX_FRAME_BYTES})")
+            if length > most:
+                raise ValueError(f"frame of {length} bytes (at most {most})")
             end = at + 4 + length
             if end > size:
                 break
             bodies.append(bytes(buffer[at + 4 : end]))
             at = end
+            most = self._max_bytes
+        self._most = most
         del buffer[:at]
         return bodies

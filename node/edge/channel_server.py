@@ -31,6 +31,9 @@ log = logging.getLogger("shardlimit.node")
 # Batches running for one connection before this node stops reading from it (the
 # router bounds its own in-flight batches far below; this guards against any other).
 MAX_RUNNING = 256
+# How long a connection may take to send its Hello (a router sends it at once); a
+# connection that has not by then is closed, so that no unauthenticated one stays open.
+HELLO_WAIT_S = 10.0
 
 
 def _token_matches(given: str | None, expected: str | None) -> bool:
@@ -46,20 +49,30 @@ class _Peer(asyncio.Protocol):
         self.server = server
         self.state = server.state
         self.transport: asyncio.Transport | None = None
-        self.frames = wire.FrameBuffer()
+        # What a client without the token can make this node hold: one Hello-sized frame.
+        self.frames = wire.FrameBuffer(first_max_bytes=wire.MAX_HELLO_BYTES)
         self.welcomed = False
         self.running = 0  # batches started and not answered
         self.paused = False
+        self.hello_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses; same interface.
         self.transport = cast(asyncio.Transport, transport)
         self.server.peers.add(self)
+        loop = asyncio.get_running_loop()
+        self.hello_timer = loop.call_later(HELLO_WAIT_S, self._no_hello)
+
+    def _no_hello(self) -> None:
+        if not self.welcomed:
+            self._refuse(f"no hello within {HELLO_WAIT_S:g} s")
 
     def connection_lost(self, exc: Exception | None) -> None:
         # Batches already running finish (Redis applies them either way); their
         # replies have nowhere to go, and the router takes such checks back.
         self.server.peers.discard(self)
+        if self.hello_timer is not None:
+            self.hello_timer.cancel()
 
     def _write(self, message: wire.ChannelOut) -> None:
         if self.transport is not None and not self.transport.is_closing():
@@ -100,6 +113,8 @@ class _Peer(asyncio.Protocol):
                     self._refuse("cluster token required")
                     return
                 self.welcomed = True
+                if self.hello_timer is not None:
+                    self.hello_timer.cancel()
                 state = self.state
                 self._write(wire.Welcome(state.node_id, state.epoch, state.liveness.port))
             else:

@@ -39,11 +39,13 @@ from node.store.replies import (
 from node.store.resp import RespPipe
 from node.store.script_calls import (
     CHECK,
+    LOG_UNITS_PER_CALL,
     NO_FENCE,
     Plan,
     ScriptCall,
     ScriptCalls,
     evalsha_commands,
+    split_by_log_units,
 )
 from node.store.scripts import ScriptBook
 from node.store.store_op import StoreOp
@@ -215,17 +217,29 @@ class CounterStore:
         now_ms = self._estimated_now_ms()
         batched: list[int] = []
         others: list[int] = []
+        cost = 0  # of the batched ops: a bound on the sliding_log entries they may add
         for i, op in enumerate(ops):
             kind = op.kind
-            (batched if kind is CHECK or kind in BATCHED_KINDS else others).append(i)
+            if kind is CHECK or kind in BATCHED_KINDS:
+                batched.append(i)
+                cost += op.cost
+            else:
+                others.append(i)
         calls = self.calls
         planned = (
             [calls.by_kind[ops[i].kind](ops[i], now_ms, epoch) for i in others] if others else []
         )
-        if batched:
-            inline = ops if not others else [ops[i] for i in batched]
-            planned.insert(0, calls.batch_call(inline, now_ms, deadline_ms, epoch))
-        return Plan(ops, deadline_ms, epoch, batched, others, planned)
+        groups = [batched] if batched else []
+        if cost > LOG_UNITS_PER_CALL:  # else no split is needed
+            groups = split_by_log_units(ops, batched)
+        if len(groups) == 1 and not others:
+            planned = [calls.batch_call(ops, now_ms, deadline_ms, epoch)]
+        elif groups:
+            planned[:0] = [
+                calls.batch_call([ops[i] for i in group], now_ms, deadline_ms, epoch)
+                for group in groups
+            ]
+        return Plan(ops, deadline_ms, epoch, groups, others, planned)
 
     def send_now(self, plan: Plan, replied: Callable[[list[Any] | Exception], None]) -> bool:
         """The plan's pipeline written at once, without a task; `replied` gets the raw

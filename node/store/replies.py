@@ -54,19 +54,17 @@ _ROW = 8
 def assemble(plan: Plan, replies: list[Any]) -> list[Any]:
     """The raw result of each of the plan's ops, in their order; an error (an exception
     object) of batch.lua stands for each of its ops."""
-    if not plan.others:  # the common case: one batch.lua call
+    if not plan.others and len(plan.batched) == 1:  # the common case: one batch.lua call
         batch = replies[0]
         if isinstance(batch, Exception) or fenced_epoch(batch):
             return [batch] * len(plan.ops)
         return list(batch)
     results: list[Any] = [None] * len(plan.ops)
-    at = 0
-    if plan.batched:
-        reply = replies[0]
+    for group, reply in zip(plan.batched, replies, strict=False):
         whole = isinstance(reply, Exception) or fenced_epoch(reply) > 0
-        at = 1
-        for position, i in enumerate(plan.batched):
+        for position, i in enumerate(group):
             results[i] = reply if whole else reply[position]
+    at = len(plan.batched)
     for i, reply in zip(plan.others, replies[at:], strict=True):
         results[i] = reply
     return results

@@ -42,14 +42,43 @@ NO_FENCE: Final = 2**53 - 1  # an epoch no fence is newer than (Lua's numbers ho
 
 class Plan(NamedTuple):
     """A batch's script calls: checks, renewals and releases (`batched`, indexes in ops)
-    go in the first call, each other op in one call after."""
+    go in the first calls (one per group, most often one), each other op in one call
+    after."""
 
     ops: Sequence[StoreOp]
     deadline_ms: int
     epoch: int  # the topology epoch the ops were placed by (the shard's fence)
-    batched: list[int]
+    batched: list[list[int]]
     others: list[int]
     calls: list[ScriptCall]
+
+
+# The sliding_log entries one batch.lua call may add. Such a limit keeps a sorted-set
+# member per unit admitted, so a call's work grows with its checks' costs; past this
+# many, a batch's checks are split over several calls, and Redis serves other clients
+# between them (and each call past the batch's deadline applies nothing).
+LOG_UNITS_PER_CALL = 20_000
+
+
+def log_units(op: StoreOp) -> int:
+    """The sliding_log entries `op` may add: its cost, when one of its limits keeps a log."""
+    return op.cost if any(spec.algorithm == "sliding_log" for spec in op.limits) else 0
+
+
+def split_by_log_units(ops: Sequence[StoreOp], batched: list[int]) -> list[list[int]]:
+    """`batched` in groups adding at most LOG_UNITS_PER_CALL sliding_log entries each (a
+    single op over it alone), in order."""
+    groups: list[list[int]] = [[]]
+    units = 0
+    for i in batched:
+        op = ops[i]
+        weight = log_units(op) if op.cost > 1 else 0
+        if units + weight > LOG_UNITS_PER_CALL and groups[-1]:
+            groups.append([])
+            units = 0
+        groups[-1].append(i)
+        units += weight
+    return groups
 
 
 def evalsha_commands(calls: list[ScriptCall]) -> list[tuple[Any, ...]]:

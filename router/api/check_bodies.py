@@ -15,9 +15,10 @@ from typing import Any
 import msgspec
 
 from cluster import wire
-from cluster.model.errors import Problems
+from cluster.model.errors import FieldError, Problems
+from cluster.model.limits import MAX_SLIDING_LOG
 from cluster.web import exact_json
-from cluster.web.problem import Problem
+from cluster.web.problem import Problem, invalid
 from router.requests import (
     MAX_BATCH,
     NO_AMOUNT,
@@ -68,8 +69,10 @@ def _raw(value: msgspec.Raw, absent: Any) -> Any:
 
 
 # Inline limits repeat byte for byte from check to check: each distinct text of
-# `limits` and `on_failure` is parsed and validated once.
+# `limits` and `on_failure` is parsed and validated once. Only short texts are kept: one
+# padded with a megabyte of spaces would otherwise keep that megabyte, per variant.
 _INLINE_MAX = 4096
+_INLINE_TEXT_MAX = 2048
 _inline: dict[bytes, Rule] = {}
 
 
@@ -86,7 +89,7 @@ def _rule(body: _Check, rules: RuleBook, problems: Problems) -> Rule | None:
         on_failure, durability = _raw(body.on_failure, None), _raw(body.durability, None)
         inline = exact_json.loads(limits)
         rule = rule_of(None, inline, on_failure, "", rules, problems, durability)
-        if rule is not None and not problems.errors:
+        if rule is not None and not problems.errors and len(text) <= _INLINE_TEXT_MAX:
             if len(_inline) >= _INLINE_MAX:
                 _inline.clear()
             _inline[text] = rule
@@ -116,6 +119,24 @@ def decode_check(raw: bytes, rules: RuleBook) -> CheckRequest:
 
 def decode_check_batch(raw: bytes, rules: RuleBook) -> tuple[list[CheckRequest], bool]:
     """A `/v1/check/batch` body: (checks, all_or_nothing). Raises as decode_check."""
+    checks, all_or_nothing = _decode_batch(raw, rules)
+    if sum(check.cost for check in checks) > MAX_SLIDING_LOG:  # else the entries fit
+        entries = sum(check.cost for check in checks if _keeps_a_log(check.rule))
+        if entries > MAX_SLIDING_LOG:
+            message = (
+                f"the checks on sliding_log limits add up to a cost of {entries}: at most "
+                f"{MAX_SLIDING_LOG} in one batch, as in one check (such a limit keeps an "
+                "entry per unit; sliding_window counts any cost in constant space)"
+            )
+            raise invalid([FieldError("checks", message)])
+    return checks, all_or_nothing
+
+
+def _keeps_a_log(rule: Rule) -> bool:
+    return any(spec.algorithm == "sliding_log" for spec in rule.limits)
+
+
+def _decode_batch(raw: bytes, rules: RuleBook) -> tuple[list[CheckRequest], bool]:
     try:
         body = _BATCH_DECODER.decode(raw)
     except wire.DECODE_ERRORS:

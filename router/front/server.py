@@ -67,6 +67,7 @@ _ENDPOINTS: dict[bytes, tuple[str, Endpoint]] = {
 # aiohttp: these headers, a Transfer-Encoding other than chunked, a duplicate of a
 # header aiohttp takes once (web_protocol/_http_parser), or headers near its limits.
 _AIOHTTP_HEADERS = frozenset((b"expect", b"upgrade", b"content-encoding", b"sec-websocket-key1"))
+_LONG_LENGTH = len(str(MAX_BODY))  # digits of a Content-Length that may be over MAX_BODY
 _SINGLETONS = frozenset(
     b"content-length content-location content-range content-type etag host max-forwards "
     b"server transfer-encoding user-agent".split()
@@ -285,8 +286,11 @@ class FrontConnection(asyncio.Protocol):
         name = name.lower()
         seen = self.seen
         if name in _SINGLETONS:
-            if name in seen or (
-                name == b"transfer-encoding" and value.strip().lower() != b"chunked"
+            if (
+                name in seen
+                or (name == b"transfer-encoding" and value.strip().lower() != b"chunked")
+                # a body declared too large: aiohttp answers the 413 without waiting for it
+                or (name == b"content-length" and len(value) >= _LONG_LENGTH)
             ):
                 self.for_aiohttp = True
             seen.add(name)

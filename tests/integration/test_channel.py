@@ -143,6 +143,51 @@ async def test_an_oversized_frame_is_refused(cluster: Cluster) -> None:
     assert isinstance(wire.decode_channel_out(refused), wire.Refused)
 
 
+async def test_before_its_hello_a_connection_may_send_no_large_frame(cluster: Cluster) -> None:
+    """What a client without the token can make a node hold: one Hello-sized frame. Once
+    welcomed, the connection takes frames of any size up to MAX_FRAME_BYTES."""
+    port = await channel_port(cluster, "n1")
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(wire.FRAME_HEADER.pack(wire.MAX_HELLO_BYTES + 1))
+    data = await reader.read()  # until the node closes
+    writer.close()
+    [refused] = wire.FrameBuffer().feed(data)
+    assert wire.decode_channel_out(refused) == wire.Refused(
+        f"frame of {wire.MAX_HELLO_BYTES + 1} bytes (at most {wire.MAX_HELLO_BYTES})"
+    )
+    ops = [check_op(f"big:{i}") for i in range(2000)]
+    request = wire.Request(7, int(time.time() * 1000) + 5000, ops)
+    assert len(wire.frame(request)) > wire.MAX_HELLO_BYTES
+    welcome, reply = await exchange(port, wire.Hello(CLUSTER), request)
+    assert isinstance(welcome, wire.Welcome)
+    assert isinstance(reply, wire.Reply) and (reply.id, reply.status) == (7, 200), reply
+
+
+async def test_a_connection_without_a_hello_is_closed(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from node.edge import channel_server
+
+    monkeypatch.setattr(channel_server, "HELLO_WAIT_S", 0.3)
+    port = await channel_port(cluster, "n1")
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    async with asyncio.timeout(10):
+        data = await reader.read()  # until the node closes
+    writer.close()
+    [refused] = wire.FrameBuffer().feed(data)
+    assert wire.decode_channel_out(refused) == wire.Refused("no hello within 0.3 s")
+    # A router's connection, welcomed, stays open past that.
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(wire.frame(wire.Hello(CLUSTER)))
+    buffer = wire.FrameBuffer()
+    [welcome] = buffer.feed(await reader.read(65536))
+    assert isinstance(wire.decode_channel_out(welcome), wire.Welcome)
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(1.0):
+            await reader.read(1)
+    writer.close()
+
+
 async def test_a_hello_whose_token_is_not_utf8_is_refused(cluster: Cluster) -> None:
     """msgpack of a Hello whose token string holds a byte UTF-8 cannot start with."""
     port = await channel_port(cluster, "n1")

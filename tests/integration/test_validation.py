@@ -253,6 +253,37 @@ async def test_body_over_1_mib_is_refused(cluster: Cluster) -> None:
     assert status == 413 and ctype == "application/problem+json" and body["status"] == 413
 
 
+@pytest.mark.parametrize(
+    ("where", "method", "path", "limit"),
+    [
+        ("router", "POST", "/v1/check", "1 MiB"),
+        ("router", "PUT", "/v1/rules", "1 MiB"),
+        ("n1", "POST", "/node/v1/batch", "16 MiB"),
+    ],
+)
+async def test_a_body_declared_too_large_is_refused_before_it_is_sent(
+    cluster: Cluster, where: str, method: str, path: str, limit: str
+) -> None:
+    """413 at once, without waiting for a body that would be refused (the connection is
+    then closed: aiohttp first reads what comes of the body for a while, so that the
+    client sees the answer rather than a reset)."""
+    base = URL(cluster.router_url if where == "router" else cluster.node_urls[where])
+    assert base.port is not None
+    reader, writer = await asyncio.open_connection("127.0.0.1", base.port)
+    declared = 64 * 1024 * 1024
+    writer.write(f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {declared}\r\n".encode())
+    writer.write(b"Content-Type: application/json\r\n\r\n{}")
+    async with asyncio.timeout(5):  # the body would take 75 s to be given up on
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        body = await reader.readexactly(length)
+    writer.close()
+    assert head.startswith(b"HTTP/1.1 413 ") and b"connection: close" in head.lower(), head
+    problem = orjson.loads(body)
+    assert problem["type"].endswith("/body-too-large"), problem
+    assert problem["detail"] == f"request body exceeds {limit}", problem
+
+
 async def test_batch_limits(cluster: Cluster) -> None:
     check = {"key": "b", "rule": "basic", "cost": 0}
     status, body = await cluster.post("/v1/check/batch", {"checks": [check] * 1001})
@@ -414,3 +445,26 @@ async def test_a_rule_named_dot_or_dot_dot_is_refused(cluster: Cluster) -> None:
             problem = await resp.json(content_type=None)
         assert resp.status == 400, problem
         assert "(not . or ..)" in problem["detail"], problem
+
+
+async def test_a_batch_whose_log_entries_add_up_past_one_checks_is_refused(
+    cluster: Cluster,
+) -> None:
+    """A sliding_log limit keeps an entry per unit admitted: a batch may add as many as one
+    check may (10,000), so that one request cannot hold every node's Redis for seconds."""
+    log = [{"algorithm": "sliding_log", "limit": 10_000, "window": "1h"}]
+    window = [{"algorithm": "fixed_window", "limit": 10_000, "window": "1h"}]
+
+    def batch(cost: int, limits: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"checks": [{"key": f"units:{i}", "limits": limits, "cost": cost} for i in range(2)]}
+
+    status, body = await cluster.post("/v1/check/batch", batch(5_001, log))
+    assert_problem(status, body, 400, "checks")
+    assert "add up to a cost of 10002" in body["detail"], body
+    # Nothing was consumed: the same keys then take 5,000 each.
+    status, body = await cluster.post("/v1/check/batch", batch(5_000, log))
+    assert status == 200 and [r["allowed"] for r in body["results"]] == [True, True], body
+    assert [r["limits"][0]["remaining"] for r in body["results"]] == [5_000, 5_000]
+    # Costs on counters that keep no log are not bound by it.
+    status, body = await cluster.post("/v1/check/batch", batch(9_000, window))
+    assert status == 200 and body["allowed"] is True, body

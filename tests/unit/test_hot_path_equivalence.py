@@ -101,3 +101,19 @@ def test_common_batches_decode_as_the_full_parser_parses(tmp_path: Path) -> None
         full = parse_check_batch(orjson.loads(text), book, problems)
         assert not problems.errors and full[0]
         assert decode_check_batch(text.encode(), book) == full
+
+
+def test_inline_limits_padded_to_a_large_text_are_read_but_not_kept(tmp_path: Path) -> None:
+    """The inline-limits cache keeps short texts only: a client padding its limits with a
+    megabyte of spaces, differently each time, would otherwise make the router keep it."""
+    from router.api import check_bodies
+
+    rules = RuleBook(tmp_path / "rules.yaml")
+    limit = b'{"algorithm":"fixed_window","limit":10,"window":"1m"}'
+    kept = len(check_bodies._inline)
+    for pad in range(1, 4):
+        body = b'{"key":"k","limits":[' + limit + b" " * (100_000 + pad) + b"]}"
+        assert decode_check(body, rules).rule.limits[0].limit == 10
+    assert len(check_bodies._inline) == kept
+    decode_check(b'{"key":"k","limits":[' + limit + b"  ]}", rules)  # a text not seen yet
+    assert len(check_bodies._inline) == kept + 1
