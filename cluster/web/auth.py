@@ -21,7 +21,8 @@ def bearer_check(header: str | None, expected: str | None) -> str:
     constant time)."""
     if expected is None:
         return "ok"
-    given = header[7:].strip() if header and header.startswith("Bearer ") else ""
+    # The scheme is case-insensitive (RFC 9110, 11.1): "bearer" is Bearer.
+    given = header[7:].strip() if header and header[:7].lower() == "bearer " else ""
     if not given:
         return "missing"
     # A header's bytes that are not UTF-8 reach here as surrogates: kept, never equal.

@@ -146,7 +146,7 @@ class AllOrNothing:
             try:
                 await self.view.execute(request.key, op)
             except NodeUnavailable as exc:
-                log.warning("commit of %s left to its node's sweeper: %s", request.key, exc)
+                log.warning("commit of %r left to its node's sweeper: %s", request.key, exc)
 
         await asyncio.gather(*(commit(r, b) for r, b in zip(requests, results, strict=True)))
 
@@ -166,7 +166,7 @@ class AllOrNothing:
                     if refunded.status == wire.RefundStatus.REFUNDED:
                         _restore(request, body, refunded.given)
                 except NodeUnavailable as exc:
-                    log.error("rollback of %s failed: %s", request.key, exc)
+                    log.error("rollback of %r failed: %s", request.key, exc)
                     body.rollback_failed = True
             if body.allowed:
                 body.allowed = False

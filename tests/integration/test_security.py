@@ -106,3 +106,21 @@ async def test_limits_per_rule_are_capped(cluster: Cluster) -> None:
     assert [e["field"] for e in problem["errors"]] == ["body.limits"]
     status, _ = await cluster.check({"key": "k", "limits": many[:MAX_LIMITS_PER_RULE]})
     assert status == 200
+
+
+async def test_the_bearer_scheme_is_case_insensitive(cluster: Cluster) -> None:
+    """RFC 9110, 11.1: a client that spells the scheme "bearer" is not refused for it."""
+    body = {"limits": [{"algorithm": "fixed_window", "limit": 5, "window": "1m"}]}
+    for scheme in ("bearer", "BEARER", "Bearer"):
+        async with cluster.http.put(
+            cluster.router_url + "/v1/rules/scheme-case",
+            json=body,
+            headers={"Authorization": f"{scheme} {ADMIN}"},
+        ) as resp:
+            assert resp.status in (200, 201), (scheme, await resp.text())
+    async with cluster.http.put(
+        cluster.router_url + "/v1/rules/scheme-case",
+        json=body,
+        headers={"Authorization": f"Basic {ADMIN}"},
+    ) as resp:
+        assert resp.status == 401
