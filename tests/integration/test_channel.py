@@ -133,28 +133,31 @@ async def test_ops_placed_by_another_layout_are_placed_again_by_the_node(
         assert status == 200 and body["limits"][0]["remaining"] == left
 
 
-async def test_an_oversized_frame_is_refused(cluster: Cluster) -> None:
-    port = await channel_port(cluster, "n1")
+async def refusal_of_a_frame(port: int, length: int, *first: Any) -> Any:
+    """What the node answers to `first` frames then the header of a frame of `length`
+    bytes, before it closes the connection (the Welcome to a Hello left out)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(wire.FRAME_HEADER.pack(wire.MAX_FRAME_BYTES + 1))
+    writer.write(b"".join(wire.frame(f) for f in first) + wire.FRAME_HEADER.pack(length))
     data = await reader.read()  # until the node closes
     writer.close()
-    [refused] = wire.FrameBuffer().feed(data)
-    assert isinstance(wire.decode_channel_out(refused), wire.Refused)
+    answers = [wire.decode_channel_out(body) for body in wire.FrameBuffer().feed(data)]
+    return answers[-1]
+
+
+async def test_an_oversized_frame_is_refused(cluster: Cluster) -> None:
+    port = await channel_port(cluster, "n1")
+    most = wire.MAX_FRAME_BYTES
+    refused = await refusal_of_a_frame(port, most + 1, wire.Hello(CLUSTER))
+    assert refused == wire.Refused(f"frame of {most + 1} bytes (at most {most})")
 
 
 async def test_before_its_hello_a_connection_may_send_no_large_frame(cluster: Cluster) -> None:
     """What a client without the token can make a node hold: one Hello-sized frame. Once
     welcomed, the connection takes frames of any size up to MAX_FRAME_BYTES."""
     port = await channel_port(cluster, "n1")
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(wire.FRAME_HEADER.pack(wire.MAX_HELLO_BYTES + 1))
-    data = await reader.read()  # until the node closes
-    writer.close()
-    [refused] = wire.FrameBuffer().feed(data)
-    assert wire.decode_channel_out(refused) == wire.Refused(
-        f"frame of {wire.MAX_HELLO_BYTES + 1} bytes (at most {wire.MAX_HELLO_BYTES})"
-    )
+    most = wire.MAX_HELLO_BYTES
+    refused = await refusal_of_a_frame(port, most + 1)
+    assert refused == wire.Refused(f"frame of {most + 1} bytes (at most {most})")
     ops = [check_op(f"big:{i}") for i in range(2000)]
     request = wire.Request(7, int(time.time() * 1000) + 5000, ops)
     assert len(wire.frame(request)) > wire.MAX_HELLO_BYTES
