@@ -46,17 +46,18 @@ async def list_rules(request: web.Request) -> web.Response:
 async def put_rules(request: web.Request) -> web.Response:
     """Replace every rule at once (`shardlimit rules apply`)."""
     conditions = preconditions(request.headers)
-    why = conditions.existence_fails(True)  # the rules, as a whole, always exist
-    if why is not None:
-        raise PreconditionFailed(f"the rules always exist ({why})")
     body = await json_body(request)
     if not isinstance(body, dict) or not isinstance(body.get("rules"), dict):
         raise invalid([FieldError("rules", "is required: an object of rules by name")])
-    rules = parse_rules_document(body)
+    rules = parse_rules_document(body, frozenset({"rules"}))
     problems = Problems()
     for name, rule in rules.items():
         expired_quotas(rule.limits, f"rules.{name}.limits", problems)
     problems.raise_if_any()
+    # Preconditions are weighed once the request is otherwise valid (RFC 9110, 13.2.1).
+    why = conditions.existence_fails(True)  # the rules, as a whole, always exist
+    if why is not None:
+        raise PreconditionFailed(f"the rules always exist ({why})")
     version = await _publish(request, lambda _current: rules, conditions)
     listing = [rule.to_dict() for _, rule in sorted(rules.items())]
     return json_response({"version": version, "rules": listing}, headers=_etag(version))
@@ -80,8 +81,6 @@ async def put_rule(request: web.Request) -> web.Response:
     rule = problems.result(parse_rule(name, body, "body", problems))
     expired_quotas(rule.limits, "body.limits", problems)
     problems.raise_if_any()
-    if isinstance(body, dict) and body.get("name") not in (None, name):
-        raise invalid([FieldError("body.name", "must match the name in the path")])
     created = False
 
     def upsert(current: dict[str, Rule]) -> dict[str, Rule]:

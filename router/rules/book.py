@@ -141,6 +141,8 @@ def parse_rule(name: str, data: Any, path: str, problems: Problems) -> Rule | No
         return None
     for extra in sorted(set(data) - RULE_FIELDS, key=str):  # YAML: any key type
         problems.add(f"{path}.{extra}", "unknown field")
+    if data.get("name") not in (None, name):  # as GET answers it, or left out
+        problems.add(f"{path}.name", f"must be {name!r} (the rule's own name) or null")
     limits = parse_limits(data.get("limits"), f"{path}.limits", problems)
     spread = 1
     if "spread" in data and limits:
@@ -178,14 +180,20 @@ MISSING_RULES = (
 )
 
 
-def parse_rules_document(doc: Any) -> dict[str, Rule]:
+# The keys of a rules file: `rules:`, and a `version:` older routers wrote (ignored).
+FILE_KEYS = frozenset({"rules", "version"})
+
+
+def parse_rules_document(doc: Any, keys: frozenset[str] = FILE_KEYS) -> dict[str, Rule]:
     """A rules document (a file, `PUT /v1/rules`): `rules:` must be there, so a file
-    that lost it (or an empty one) is refused rather than read as "no rules". Raises
-    ValidationError."""
+    that lost it (or an empty one) is refused rather than read as "no rules", and any
+    key but `keys` is refused. Raises ValidationError."""
     problems = Problems()
     rules: dict[str, Rule] = {}
     if not isinstance(doc, dict) or not isinstance(doc.get("rules"), dict):
         raise ValidationError([FieldError("rules", MISSING_RULES)])
+    for extra in sorted(set(doc) - keys, key=str):  # YAML: any key type
+        problems.add(str(extra), "unknown field")
     for name, body in doc["rules"].items():
         if isinstance(name, bool) or name is None:
             message = f"is {name} to YAML: quote a rule name such as on, yes, no or null"

@@ -254,3 +254,41 @@ async def test_preconditions_on_rule_writes(cluster: Cluster) -> None:
     ) as resp:
         assert resp.status == 412, await resp.text()
     assert (await _rules(cluster))[0] == version + 2  # the listed write and the delete
+
+
+async def test_a_rule_named_otherwise_or_a_document_with_more_than_rules_is_refused(
+    cluster: Cluster,
+) -> None:
+    """A rule's `name` may be left out or null, or be its own: GET's answer put back."""
+    headers = {"Authorization": f"Bearer {ADMIN}"}
+    limits = [{"algorithm": "fixed_window", "limit": 5, "window": "1m"}]
+    version, _ = await _rules(cluster)
+    url = f"{cluster.router_url}/v1/rules/named"
+    for name, field in (("other", "body.name"), ({}, "body.name")):
+        async with cluster.http.put(
+            url, json={"name": name, "limits": limits}, headers=headers
+        ) as resp:
+            problem = await resp.json()
+            assert resp.status == 400, problem
+            assert [e["field"] for e in problem["errors"]] == [field], problem
+    async with cluster.http.put(
+        url, json={"name": "named", "limits": limits}, headers=headers
+    ) as resp:
+        assert resp.status == 201, await resp.text()
+    _, listed = await cluster.get("/v1/rules")
+    document = {"rules": {rule["name"]: rule for rule in listed["rules"]}}
+    for bad, field in (
+        ({"rules": {**document["rules"], "x": {"name": "y", "limits": limits}}}, "rules.x.name"),
+        ({**document, "version": listed["version"]}, "version"),
+    ):
+        async with cluster.http.put(
+            f"{cluster.router_url}/v1/rules", json=bad, headers=headers
+        ) as resp:
+            problem = await resp.json()
+            assert resp.status == 400, problem
+            assert [e["field"] for e in problem["errors"]] == [field], problem
+    async with cluster.http.put(
+        f"{cluster.router_url}/v1/rules", json=document, headers=headers
+    ) as resp:
+        assert resp.status == 200, await resp.text()  # GET's rules, put back as they are
+    assert (await _rules(cluster))[0] == version + 1

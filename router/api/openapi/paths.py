@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cluster.model.limits import MAX_COUNT
+from cluster.model.limits import MAX_COUNT, MAX_SLIDING_LOG
 from router.api.if_match import IF_MATCH
 from router.api.node_body import NODE_URL_PATTERN
 from router.api.openapi.patterns import RULE_NAME_PATTERN, upto
@@ -151,6 +151,10 @@ def paths() -> dict[str, Any]:
                                 "properties": {
                                     "checks": {
                                         "type": "array",
+                                        "description": "the checks on sliding_log limits "
+                                        "that may be admitted (cost within each such limit, "
+                                        "not dry runs) add up to a cost of "
+                                        f"{MAX_SLIDING_LOG} at most",
                                         "minItems": 1,
                                         "maxItems": MAX_BATCH,
                                         "items": {"$ref": "#/components/schemas/Check"},

@@ -195,7 +195,11 @@ def components() -> dict[str, Any]:
         "additionalProperties": False,
         "required": ["limits"],
         "properties": {
-            "name": {"type": ["string", "null"], "description": "the name in the path, or null"},
+            "name": {
+                "type": ["string", "null"],
+                "description": "the rule's own name (in the path, or its key in a rules "
+                "document), or null",
+            },
             "limits": {"$ref": "#/components/schemas/Limits"},
             "on_failure": {"enum": ["allow", "deny", None]},
             "spread": {
@@ -213,12 +217,11 @@ def components() -> dict[str, Any]:
                 "Not said here (a schema cannot): not with a concurrency limit",
             },
             "durability": {
-                "type": "string",
-                "enum": ["primary", "replica"],
+                "enum": ["primary", "replica", None],
                 "description": "replica: a check is acknowledged only once a replica of its "
                 "shard holds it (never lost to a failover; answered degraded, consuming "
-                "nothing, when no replica acknowledges in time); default replica for rules "
-                "with a calendar or quota limit, primary otherwise",
+                "nothing, when no replica acknowledges in time); default (null or absent) "
+                "replica for rules with a calendar or quota limit, primary otherwise",
             },
             "shadow": {
                 "type": "boolean",
