@@ -27,8 +27,8 @@ def reused_decision(
     """The answer to a check whose request_id was first used for another request."""
     detail = detail or (
         f"request_id {request.request_id!r} was first used for key {request.key!r} with "
-        "other parameters (rule or limits, cost, amount): a request_id names one request; "
-        "nothing was consumed"
+        "other parameters (cost, amount or inline limits): a request_id names one request "
+        "of a key and rule; nothing was consumed"
     )
     problem = answers.ItemProblem(
         type=PROBLEM_TYPE + SLUG, title="Conflict", status=STATUS, detail=detail
