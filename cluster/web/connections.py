@@ -10,12 +10,13 @@ answer, where aiohttp would close at once.
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import ContentEncodingError
 
-from cluster.web.problem import problem
+from cluster.web.problem import problem, version_not_supported
 
 # aiohttp's keep-alive timeout before 3.12 (now 3630 s): an idle connection is closed
 # after it, as the router's front closes its own.
@@ -23,6 +24,9 @@ KEEPALIVE_S = 75.0
 # How long a half-closed connection has to finish the request in flight (a router
 # answers by its node deadline and margin): after it, the connection is closed.
 HALF_CLOSED_GRACE_S = 5.0
+# llhttp refuses a request line of a well-formed version it does not know (HTTP/1.2,
+# HTTP/3.0) as malformed: that is a version not served (RFC 9110, 15.6.6), not a 400.
+_UNKNOWN_VERSION = re.compile(r"Invalid HTTP version:.*? HTTP/([0-9]\.[0-9])'", re.S)
 # What every server's runner gives aiohttp's protocol: no access log.
 PROTOCOL_OPTIONS: dict[str, Any] = {"access_log": None, "keepalive_timeout": KEEPALIVE_S}
 
@@ -57,6 +61,8 @@ class ProblemRequestHandler(web.RequestHandler):
                 "Content-Encoding not served: send the body as is, or in gzip or deflate",
                 headers={"Accept-Encoding": "gzip, deflate"},
             )
+        elif (version := _UNKNOWN_VERSION.search(message or "")) is not None:
+            answer = version_not_supported(version.group(1)).response()
         else:
             answer = problem(status, "malformed-request", message or "the request cannot be read")
         answer.force_close()

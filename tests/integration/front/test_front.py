@@ -328,6 +328,21 @@ async def test_a_request_line_of_another_http_version_is_a_505_and_the_end(
     assert orjson.loads(plain.split(b"\r\n\r\n", 1)[1]) == problem
 
 
+@pytest.mark.parametrize(("version", "status"), [("1.2", 505), ("3.0", 505), ("1.10", 400)])
+async def test_a_version_llhttp_does_not_read_is_a_505_when_well_formed(
+    cluster: Cluster, version: str, status: int
+) -> None:
+    request = post("/v1/check", orjson.dumps(OK), version=version)
+    [answer] = await exchange(_port(cluster.router_url), request)
+    head, body = answer.split(b"\r\n\r\n", 1)
+    assert head.split(b" ", 2)[1] == str(status).encode(), answer
+    problem = orjson.loads(body)
+    if status == 505:
+        assert problem["detail"] == f"HTTP/{version} is not served here: use HTTP/1.1"
+    else:
+        assert problem["type"].endswith("/malformed-request"), problem
+
+
 async def test_a_chunked_body(cluster: Cluster) -> None:
     body = orjson.dumps(OK)
     chunked = (
