@@ -282,6 +282,13 @@ def _parse_quota(data: dict[str, Any], path: str, problems: Problems) -> LimitSp
     )
 
 
+def log_entries(limits: tuple[LimitSpec, ...], cost: int) -> int:
+    """The sliding_log entries a check of `cost` on `limits` adds if admitted: a sliding
+    log keeps one per unit, and a cost over any log's limit is never admitted."""
+    logs = [s.limit for s in limits if s.algorithm == "sliding_log" and s.limit is not None]
+    return cost if logs and cost <= min(logs) else 0
+
+
 def expired_quotas(limits: tuple[LimitSpec, ...], path: str, problems: Problems) -> None:
     """A problem for each quota whose expires_at is not in the future. Checked where a
     rule is written or given inline, not when a stored rule is read back: a quota that

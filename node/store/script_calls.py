@@ -24,6 +24,7 @@ from cluster.model.keys import (
     counter_key,
     record_key,
 )
+from cluster.model.limits import log_entries
 from cluster.wire import OpKind
 from node.store.limit_args import LIMIT_ARGS, Rule, RuleCache, limit_args, op_limit_args
 from node.store.nonces import Nonces
@@ -60,11 +61,6 @@ class Plan(NamedTuple):
 LOG_UNITS_PER_CALL = 20_000
 
 
-def log_units(op: StoreOp) -> int:
-    """The sliding_log entries `op` may add: its cost, when one of its limits keeps a log."""
-    return op.cost if any(spec.algorithm == "sliding_log" for spec in op.limits) else 0
-
-
 def split_by_log_units(ops: Sequence[StoreOp], batched: list[int]) -> list[list[int]]:
     """`batched` in groups adding at most LOG_UNITS_PER_CALL sliding_log entries each (a
     single op over it alone), in order."""
@@ -72,7 +68,7 @@ def split_by_log_units(ops: Sequence[StoreOp], batched: list[int]) -> list[list[
     units = 0
     for i in batched:
         op = ops[i]
-        weight = log_units(op) if op.cost > 1 else 0
+        weight = 0 if op.cost <= 1 or op.dry_run else log_entries(op.limits, op.cost)
         if units + weight > LOG_UNITS_PER_CALL and groups[-1]:
             groups.append([])
             units = 0

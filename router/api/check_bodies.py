@@ -16,7 +16,7 @@ import msgspec
 
 from cluster import wire
 from cluster.model.errors import FieldError, Problems
-from cluster.model.limits import MAX_SLIDING_LOG
+from cluster.model.limits import MAX_SLIDING_LOG, log_entries
 from cluster.web import exact_json
 from cluster.web.problem import Problem, invalid
 from router.requests import (
@@ -121,7 +121,9 @@ def decode_check_batch(raw: bytes, rules: RuleBook) -> tuple[list[CheckRequest],
     """A `/v1/check/batch` body: (checks, all_or_nothing). Raises as decode_check."""
     checks, all_or_nothing = _decode_batch(raw, rules)
     if sum(check.cost for check in checks) > MAX_SLIDING_LOG:  # else the entries fit
-        entries = sum(_log_entries(check) for check in checks)
+        entries = sum(
+            0 if check.dry_run else log_entries(check.rule.limits, check.cost) for check in checks
+        )
         if entries > MAX_SLIDING_LOG:
             message = (
                 f"the checks on sliding_log limits add up to a cost of {entries}: at most "
@@ -130,17 +132,6 @@ def decode_check_batch(raw: bytes, rules: RuleBook) -> tuple[list[CheckRequest],
             )
             raise invalid([FieldError("checks", message)])
     return checks, all_or_nothing
-
-
-def _log_entries(check: CheckRequest) -> int:
-    """The sliding_log entries `check` adds if admitted: its cost, unless it is a dry run
-    or over a log's limit (then never admitted)."""
-    logs = [
-        spec.limit
-        for spec in check.rule.limits
-        if spec.algorithm == "sliding_log" and spec.limit is not None
-    ]
-    return check.cost if logs and not check.dry_run and check.cost <= min(logs) else 0
 
 
 def _decode_batch(raw: bytes, rules: RuleBook) -> tuple[list[CheckRequest], bool]:
