@@ -6,7 +6,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from cluster import wire
-from cluster.web.problem import BODY_LIMIT, problem_middleware
+from cluster.web.problem import problem_middleware
 from node.config import NodeConfig
 from node.edge import (
     batch_api,
@@ -46,7 +46,6 @@ def create_app(config: NodeConfig) -> web.Application:
         middlewares=[problem_middleware, redis_boundary(state.redis, state.counters)],
     )
     app[STATE] = state
-    app[BODY_LIMIT] = MAX_BODY
     app[CHANNEL] = ChannelServer(state, config.host, config.server_ssl, config.channel_port)
     app.router.add_post(wire.BATCH_PATH, batch_api.batch)
     app.router.add_post(wire.DECISION_PATH, coordination_api.decide)

@@ -8,7 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from cluster.model.errors import ValidationError
-from cluster.web.problem import BODY_LIMIT, problem_middleware
+from cluster.web.problem import problem_middleware
 from router.api import cluster_api, decisions_api, rules_api, status_api
 from router.api.check_answers import CHECK_BATCH_PATH, CHECK_PATH, MAX_BODY
 from router.api.cluster_api import RING_VIEW
@@ -44,7 +44,6 @@ def create_app(
     app = web.Application(
         client_max_size=MAX_BODY, middlewares=[observe, problem_middleware, problem_answers]
     )
-    app[BODY_LIMIT] = MAX_BODY
     router = Router(config, admin_token, cluster_token)
     app[ROUTER] = router
     app[RING_VIEW] = RingView()

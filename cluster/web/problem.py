@@ -158,11 +158,6 @@ async def _body_in_time(request: web.Request) -> bool:
     return True
 
 
-# The app's client_max_size, for problem_middleware to refuse a body declared larger
-# before waiting for it.
-BODY_LIMIT = web.AppKey("body_limit", int)
-
-
 def _too_large(limit: int) -> web.Response:
     return problem(413, "body-too-large", f"request body exceeds {limit // 1024 // 1024} MiB")
 
@@ -176,7 +171,7 @@ async def problem_middleware(request: web.Request, handler: Any) -> web.StreamRe
     refused = unsupported_coding(request)
     if refused is not None:
         return refused.response()
-    limit = request.app.get(BODY_LIMIT, 1024 * 1024)
+    limit = request.client_max_size  # the app's: a body declared larger is not waited for
     declared = request.content_length
     if declared is not None and declared > limit:
         answer = _too_large(limit)

@@ -47,9 +47,7 @@ async def add_node(request: web.Request) -> web.Response:
         versions = [str(m.get("redis_version") or "") for m in members.values()]
         check_joinable(router.view, spec, stats, versions)
     except JoinRefused as exc:
-        if not dry_run:
-            raise Problem(exc.status, exc.kind, f"{exc}; nothing was changed") from None
-        refused = exc
+        refused = _only_in_a_plan(exc, dry_run)
 
     def add(current: list[NodeSpec]) -> list[NodeSpec]:
         if spec.id in {n.id for n in current}:
@@ -103,9 +101,7 @@ async def _add_endpoint(router: Router, shard: NodeSpec, body: dict[str, Any]) -
                 f"not on {shard.id}'s Redis (give it {shard.id}'s Sentinel URL and id)",
             )
     except JoinRefused as exc:
-        if not dry_run:
-            raise Problem(exc.status, exc.kind, f"{exc}; nothing was changed") from None
-        refused = exc
+        refused = _only_in_a_plan(exc, dry_run)
 
     def add(current: list[NodeSpec]) -> list[NodeSpec]:
         return [
@@ -364,6 +360,13 @@ async def _reshard(
         hint = " or `shardlimit reshard abort` to return to the previous one"
         raise _blocked(exc, hint) from None
     return json_response(started, status=202)
+
+
+def _only_in_a_plan(exc: JoinRefused, dry_run: bool) -> JoinRefused:
+    """A refused addition: answered as a problem, or kept for its plan to report."""
+    if not dry_run:
+        raise Problem(exc.status, exc.kind, f"{exc}; nothing was changed") from None
+    return exc
 
 
 def _refusal(exc: JoinRefused) -> dict[str, Any]:
