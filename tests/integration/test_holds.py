@@ -166,7 +166,7 @@ async def test_holds_of_a_committed_batch_are_committed_by_the_sweepers(cluster:
     key_a, key_b = keys_on_distinct_nodes(cluster, "dec-c")
     node_a, node_b = (cluster.router.view.owner(k) for k in (key_a, key_b))
     for key, node, rid in ((key_a, node_a, "c-a"), (key_b, node_b, "c-b")):
-        op = held_check(key, rid, hold_ms=300, batch="b-commit", coordinator=node_a)
+        op = held_check(key, rid, hold_ms=1000, batch="b-commit", coordinator=node_a)
         [held] = await node_batch(cluster, node, [op])
         assert isinstance(held, wire.Checked) and held.allowed is True
     assert await decide(cluster, node_a, "b-commit", "commit") == "commit"
@@ -255,7 +255,7 @@ async def test_a_commit_outlives_its_coordinator_being_away_longer_than_its_ttl(
     key_a, key_b = keys_on_distinct_nodes(cluster, "away")
     node_a, node_b = (cluster.router.view.owner(k) for k in (key_a, key_b))
     for key, node, rid in ((key_a, node_a, "w-a"), (key_b, node_b, "w-b")):
-        op = held_check(key, rid, hold_ms=200, batch="b-away", coordinator=node_a)
+        op = held_check(key, rid, hold_ms=1000, batch="b-away", coordinator=node_a)
         [held] = await node_batch(cluster, node, [op])
         assert isinstance(held, wire.Checked) and held.allowed is True
     # The coordinator (node_a) goes away for node_b: its listener closes, and node_b's
