@@ -166,7 +166,7 @@ def rule_of(
     durability: Any = None,
 ) -> Rule | None:
     """The named rule, or one made of inline `limits` with their `on_failure` and
-    `durability` (read only with inline limits, as a named rule has its own)."""
+    `durability` (refused beside a named rule, which has its own)."""
     if name is not None and inline is not None:
         problems.add(path, "give either 'rule' or 'limits', not both")
         return None
@@ -180,6 +180,14 @@ def rule_of(
         rule = rules.get(name)
         if rule is None:
             problems.add(f"{path}rule", f"unknown rule '{name}'{did_you_mean(name, rules.rules)}")
+        for field, value in (("on_failure", on_failure), ("durability", durability)):
+            if value is not None:
+                problems.add(
+                    f"{path}{field}",
+                    f"a named rule has its own {field} (set it in the rule); give it only "
+                    "with inline 'limits'",
+                )
+                rule = None
         return rule
     cache_key = _inline_key(inline, on_failure, durability)
     cached = _inline_rules.get(cache_key) if cache_key is not None else None

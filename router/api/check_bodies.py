@@ -78,7 +78,10 @@ _inline: dict[bytes, Rule] = {}
 
 def _rule(body: _Check, rules: RuleBook, problems: Problems) -> Rule | None:
     if not body.limits or body.rule is not None:
-        return rule_of(body.rule, _raw(body.limits, None), None, "", rules, problems)
+        on_failure, durability = _raw(body.on_failure, None), _raw(body.durability, None)
+        return rule_of(
+            body.rule, _raw(body.limits, None), on_failure, "", rules, problems, durability
+        )
     limits = bytes(body.limits)
     # JSON text holds no NUL byte: the parts cannot run into each other.
     text = limits

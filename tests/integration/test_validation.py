@@ -107,6 +107,25 @@ BAD_CHECKS: list[tuple[str, Any, int, str | None]] = [
         "on_failure",
     ),
     ("list on_failure", {"key": "k", "limits": [FW], "on_failure": ["allow"]}, 400, "on_failure"),
+    # A named rule has its own: one given beside it, valid or not, would be ignored.
+    (
+        "on_failure with a rule",
+        {"key": "k", "rule": "basic", "on_failure": "allow"},
+        400,
+        "on_failure",
+    ),
+    (
+        "bad on_failure with a rule",
+        {"key": "k", "rule": "basic", "on_failure": 7},
+        400,
+        "on_failure",
+    ),
+    (
+        "durability with a rule",
+        {"key": "k", "rule": "basic", "durability": "replica"},
+        400,
+        "durability",
+    ),
     (
         "bucket overflow",
         {"key": "k", "limits": [{"algorithm": "token_bucket", "rate": 10**12, "period": "3660d"}]},
@@ -141,6 +160,28 @@ async def test_a_bad_on_failure_in_a_batch_is_a_problem(cluster: Cluster) -> Non
         for checks in ([check], [{"key": "k", "rule": "basic"}, check]):
             status, body = await cluster.post("/v1/check/batch", {"checks": checks})
             assert_problem(status, body, 400, f"checks[{len(checks) - 1}].on_failure")
+
+
+async def test_a_rule_given_with_on_failure_consumes_nothing(cluster: Cluster) -> None:
+    checks = [
+        {"key": "named-own", "rule": "basic"},
+        {"key": "named-own", "rule": "basic", "durability": "primary"},
+    ]
+    status, body = await cluster.post("/v1/check/batch", {"checks": checks})
+    assert_problem(status, body, 400, "checks[1].durability")
+    assert body["errors"] == [
+        {
+            "field": "checks[1].durability",
+            "message": "a named rule has its own durability (set it in the rule); give it "
+            "only with inline 'limits'",
+        }
+    ]
+    usage = await cluster.usage("named-own", "basic")
+    assert usage["limits"][0]["remaining"] == usage["limits"][0]["limit"]
+    status, body = await cluster.post(
+        "/v1/check", {"key": "named-own", "rule": "basic", "on_failure": None, "durability": None}
+    )
+    assert status == 200 and body["limits"][0]["remaining"] == body["limits"][0]["limit"] - 1
 
 
 DEEP = b"[" * 1500 + b"]" * 1500

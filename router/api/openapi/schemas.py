@@ -44,15 +44,18 @@ RULE_NAME_SCHEMA: dict[str, Any] = {"type": "string", "pattern": RULE_NAME_PATTE
 
 def _rule_or_limits(*, on_failure: bool) -> dict[str, Any]:
     """`rule` (a name) or inline `limits`, exactly one given (null counts as absent); with
-    limits, `on_failure` (when asked for) is 'allow', 'deny' or null. if/then/else, not
-    oneOf: generated clients (openapi-python-client) keep one model with every field."""
+    limits, `on_failure` and `durability` (when asked for) are an enum or null, and beside a
+    rule only null. if/then/else, not oneOf: generated clients (openapi-python-client) keep
+    one model with every field."""
     limits_given: dict[str, Any] = {"limits": {"not": {"type": "null"}}}
+    rule_given: dict[str, Any] = {"limits": {"type": "null"}}
     if on_failure:
         limits_given["on_failure"] = {"enum": ["allow", "deny", None]}
         limits_given["durability"] = {"enum": ["primary", "replica", None]}
+        rule_given["on_failure"] = rule_given["durability"] = {"type": "null"}
     return {
         "if": {"required": ["rule"], "properties": {"rule": {"type": "string"}}},
-        "then": {"properties": {"limits": {"type": "null"}}},
+        "then": {"properties": rule_given},
         "else": {"required": ["limits"], "properties": limits_given},
     }
 
