@@ -33,8 +33,10 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from cluster import wire
-from cluster.model.errors import ValidationError
+from cluster.model.errors import FieldError, ValidationError
 from router.control.cluster_view import ClusterView
 from router.errors import NodeUnavailable, RulesConflict, RulesUnavailable, WouldDelete
 from router.rules.book import Rule, RuleBook, parse_rules_document, rules_document
@@ -49,6 +51,9 @@ LEASE_TTL_MS = 10_000
 LEASE_PATIENCE_S = 5.0  # how long a write waits for another router's write to finish
 LEASE_RETRY_S = 0.05  # retry cadence (with jitter) while another write holds the lease
 NODE_TIMEOUT_S = 2.0
+# Every node keeps the whole document and every router reads it on each new version;
+# half a node's body limit (node/app.py).
+MAX_RULES_BYTES = 8 * 1024 * 1024
 
 
 def parse_document(doc: Any) -> dict[str, Rule]:
@@ -117,6 +122,9 @@ class ClusterRules:
                 "`shardlimit rules apply -f FILE --prune` deletes rules"
             )
             self.pending = None
+        except ValidationError as exc:  # too large for the cluster to keep
+            self.book.reject(f"{self.book.path}: not published: {exc}")
+            self.pending = None
         except RulesUnavailable as exc:
             log.warning("rules file not published yet (will retry): %s", exc)
             self.pending = dict(rules)
@@ -149,6 +157,13 @@ class ClusterRules:
                 raise RulesUnavailable(f"the cluster's rules are not valid here: {exc}") from exc
             rules = change(current_rules)
             doc = rules_document(rules)
+            size = len(orjson.dumps(doc))
+            if size > MAX_RULES_BYTES and size > len(orjson.dumps(read.doc)):
+                message = (
+                    f"the rules would take {size} bytes of JSON; a cluster keeps at most "
+                    f"{MAX_RULES_BYTES} (every node holds them all)"
+                )
+                raise ValidationError([FieldError("rules", message)])
             if current > 0 and read.doc == doc:
                 self._adopt(current, doc)
                 return current

@@ -12,6 +12,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from router.rules import cluster_rules
 from tests.conftest import ADMIN, Cluster, eventually
 
 RULE_NAMES = ["basic", "login", "pair", "payments", "stock"]
@@ -292,3 +295,60 @@ async def test_a_rule_named_otherwise_or_a_document_with_more_than_rules_is_refu
     ) as resp:
         assert resp.status == 200, await resp.text()  # GET's rules, put back as they are
     assert (await _rules(cluster))[0] == version + 1
+
+
+async def test_rules_past_the_cluster_bound_are_refused_and_shrinking_is_not(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every node keeps every rule: a change that would make the rules larger than the
+    bound is a 400 that changes nothing; one that makes them smaller goes through."""
+    headers = {"Authorization": f"Bearer {ADMIN}"}
+    limits = [{"algorithm": "fixed_window", "limit": 5, "window": "1m"}]
+    for name in ("bound-a", "bound-b"):
+        async with cluster.http.put(
+            f"{cluster.router_url}/v1/rules/{name}", json={"limits": limits}, headers=headers
+        ) as resp:
+            assert resp.status == 201, await resp.text()
+    version, names = await _rules(cluster)
+    monkeypatch.setattr(cluster_rules, "MAX_RULES_BYTES", 10)  # already past it
+    async with cluster.http.put(
+        f"{cluster.router_url}/v1/rules/bound-c", json={"limits": limits}, headers=headers
+    ) as resp:
+        problem = await resp.json()
+    assert resp.status == 400, problem
+    assert [e["field"] for e in problem["errors"]] == ["rules"], problem
+    assert "a cluster keeps at most 10" in problem["errors"][0]["message"], problem
+    assert await _rules(cluster) == (version, names)
+    async with cluster.http.delete(
+        f"{cluster.router_url}/v1/rules/bound-a", headers=headers
+    ) as resp:
+        assert resp.status == 204, await resp.text()
+    assert await _rules(cluster) == (version + 1, [n for n in names if n != "bound-a"])
+    async with cluster.http.put(  # the same size: not larger
+        f"{cluster.router_url}/v1/rules/bound-b",
+        json={"limits": [{**limits[0], "limit": 6}]},
+        headers=headers,
+    ) as resp:
+        assert resp.status == 200, await resp.text()
+
+
+async def test_a_rules_file_past_the_cluster_bound_is_not_published(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import yaml
+
+    assert cluster.rules_file is not None
+    before = await _rules(cluster)
+    monkeypatch.setattr(cluster_rules, "MAX_RULES_BYTES", 10)
+    doc = yaml.safe_load(cluster.rules_file.read_text())
+    doc["rules"]["bound-file"] = {
+        "limits": [{"algorithm": "fixed_window", "limit": 1, "window": "1m"}]
+    }
+    cluster.rules_file.write_text(yaml.safe_dump(doc))  # it only adds
+
+    async def rejected() -> bool:
+        rejection = cluster.router.rules.rejected
+        return rejection is not None and "a cluster keeps at most 10" in rejection.cause
+
+    await eventually(rejected)
+    assert await _rules(cluster) == before
