@@ -90,7 +90,7 @@ def create_app(
         try:
             from router.envoy.servicer import EnvoyListener  # grpcio is loaded only when it is on
         except ImportError as exc:
-            raise SystemExit(
+            raise SettingsError(
                 f"grpc_port needs the envoy extra (pip install 'shardlimit[envoy]'): {exc}"
             ) from exc
 

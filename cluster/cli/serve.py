@@ -81,7 +81,7 @@ def cmd_router(args: argparse.Namespace) -> int:
     try:
         server_ssl = config.tls.server_context(client_certs=False)  # applications: none
         app = create_app(config, admin, cluster_token)
-    except TlsError as exc:
+    except (TlsError, SettingsError) as exc:
         return refuse("router", str(exc))
     try:
         run_app(

@@ -22,6 +22,7 @@ from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped]
 from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 from grpc_health.v1 import health_pb2  # type: ignore[import-untyped]
 
+from cluster.web.serve import CannotListenError
 from router.envoy import h2_frames as f
 from router.envoy.h2 import H2Connection
 
@@ -96,8 +97,10 @@ class LeanGrpcServer:
             self._server = await loop.create_server(
                 self.connection, self.host, self.port or 0, reuse_address=True
             )
-        except OSError as exc:  # as grpcio's add_insecure_port refuses it
-            raise RuntimeError(f"Failed to bind to address {self.host}:{self.port}: {exc}") from exc
+        except OSError as exc:
+            raise CannotListenError(
+                f"cannot listen on {self.host}:{self.port} (gRPC): {exc}"
+            ) from exc
         return int(self._server.sockets[0].getsockname()[1])
 
     async def stop(self, grace_s: float) -> None:

@@ -17,6 +17,7 @@ SHARDLIMIT_GRPC_SERVER=grpcio, by grpcio's asyncio server.
 
 from __future__ import annotations
 
+import ssl
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,11 @@ import grpc  # type: ignore[import-untyped]
 from envoy.service.ratelimit.v3 import rls_pb2_grpc  # type: ignore[import-untyped]
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
 
+from cluster.web.serve import CannotListenError
 from router.config import RouterConfig
 from router.envoy.lean_server import LeanGrpcServer
 from router.envoy.settings import EnvoySettings
+from router.errors import SettingsError
 
 SERVICE_NAME = "envoy.service.ratelimit.v3.RateLimitService"
 HEALTH_NAMES = ("ratelimit", SERVICE_NAME)  # "ratelimit": envoyproxy/ratelimit's
@@ -37,7 +40,9 @@ def _read(path: Path, setting: str) -> bytes:
     try:
         return path.read_bytes()
     except OSError as exc:
-        raise SystemExit(f"envoy gRPC TLS: cannot read {setting} {path}: {exc.strerror}") from exc
+        raise SettingsError(
+            f"envoy gRPC TLS: cannot read {setting} {path}: {exc.strerror}"
+        ) from exc
 
 
 class GrpcServer:
@@ -51,14 +56,22 @@ class GrpcServer:
         self._server: Any = None
 
     def credentials(self) -> Any:
-        """Server credentials, or None for plaintext. Exits naming a missing half."""
+        """Server credentials, or None for plaintext. SettingsError naming what is wrong
+        (grpcio would only say it failed to bind)."""
         if self.cert is None and self.key is None:
             if self.settings.client_ca is not None:
-                raise SystemExit("envoy gRPC TLS: GRPC_CLIENT_TLS_CACERT needs a certificate")
+                raise SettingsError("envoy gRPC TLS: GRPC_CLIENT_TLS_CACERT needs a certificate")
             return None
         if self.cert is None or self.key is None:
-            raise SystemExit("envoy gRPC TLS: give both a certificate and its key")
+            raise SettingsError("envoy gRPC TLS: give both a certificate and its key")
         pair = (_read(self.key, "key"), _read(self.cert, "certificate"))
+        try:
+            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(self.cert, self.key)
+        except ssl.SSLError as exc:
+            raise SettingsError(
+                f"envoy gRPC TLS: cannot use certificate {self.cert} with key {self.key}: "
+                f"{exc.reason or exc}"
+            ) from exc
         ca = self.settings.client_ca
         return grpc.ssl_server_credentials(
             [pair],
@@ -67,8 +80,11 @@ class GrpcServer:
         )
 
     def options(self) -> list[tuple[str, int]]:
-        """grpcio's channel arguments for GRPC_MAX_CONNECTION_AGE(_GRACE)."""
+        """grpcio's channel arguments for GRPC_MAX_CONNECTION_AGE(_GRACE). SO_REUSEPORT
+        (grpcio's default) is off: a second router on the port would take a share of
+        Envoy's calls, not be refused."""
         return [
+            ("grpc.so_reuseport", 0),
             ("grpc.max_connection_age_ms", self.settings.max_connection_age_ms),
             ("grpc.max_connection_age_grace_ms", self.settings.max_connection_age_grace_ms),
         ]
@@ -116,10 +132,13 @@ class GrpcServer:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         address = f"{self.config.host}:{self.config.grpc_port}"
         credentials = self.credentials()
-        if credentials is None:
-            port = server.add_insecure_port(address)
-        else:
-            port = server.add_secure_port(address, credentials)
+        try:
+            if credentials is None:
+                port = server.add_insecure_port(address)
+            else:
+                port = server.add_secure_port(address, credentials)
+        except RuntimeError as exc:  # grpcio says no more than that it failed to bind
+            raise CannotListenError(f"cannot listen on {address} (gRPC): {exc}") from exc
         await server.start()
         self._server = server
         return int(port)

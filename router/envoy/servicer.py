@@ -265,7 +265,7 @@ class EnvoyListener:
         try:
             self.settings = EnvoySettings.from_env()
         except SettingsError as exc:
-            raise SystemExit(f"envoy settings rejected: {exc}") from exc
+            raise SettingsError(f"envoy settings rejected: {exc}") from exc
         self.config = EnvoyConfigFile(router.config.envoy_config, parse_options(self.settings))
         router.metrics.attach_envoy_config(self.config)
         self.service = RateLimitService(router, self.config, self.settings)
@@ -278,9 +278,11 @@ class EnvoyListener:
             self.config.load()
         except yaml.YAMLError as exc:
             assert self.config.path is not None  # only a file read can fail to parse
-            raise SystemExit(f"envoy config rejected: {yaml_cause(self.config.path, exc)}") from exc
+            raise SettingsError(
+                f"envoy config rejected: {yaml_cause(self.config.path, exc)}"
+            ) from exc
         except (ValidationError, ValueError, OSError) as exc:
-            raise SystemExit(f"envoy config rejected: {exc}") from exc
+            raise SettingsError(f"envoy config rejected: {exc}") from exc
         self.port = await self.server.start(len(self.config.domains))
         self._watcher = asyncio.get_running_loop().create_task(self._watch())
         host = self.router.config.host

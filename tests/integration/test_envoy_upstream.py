@@ -366,14 +366,14 @@ def test_bad_setting_stops_the_router(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setenv("NEAR_LIMIT_RATIO", "lots")
     node = NodeSpec("n1", "http://127.0.0.1:1")  # never called: the app is not started
     config = RouterConfig(data_dir=tmp_path, grpc_port=free_port(), nodes=[node])
-    with pytest.raises(SystemExit) as caught:
+    with pytest.raises(SettingsError) as caught:
         create_router_app(config, ADMIN, CLUSTER)
     assert str(caught.value) == (
         "envoy settings rejected: NEAR_LIMIT_RATIO: must be a number, not 'lots'"
     )
     monkeypatch.setenv("NEAR_LIMIT_RATIO", "0.5")
     monkeypatch.setenv("SHADOW_MODE", "maybe")
-    with pytest.raises(SystemExit) as caught:
+    with pytest.raises(SettingsError) as caught:
         create_router_app(config, ADMIN, CLUSTER)
     assert (
         str(caught.value)
@@ -531,11 +531,11 @@ def test_tls_from_the_router_settings(tmp_path: Path) -> None:
     plain = GrpcServer(RouterConfig(data_dir=tmp_path), EnvoySettings(), None)
     assert (plain.credentials(), plain.describe()) == (None, " (plaintext)")
     half = GrpcServer(RouterConfig(data_dir=tmp_path, tls_cert=cert), EnvoySettings(), None)
-    with pytest.raises(SystemExit) as caught:
+    with pytest.raises(SettingsError) as caught:
         half.credentials()
     assert str(caught.value) == "envoy gRPC TLS: give both a certificate and its key"
     no_cert = GrpcServer(RouterConfig(data_dir=tmp_path), EnvoySettings(client_ca=cert), None)
-    with pytest.raises(SystemExit) as caught:
+    with pytest.raises(SettingsError) as caught:
         no_cert.credentials()
     assert str(caught.value) == "envoy gRPC TLS: GRPC_CLIENT_TLS_CACERT needs a certificate"
 
@@ -791,6 +791,7 @@ def test_connection_age_settings(tmp_path: Path) -> None:
     handed to grpcio as its max_connection_age channel arguments."""
     default = GrpcServer(RouterConfig(data_dir=tmp_path), EnvoySettings.from_env({}), None)
     assert default.options() == [
+        ("grpc.so_reuseport", 0),
         ("grpc.max_connection_age_ms", 86_400_000),
         ("grpc.max_connection_age_grace_ms", 3_600_000),
     ]

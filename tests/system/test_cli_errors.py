@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trustme
 import yaml
 
 from cluster.cli.command_tree import Parser
@@ -167,9 +169,9 @@ def test_envoy_descriptors_that_are_not_yaml_stop_the_router_with_one_line_namin
         tmp_path, port=free_port(), grpc_port=free_port(), envoy_config=str(descriptors)
     )
     done = _run("serve", "router", "--config", str(config))
-    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.strip().splitlines()[-1] == (
-        f"envoy config rejected: {descriptors}:2:1: not YAML: expected ',' or ']', "
+        f"shardlimit router: envoy config rejected: {descriptors}:2:1: not YAML: expected ',' or ']', "
         "but got '<stream end>' (while parsing a flow sequence)"
     )
 
@@ -382,3 +384,53 @@ def test_a_migration_reads_as_lines() -> None:
     assert (
         finished(over) == "last migration m-7: done, epoch 5, 42 keys moved in 2.0 s (21.0 keys/s)"
     )
+
+
+@pytest.mark.parametrize("server", ["lean", "grpcio"])
+def test_a_taken_grpc_port_stops_the_router_with_one_line(tmp_path: Path, server: str) -> None:
+    """Held with SO_REUSEPORT as a running grpcio router holds it: grpcio's own default
+    would share the port with it, and Envoy's calls with a misconfigured router."""
+    with socket.socket() as held:
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        config = _config(
+            tmp_path,
+            port=free_port(),
+            grpc_port=port,
+            envoy_config=str(ROOT / "configs" / "ratelimit.yaml"),
+        )
+        done = _run(
+            "serve", "router", "--config", str(config), env={"SHARDLIMIT_GRPC_SERVER": server}
+        )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert (
+        done.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"shardlimit router: cannot listen on 127.0.0.1:{port} (gRPC): ")
+    ), done.stderr
+
+
+def test_a_grpc_key_that_is_not_the_certificates_is_one_line(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    one, other = ca.issue_cert("127.0.0.1"), ca.issue_cert("127.0.0.1")
+    cert, key = tmp_path / "cert.pem", tmp_path / "other.key"
+    cert.write_bytes(one.cert_chain_pems[0].bytes())
+    key.write_bytes(other.private_key_pem.bytes())
+    config = _config(
+        tmp_path,
+        port=free_port(),
+        grpc_port=free_port(),
+        envoy_config=str(ROOT / "configs" / "ratelimit.yaml"),
+    )
+    env = {"GRPC_SERVER_TLS_CERT": str(cert), "GRPC_SERVER_TLS_KEY": str(key)}
+    done = _run("serve", "router", "--config", str(config), env=env)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert (
+        done.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            f"shardlimit router: envoy gRPC TLS: cannot use certificate {cert} with key {key}: "
+        )
+    ), done.stderr

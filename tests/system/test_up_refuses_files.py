@@ -143,8 +143,8 @@ def test_serve_router_refuses_envoy_descriptors_with_a_key_given_twice(tmp_path:
         timeout=60,
         check=False,
     )
-    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.strip().splitlines()[-1] == (
-        f"envoy config rejected: {descriptors}:4:5: not YAML: duplicate key 'key' "
+        f"shardlimit router: envoy config rejected: {descriptors}:4:5: not YAML: duplicate key 'key' "
         "(first at line 3, column 5)"
     )
