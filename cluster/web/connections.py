@@ -39,6 +39,10 @@ class ProblemRequestHandler(web.RequestHandler):
         # The client sent all it will. aiohttp's own would close the connection now, and a
         # check it had counted would never be answered: this one takes no more requests,
         # answers the one in flight, and closes, within HALF_CLOSED_GRACE_S at most.
+        # TLS has no such state in asyncio: its transport closes on a close_notify
+        # whatever this answers, and the request in flight is one whose client left.
+        if self.transport is not None and self.transport.get_extra_info("ssl_object"):
+            return False
         self.close()
         asyncio.get_running_loop().call_later(HALF_CLOSED_GRACE_S, self.force_close)
         return True
