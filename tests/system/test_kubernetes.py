@@ -848,9 +848,23 @@ def test_router_mounts_the_config_and_a_writable_data_dir(tmp_path: Path) -> Non
     assert volume.get("emptyDir") == {} and not mount.get("readOnly", False)
 
 
-def test_rules_yaml_parses_with_the_rules_parser() -> None:
+def test_rules_yaml_is_the_example_rules_the_readme_uses() -> None:
+    """The README's recipes run against configs/rules.yaml: the ConfigMap holds the same
+    rules (its comments may differ)."""
     rules = parse_rules_document(yaml.safe_load(config_data()["rules.yaml"]))
-    assert set(rules) == {"api", "ocr", "payments", "login", "search", "uploads", "basic"}
+    examples = parse_rules_document(yaml.safe_load((ROOT / "configs" / "rules.yaml").read_text()))
+    assert rules == examples
+    assert set(rules) == {
+        "api",
+        "ocr",
+        "payments",
+        "login",
+        "search",
+        "uploads",
+        "basic",
+        "exports",
+        "settle",
+    }
     assert rules["payments"].on_failure == "deny"
     assert [s.algorithm for s in rules["ocr"].limits] == ["calendar", "calendar"]
 
