@@ -8,6 +8,7 @@ failures become `Unavailable` in `_send`, its single send method.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -72,10 +73,15 @@ class AsyncClient:
         timeout: float = 5.0,
         coalesce: bool = True,
         max_batch: int = 1000,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        """`ssl_context`: as Client's."""
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self.base_url = base_url.rstrip("/")
+        if ssl_context is not None and not self.base_url.startswith("https://"):
+            raise ValueError(f"ssl_context is for an https base_url, not {base_url!r}")
+        self._ssl_context = ssl_context
         self.timeout = timeout
         self.coalesce = coalesce
         self.max_batch = max_batch
@@ -209,8 +215,13 @@ class AsyncClient:
 
     async def _send(self, call: _Call[_T]) -> _T:
         if self._session is None:
+            connector = None
+            if self._ssl_context is not None:
+                connector = aiohttp.TCPConnector(ssl=self._ssl_context)
             self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self.timeout), headers=self._headers
+                connector=connector,
+                timeout=aiohttp.ClientTimeout(total=self.timeout),
+                headers=self._headers,
             )
         try:
             async with self._session.request(

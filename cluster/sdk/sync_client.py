@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import ssl
 import threading
 from collections.abc import Mapping, Sequence
 from types import TracebackType
@@ -49,7 +50,11 @@ class Client:
         admin_token: str | None = None,
         timeout: float = 5.0,
         max_batch: int = 1000,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        """`ssl_context`: for an https router with a private CA, or mutual TLS
+        (`ssl.create_default_context(cafile=...)`, then `load_cert_chain`); the
+        system's trust store otherwise."""
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self.base_url = base_url.rstrip("/")
@@ -57,6 +62,9 @@ class Client:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"base_url must be an http(s) URL, not {base_url!r}")
         self._https = parts.scheme == "https"
+        if ssl_context is not None and not self._https:
+            raise ValueError(f"ssl_context is for an https base_url, not {base_url!r}")
+        self._ssl_context = ssl_context
         self._host = parts.hostname
         self._port = parts.port
         self._prefix = parts.path
@@ -176,8 +184,11 @@ class Client:
         return self._send(_rule_call(name))
 
     def _connect(self) -> http.client.HTTPConnection:
-        kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-        return kind(self._host, self._port, timeout=self.timeout)
+        if self._https:
+            return http.client.HTTPSConnection(
+                self._host, self._port, timeout=self.timeout, context=self._ssl_context
+            )
+        return http.client.HTTPConnection(self._host, self._port, timeout=self.timeout)
 
     def _drop(self) -> None:
         if self._conn is not None:

@@ -39,6 +39,7 @@ from cluster.cli import main as cli
 from cluster.local.procs import child_preexec
 from cluster.local.redis_proc import RedisProcess, free_port, tls_redis_server_binary
 from cluster.model.nodes import NodeSpec
+from cluster.sdk import AsyncClient, Client, Unavailable
 from cluster.web import tls
 from node.app import STATE
 from node.app import create_app as create_node_app
@@ -416,6 +417,25 @@ def test_the_admin_cli_trusts_the_cluster_ca_through_ssl_cert_file(
     )
     assert done.returncode == 0, done.stderr
     assert [n["id"] for n in orjson.loads(done.stdout)["nodes"]] == ["n1", "n2"]
+
+
+async def test_the_sdk_trusts_the_cluster_ca_through_its_ssl_context(
+    tls_cluster: TlsCluster, pki: Pki
+) -> None:
+    router = tls_cluster.router_url
+    with Client(router, ssl_context=pki.client(None)) as client:
+        decisions = [client.check("sdk:sync", "two") for _ in range(3)]
+    assert [d.allowed for d in decisions] == [True, True, False]
+    async with AsyncClient(router, ssl_context=pki.client(None)) as async_client:
+        answers = await asyncio.gather(*(async_client.check("sdk:async", "two") for _ in range(3)))
+    assert sorted(d.allowed for d in answers) == [False, True, True]
+    with Client(router) as untrusting, pytest.raises(Unavailable, match="CERTIFICATE_VERIFY"):
+        untrusting.check("sdk:untrusted", "two")
+    async with AsyncClient(router) as untrusting_async:
+        with pytest.raises(Unavailable):
+            await untrusting_async.check("sdk:untrusted", "two")
+    with pytest.raises(ValueError, match="https"):
+        Client("http://127.0.0.1:1", ssl_context=pki.client(None))
 
 
 # ---------------------------------------------------------------- b: clients refused
