@@ -596,9 +596,10 @@ async def test_a_node_with_the_cluster_certificate_joins_and_keys_move_over_tls(
         _, located = await _call(http, "GET", router + f"/v1/locate?key={key}")
         owners[key] = located["node"]
     on_n3 = sum(1 for owner in owners.values() if owner == "n3")
-    assert on_n3 > 0
-    assert info["migration"]["keys_moved"] == on_n3
-    assert {n["id"]: n["keys"] for n in info["nodes"]}["n3"] == on_n3
+    # n3 began empty: all it holds was moved, these keys and any earlier tests' here
+    held_by_n3 = {n["id"]: n["keys"] for n in info["nodes"]}["n3"]
+    assert 0 < on_n3 <= held_by_n3
+    assert info["migration"]["keys_moved"] == held_by_n3
     for key in keys:
         async with http.get(router + "/v1/usage", params={"key": key, "rule": "many"}) as resp:
             usage = await resp.json()
