@@ -26,10 +26,19 @@ from cluster.web import logs
 def cmd_up(args: argparse.Namespace) -> int:
     from cluster.cli.serve import read_router_config, refuse
     from cluster.cli.up import run_up
+    from cluster.local.router_config import tls_settings
     from cluster.local.up_options import UpOptions
 
     port = args.port
     if args.config is not None:  # refused before anything starts, as `serve router` would
+        tls = tls_settings(args.config)
+        if tls:
+            return refuse(
+                "up",
+                f"{args.config}: router.{', router.'.join(tls)}: a local cluster runs without "
+                "TLS; start a TLS cluster with `shardlimit serve node` and `serve router` "
+                "(docs/tls.md)",
+            )
         config = read_router_config(args.config)
         if isinstance(config, str):
             return refuse("up", config)

@@ -40,6 +40,18 @@ def configured_rules_file(options: UpOptions) -> Path | None:
     return (config_dir / rules_file).resolve() if rules_file else None
 
 
+def tls_settings(config: Path) -> list[str]:
+    """The TLS settings `config` (--config) gives its router: a local cluster's nodes
+    serve plain HTTP, which a router with TLS settings refuses to talk to."""
+    try:
+        router = (yaml.safe_load(config.read_text()) or {}).get("router") or {}
+    except (OSError, yaml.YAMLError, AttributeError):
+        return []  # what is wrong with the file is said as `serve router` says it
+    if not isinstance(router, dict):
+        return []
+    return [name for name in ("tls_cert", "tls_key", "tls_ca", "tls_mutual") if router.get(name)]
+
+
 def envoy_descriptors(options: UpOptions, data_dir: Path) -> Path | None:
     """The descriptors file the first router's Envoy listener reads (None: no listener)."""
     _, router, config_dir = _base(options)

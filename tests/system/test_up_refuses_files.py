@@ -148,3 +148,20 @@ def test_serve_router_refuses_envoy_descriptors_with_a_key_given_twice(tmp_path:
         f"shardlimit router: envoy config rejected: {descriptors}:4:5: not YAML: duplicate key 'key' "
         "(first at line 3, column 5)"
     )
+
+
+def test_up_refuses_tls_settings_before_starting_anything(tmp_path: Path) -> None:
+    """Its nodes serve plain HTTP, which a router with TLS settings would refuse only
+    once Redis and the nodes were up."""
+    config = tmp_path / "cluster.yaml"
+    config.write_text("router: {tls_cert: router.pem, tls_key: router.key}\n")
+    data_dir = tmp_path / "data"
+    done = _up("--config", str(config), "--data-dir", str(data_dir))
+    assert (done.returncode, done.stdout, done.stderr) == (
+        2,
+        "",
+        f"shardlimit up: {config}: router.tls_cert, router.tls_key: a local cluster runs "
+        "without TLS; start a TLS cluster with `shardlimit serve node` and `serve router` "
+        "(docs/tls.md)\n",
+    )
+    assert not data_dir.exists()
