@@ -19,7 +19,10 @@ import os
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+
+from cluster.web.cert_dates import not_after
 
 __all__ = ["TlsError", "TlsFiles", "client_context", "default_client_context", "server_context"]
 
@@ -35,6 +38,11 @@ def _load_chain(context: ssl.SSLContext, cert: Path, key: Path) -> None:
         context.load_cert_chain(certfile=cert, keyfile=key)
     except (ssl.SSLError, OSError) as exc:
         raise TlsError(f"cannot load certificate {cert} with key {key}: {_why(exc)}") from exc
+    # OpenSSL loads an expired certificate; every peer would then refuse the handshake,
+    # and say so only in its own log.
+    expires = not_after(cert)
+    if expires is not None and expires <= datetime.now(UTC):
+        raise TlsError(f"certificate {cert} expired on {expires:%Y-%m-%d %H:%M:%S} UTC")
 
 
 def _load_ca(context: ssl.SSLContext, ca: Path) -> None:

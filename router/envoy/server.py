@@ -17,7 +17,6 @@ SHARDLIMIT_GRPC_SERVER=grpcio, by grpcio's asyncio server.
 
 from __future__ import annotations
 
-import ssl
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ import grpc  # type: ignore[import-untyped]
 from envoy.service.ratelimit.v3 import rls_pb2_grpc  # type: ignore[import-untyped]
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
 
+from cluster.web import tls
 from cluster.web.serve import CannotListenError
 from router.config import RouterConfig
 from router.envoy.lean_server import LeanGrpcServer
@@ -66,12 +66,9 @@ class GrpcServer:
             raise SettingsError("envoy gRPC TLS: give both a certificate and its key")
         pair = (_read(self.key, "key"), _read(self.cert, "certificate"))
         try:
-            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(self.cert, self.key)
-        except ssl.SSLError as exc:
-            raise SettingsError(
-                f"envoy gRPC TLS: cannot use certificate {self.cert} with key {self.key}: "
-                f"{exc.reason or exc}"
-            ) from exc
+            tls.server_context(self.cert, self.key)  # the refusals the HTTP listener makes
+        except tls.TlsError as exc:
+            raise SettingsError(f"envoy gRPC TLS: {exc}") from exc
         ca = self.settings.client_ca
         return grpc.ssl_server_credentials(
             [pair],

@@ -431,6 +431,6 @@ def test_a_grpc_key_that_is_not_the_certificates_is_one_line(tmp_path: Path) -> 
         done.stderr.strip()
         .splitlines()[-1]
         .startswith(
-            f"shardlimit router: envoy gRPC TLS: cannot use certificate {cert} with key {key}: "
+            f"shardlimit router: envoy gRPC TLS: cannot load certificate {cert} with key {key}: "
         )
     ), done.stderr

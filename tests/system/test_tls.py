@@ -20,6 +20,7 @@ import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -97,6 +98,19 @@ class Pki:
     def node_server(self, mutual: bool = True) -> ssl.SSLContext:
         ca = self.ca if mutual else None
         return tls.server_context(self.path("node.pem"), self.path("node.key"), ca)
+
+
+def _write_expired(directory: Path) -> tuple[Path, Path]:
+    """A certificate and its key, from a CA of their own, that expired in 2020."""
+    leaf = trustme.CA().issue_cert(
+        "127.0.0.1",
+        not_before=datetime(2019, 1, 1, tzinfo=UTC),
+        not_after=datetime(2020, 1, 2, 3, 4, 5, tzinfo=UTC),
+    )
+    cert, key = directory / "expired.pem", directory / "expired.key"
+    leaf.cert_chain_pems[0].write_to_path(str(cert))
+    leaf.private_key_pem.write_to_path(str(key))
+    return cert, key
 
 
 def _write_leaf(ca: trustme.CA, directory: Path, name: str) -> None:
@@ -730,7 +744,10 @@ def test_bad_node_tls_flags_are_one_line_errors(
     garbage = tmp_path / "garbage.pem"
     garbage.write_text("not a certificate\n")
     cert, key, ca = (str(pki.path(n)) for n in ("node.pem", "node.key", "ca.pem"))
+    expired, expired_key = _write_expired(tmp_path)
     cases = [
+        (_node_args("--tls-cert", str(expired), "--tls-key", str(expired_key)),
+         f"certificate {expired} expired on 2020-01-02 03:04:05 UTC"),
         (_node_args("--tls-cert", cert), "--tls-key: is required with --tls-cert"),
         (_node_args("--tls-key", key), "--tls-cert: is required with --tls-key"),
         (_node_args("--tls-cert", cert, "--tls-key", key, "--tls-mutual"),
@@ -760,7 +777,13 @@ def test_bad_router_tls_settings_name_the_field(
     (tmp_path / "router.pem").write_bytes(pki.path("router.pem").read_bytes())
     (tmp_path / "garbage.key").write_text("not a key\n")
     node = {"id": "n1", "url": "https://127.0.0.1:1"}
+    expired, expired_key = _write_expired(tmp_path)
     cases: list[tuple[dict[str, Any], list[dict[str, str]], str]] = [
+        ({"tls_cert": str(expired), "tls_key": str(expired_key)}, [node],
+         f"certificate {expired} expired on 2020-01-02 03:04:05 UTC"),
+        ({"tls_cert": str(expired), "tls_key": str(expired_key), "tls_ca": str(pki.ca),
+          "tls_mutual": True}, [node],  # the certificate it presents to nodes
+         f"certificate {expired} expired on 2020-01-02 03:04:05 UTC"),
         ({"tls_cert": "router.pem"}, [node], "router.tls_key: is required with router.tls_cert"),
         ({"tls_cert": "router.pem", "tls_key": "garbage.key", "tls_mutual": True}, [node],
          "router.tls_ca: is required with router.tls_mutual"),
