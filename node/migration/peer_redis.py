@@ -15,6 +15,8 @@ from __future__ import annotations
 import logging
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from node.migration.peer_client import Endpoints, PeerClient, RedisAddress
@@ -67,6 +69,10 @@ class PeerRedis:
                 db=db,
                 socket_connect_timeout=CONNECT_TIMEOUT_S,
                 socket_timeout=CALL_TIMEOUT_S,
+                # One try: a Redis not reached from here (TLS, a password) is then read
+                # through its node at once, not after redis-py's retries (~3.6 s, again
+                # for every copy step).
+                retry=Retry(NoBackoff(), 0),
             )
             self._clients[address] = client
         return client

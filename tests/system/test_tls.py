@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
 import aiohttp
@@ -42,6 +42,8 @@ from cluster.local.redis_proc import RedisProcess, free_port, tls_redis_server_b
 from cluster.model.nodes import NodeSpec
 from cluster.sdk import AsyncClient, Client, Unavailable
 from cluster.web import tls
+from node.migration.peer_client import PeerClient
+from node.migration.peer_redis import PeerRedis
 from node.app import STATE
 from node.app import create_app as create_node_app
 from node.batch.ops import parse_op
@@ -848,3 +850,40 @@ def test_a_real_node_process_refuses_bad_flags_without_a_traceback(pki: Pki) -> 
         "shardlimit node: --tls-key: is required with --tls-cert; "
         "--tls-ca: is required with --tls-mutual"
     )
+
+
+async def test_a_peer_redis_over_tls_is_given_up_after_one_try(tls_redis: list[TlsRedis]) -> None:
+    """A node reads another shard's Redis directly only where it reaches it without TLS
+    or a password; elsewhere the first refusal sends the copy through the node (redis-py's
+    retries cost ~3.6 s, for every copy step). Counted at a relay in front of that Redis."""
+    server = tls_redis[2]
+    accepted = 0
+
+    async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal accepted
+        accepted += 1
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", server.port)
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            try:
+                while data := await source.read(65536):
+                    sink.write(data)
+                    await sink.drain()
+            except OSError:
+                pass
+            finally:
+                sink.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    front = await asyncio.start_server(relay, "127.0.0.1", 0)
+    port = front.sockets[0].getsockname()[1]
+    peers = PeerRedis(cast(PeerClient, None))
+    try:
+        with pytest.raises(redis.exceptions.ConnectionError):
+            await peers.client(("127.0.0.1", port, 0)).info("server")
+    finally:
+        await peers.close()
+        front.close()
+        await front.wait_closed()
+    assert accepted == 1
