@@ -42,12 +42,12 @@ from cluster.local.redis_proc import RedisProcess, free_port, tls_redis_server_b
 from cluster.model.nodes import NodeSpec
 from cluster.sdk import AsyncClient, Client, Unavailable
 from cluster.web import tls
-from node.migration.peer_client import PeerClient
-from node.migration.peer_redis import PeerRedis
 from node.app import STATE
 from node.app import create_app as create_node_app
 from node.batch.ops import parse_op
 from node.config import NodeConfig
+from node.migration.peer_client import PeerClient
+from node.migration.peer_redis import PeerRedis
 from router.channel.control_client import HttpPool
 from router.channel.node_client import NodeClient
 from router.config import parse_config
