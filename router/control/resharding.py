@@ -191,7 +191,6 @@ class Resharder:
             raise MigrationBlocked(self.last_error or "the migration stopped", self.blocked)
 
     async def _run(self) -> None:
-        renew = asyncio.get_running_loop().create_task(self.lease.renew_forever())
         try:
             await self.lease.acquire_patiently()
             # Another router may have finished it while this one waited for the lease.
@@ -199,15 +198,12 @@ class Resharder:
             if self.view.topology.migration is None:
                 log.info("the migration was finished by another router meanwhile")
                 return
-            await self._migrate()
+            await self.lease.run_holding(self._migrate())
         except (ReshardError, NodeUnavailable) as exc:
             self.last_error = str(exc)
             self.progress["phase"] = "paused"
             log.error("migration paused (run `shardlimit reshard resume`): %s", exc)
         finally:
-            renew.cancel()
-            with contextlib.suppress(asyncio.CancelledError, ReshardError):
-                await renew
             with contextlib.suppress(ReshardError):
                 await self.lease.act("release")
 

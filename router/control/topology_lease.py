@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import time
+from collections.abc import Coroutine
+from typing import Any
 
 from router.control.topology_sync import TopologySync
 from router.errors import NodeUnavailable, ReshardError
@@ -65,6 +68,36 @@ class TopologyLease:
             ) from None
 
     async def renew_forever(self) -> None:
+        """Renew it every third of its TTL until cancelled. A lock node that does not
+        answer is asked again while the lease may still be held; ReshardError once it is
+        lost (another holds it, or it may have run out unrenewed)."""
+        cadence_s = self.ttl_ms / 3000
+        renewed = time.monotonic()
         while True:
-            await asyncio.sleep(self.ttl_ms / 3000)  # renewal cadence
-            await self.act("renew")
+            await asyncio.sleep(cadence_s)  # renewal cadence
+            try:
+                await self.act("renew")
+                renewed = time.monotonic()
+            except ReshardError as exc:
+                if not exc.unavailable or time.monotonic() - renewed + cadence_s >= 3 * cadence_s:
+                    raise
+
+    async def run_holding(self, work: Coroutine[Any, Any, None]) -> None:
+        """`work` while the lease is renewed; stopped where it is (as if this router had
+        died) once the lease is lost, since another router may then start a change of
+        its own: ReshardError."""
+        loop = asyncio.get_running_loop()
+        renew = loop.create_task(self.renew_forever())
+        working = loop.create_task(work)
+        try:
+            await asyncio.wait({renew, working}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (renew, working):
+                if not task.done():
+                    task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, ReshardError):
+                    await task
+        if not working.cancelled():
+            working.result()  # raises what stopped it
+            return
+        renew.result()  # the lease is lost: raises ReshardError

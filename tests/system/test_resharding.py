@@ -827,3 +827,51 @@ async def test_an_address_that_reaches_another_redis_from_here_is_never_used(
     assert held == expected
     n1_redis.close()
     n4_redis.close()
+
+
+async def test_a_migration_whose_lease_is_taken_stops_where_it_is(
+    cluster: Cluster, fourth_redis: RedisProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the topology lease's TTL another router may start a change of its own: a
+    migration whose lease went to another holder pauses and says so, and never copies."""
+    n4_url = await add_spare_node(cluster, fourth_redis)
+    resharder = cluster.router.resharder
+    resharder.lease.ttl_ms = 900  # renewed every 0.3 s
+    entered, released = asyncio.Event(), asyncio.Event()
+    copied: list[bool] = []
+    original = resharder._migrate
+
+    async def held_back() -> None:  # the migration waits until the test lets it go
+        entered.set()  # the lease is held and renewed from here on
+        await released.wait()
+        copied.append(True)
+        await original()
+
+    monkeypatch.setattr(resharder, "_migrate", held_back)
+    lock = sync_redis.Redis(port=cluster.redis[0].port)  # n1 holds the topology lease
+    adding = asyncio.ensure_future(
+        cluster.post("/v1/cluster/nodes", {"url": n4_url, "id": "n4"}, ADMIN)
+    )
+    try:
+        await asyncio.wait_for(entered.wait(), 10)
+        assert lock.exists("sl|lease|topology")
+        lock.set("sl|lease|topology", "another-router", px=5000)
+
+        async def paused() -> bool:
+            _, info = await cluster.get("/v1/cluster")
+            migration = info["migration"] or {}
+            return migration.get("phase") == "paused" and not migration.get("running")
+
+        await eventually(paused, within=10)
+        _, info = await cluster.get("/v1/cluster")
+        assert info["migration"]["last_error"] == "another topology change holds the lease"
+        status, problem = await adding
+        assert status >= 400 and "another topology change holds the lease" in str(problem)
+        assert copied == []
+        assert lock.get("sl|lease|topology") == b"another-router"  # not released by us
+    finally:
+        released.set()
+        if not adding.done():
+            adding.cancel()
+        lock.delete("sl|lease|topology")
+        lock.close()
