@@ -23,7 +23,7 @@ from tests.system.replication import key_on
 pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]
 ADMIN = "endpoints-admin"
 HEADERS = {"Authorization": f"Bearer {ADMIN}"}
-RATE = [{"algorithm": "fixed_window", "limit": 1000, "window": "1d"}]
+RATE = [{"algorithm": "fixed_window", "limit": 1000, "window": "3660d"}]
 
 
 def _endpoint(local: LocalCluster, node_id: str, redis_url: str) -> tuple[ChildProcess, str]:

@@ -54,7 +54,7 @@ descriptors:
   - key: user                      # on_failure: allow (the default of rate_limit)
     rate_limit: {{unit: day, requests_per_unit: {LIMIT}}}
   - key: strict
-    limits: [{{algorithm: fixed_window, limit: {LIMIT}, window: 1d}}]
+    limits: [{{algorithm: fixed_window, limit: {LIMIT}, window: 3660d}}]
     on_failure: deny
 """
 HEADERS = (("x-user", "user"), ("x-strict", "strict"))

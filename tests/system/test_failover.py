@@ -22,7 +22,7 @@ from tests.system.replication import Served, caught_up, check, key_on, replicati
 pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]
 ADMIN = "failover-admin-token"
 STOCK = [{"algorithm": "quota", "limit": 1000}]  # no window; durability replica by default
-RATE = [{"algorithm": "fixed_window", "limit": 1000, "window": "1d"}]  # durability primary
+RATE = [{"algorithm": "fixed_window", "limit": 1000, "window": "3660d"}]  # durability primary
 MONEY = [{"algorithm": "calendar", "period": "day", "max_amount": "1000.00"}]  # replica
 
 
