@@ -95,12 +95,13 @@ class SingletonLease:
                 await work
 
     async def release(self) -> None:
-        """Give the lease up at once (a clean shutdown), if held: another endpoint takes
-        it at its next try rather than after the TTL."""
-        held, self.held = self.held, False
-        if not held:
-            return
+        """Give the lease up at once (a clean shutdown): another endpoint takes it at its
+        next try rather than after the TTL. Sent even when `held` is False: a renewal
+        that answered late leaves the lease in Redis, ours (the script deletes it only for
+        this token)."""
+        self.held = False
         try:
-            await self.script(keys=[self.key], args=["release", self.token, self.ttl_ms])
-        except (RedisError, OSError) as exc:
+            async with asyncio.timeout(self.ttl_ms / 1000):  # by then it ran out anyway
+                await self.script(keys=[self.key], args=["release", self.token, self.ttl_ms])
+        except (RedisError, OSError, TimeoutError) as exc:
             log.warning("the shard's %s lease was not released (it expires): %s", self.key, exc)

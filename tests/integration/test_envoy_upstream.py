@@ -686,9 +686,11 @@ async def test_integration_basic_base_config(
         if mode == "local_cache":
             # key2's 22nd..25th hits and key3's 12th..15th: answered by the router.
             assert int(stats("shardlimit_denial_cache_hits_total")) == 4 + 4
-        # duration_until_reset ticks down: the same key 2 s later.
+        # duration_until_reset ticks down: the same key 2 s later (the pinned clock runs
+        # on from each pin: pinned again right before each reading).
+        await pin_clock(envoy, PINNED_MS + 11 * 60_000 + 1000)
         first_reset = (await envoy.call("another", [(f"key4{local}", "durTest")])).statuses[0]
-        await pin_clock(envoy, PINNED_MS + 11 * 60_000 + 2000)
+        await pin_clock(envoy, PINNED_MS + 11 * 60_000 + 3000)
         later = (await envoy.call("another", [(f"key4{local}", "durTest")])).statuses[0]
         assert later.duration_until_reset.seconds < first_reset.duration_until_reset.seconds
         assert later.limit_remaining == 18
