@@ -72,7 +72,8 @@ class CheckRequest(msgspec.Struct, frozen=True):  # built per check: cheaper tha
             coordinator,
             quota_ttl_ms=quota_ttl_ms,
             fingerprint=self.fingerprint,
-            durable=self.rule.durability == "replica",
+            # a dry run writes nothing: there is nothing for a replica to hold
+            durable=self.rule.durability == "replica" and not self.dry_run,
         )
 
 

@@ -158,6 +158,11 @@ async def test_replica_checks_wait_for_a_replica_and_primary_ones_do_not(tmp_pat
                     assert answer["allowed"] is False, answer  # quotas fail closed
                     answer = await check(http, local.router_url, rate, RATE)
                     assert answer["allowed"] is True and not answer.get("degraded"), answer
+                # A dry run (and so `usage`) writes nothing: no replica need hold it.
+                body = {"key": stock, "limits": STOCK, "dry_run": True}
+                async with http.post(local.router_url + "/v1/check", json=body) as resp:
+                    answer = await resp.json()
+                assert not answer.get("degraded") and answer["allowed"] is True, answer
                 # Inline limits choose their durability as a rule does.
                 body = {"key": rate, "limits": RATE, "durability": "replica"}
                 async with http.post(local.router_url + "/v1/check", json=body) as resp:
