@@ -15,6 +15,7 @@ from cluster.model.topology import Topology
 from node.config import NodeConfig
 from node.health.liveness import LivenessResponder
 from node.health.metrics import NodeMetrics
+from node.health.redis_stats import eviction_warning
 from node.holds.coordinator_records import CoordinatorRecords
 from node.holds.keeper import HoldKeeper
 from node.holds.singleton import SingletonLease
@@ -155,8 +156,12 @@ class NodeState:
             self.replicas.start()
         try:
             await self.store.measure_skew()
+            evicting = await eviction_warning(self.store.client)
         except (RedisError, OSError):
             log.warning("redis not reachable at start-up; clock skew assumed 0")
+        else:
+            if evicting is not None:
+                log.error(evicting)
         await self.kept.load_persisted()
         self.sweeper = asyncio.get_running_loop().create_task(
             self.sweeper_lease.run(self.holds.run_forever)

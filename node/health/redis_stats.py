@@ -14,7 +14,7 @@ from node.health.metrics import held_keys
 from node.health.replication import replication_status
 from node.store.connect import primary_address
 
-__all__ = ["redis_stats", "rules_version"]
+__all__ = ["eviction_warning", "redis_stats", "rules_version"]
 
 
 async def redis_stats(client: aioredis.Redis, failovers: int) -> dict[str, Any]:
@@ -40,3 +40,18 @@ async def redis_stats(client: aioredis.Redis, failovers: int) -> dict[str, Any]:
 async def rules_version(client: aioredis.Redis) -> int:
     """The version of the rules document the shard's Redis holds (0: none)."""
     return int(await client.hget(RULES_KEY, "version") or 0)
+
+
+async def eviction_warning(client: aioredis.Redis) -> str | None:
+    """Why this Redis cannot keep limits exact, or None: a `maxmemory-policy` other than
+    noeviction evicts counters when memory runs out (each evicted limit starts again from
+    zero), and the rules and topology with them. Raises RedisError."""
+    memory = await client.info("memory")
+    policy = str(memory.get("maxmemory_policy", "noeviction"))
+    if policy == "noeviction":
+        return None
+    return (
+        f"the node's Redis has maxmemory-policy {policy}: once full it evicts counters, and "
+        "their limits start again from zero; set maxmemory-policy noeviction (a full "
+        "Redis then answers checks degraded, consuming nothing)"
+    )

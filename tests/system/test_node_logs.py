@@ -8,9 +8,11 @@ import re
 from pathlib import Path
 
 import pytest
+import redis
 
 from cluster.local.cluster import node_process
 from cluster.local.ports import free_port
+from cluster.local.redis_proc import RedisProcess
 from tests.conftest import eventually
 
 SWEEP = "lease could not be taken, will retry"
@@ -44,3 +46,34 @@ async def test_a_node_with_its_redis_down_rate_limits_its_warnings(tmp_path: Pat
     assert all(held), lines  # never the same warning twice in a row without a count
     # The sweeper's lease is tried every 1/3 s: a 1 s window holds back about 2 of each 3.
     assert all(int(match.group(1)) >= 2 for match in held if match), lines
+
+
+@pytest.mark.timeout(60)
+async def test_a_node_over_an_evicting_redis_says_so_at_start(tmp_path: Path) -> None:
+    """Such a Redis, once full, evicts counters: their limits start again from zero."""
+    server = RedisProcess(free_port(), tmp_path / "redis", aof=False)
+    server.start()
+    client = redis.Redis(port=server.port)
+    log = tmp_path / "node.log"
+    try:
+        client.config_set("maxmemory-policy", "allkeys-lru")
+        env = dict(os.environ, SHARDLIMIT_CLUSTER_TOKEN="t")
+        node = node_process("n1", free_port(), server.url, log=log, env=env)
+        await node.start_async()
+        try:
+
+            def said() -> list[str]:
+                return [line for line in log.read_text().splitlines() if "evicts" in line]
+
+            async def logged() -> bool:
+                return bool(said())
+
+            await eventually(logged, within=30)
+        finally:
+            node.stop()
+        [line] = said()
+        assert "ERROR" in line and "maxmemory-policy allkeys-lru" in line, line
+        assert "set maxmemory-policy noeviction" in line
+    finally:
+        client.close()
+        server.stop()
