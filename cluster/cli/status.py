@@ -127,6 +127,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     unreplicated = unreplicated_line(info["nodes"])
     if unreplicated:
         print(unreplicated, flush=True)
+    for node in info["nodes"]:  # degraded answers say it check by check; this says it once
+        if node.get("redis_problem"):
+            print(f"{node['id']}'s Redis: {node['redis_problem']}", flush=True)
     migration = info.get("migration")
     if migration:
         print(finished(migration) or "\n".join(migration_lines(migration)), flush=True)

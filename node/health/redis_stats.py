@@ -18,17 +18,20 @@ __all__ = ["eviction_warning", "redis_stats", "rules_version"]
 
 
 async def redis_stats(client: aioredis.Redis, failovers: int) -> dict[str, Any]:
-    """keys (for limits: not the rules, topology, fence), memory, the primary's address
-    (`redis`), replication, rules_version, redis_version. Raises RedisError."""
+    """keys (for limits: not the rules, topology, fence), memory, what keeps this Redis
+    from keeping limits (`redis_problem`), the primary's address (`redis`), replication,
+    rules_version, redis_version. Raises RedisError."""
     async with client.pipeline(transaction=False) as pipe:
         pipe.hget(RULES_KEY, "version")
         pipe.info("memory")
         pipe.info("server")
         pipe.info("replication")
-        version, memory, server, replication = await pipe.execute()
+        pipe.info("persistence")
+        version, memory, server, replication, persistence = await pipe.execute()
     return {
         "keys": await held_keys(client),
         "memory": memory["used_memory"],
+        "redis_problem": redis_problem(memory, persistence),
         # The run_id lets a peer check that the address reaches this Redis from there.
         "redis": {**await primary_address(client), "run_id": server.get("run_id", "")},
         "replication": await replication_status(client, failovers, replication),
@@ -46,7 +49,10 @@ async def eviction_warning(client: aioredis.Redis) -> str | None:
     """Why this Redis cannot keep limits exact, or None: a `maxmemory-policy` other than
     noeviction evicts counters when memory runs out (each evicted limit starts again from
     zero), and the rules and topology with them. Raises RedisError."""
-    memory = await client.info("memory")
+    return _evicting(await client.info("memory"))
+
+
+def _evicting(memory: dict[str, Any]) -> str | None:
     policy = str(memory.get("maxmemory_policy", "noeviction"))
     if policy == "noeviction":
         return None
@@ -55,3 +61,17 @@ async def eviction_warning(client: aioredis.Redis) -> str | None:
         "their limits start again from zero; set maxmemory-policy noeviction (a full "
         "Redis then answers checks degraded, consuming nothing)"
     )
+
+
+def redis_problem(memory: dict[str, Any], persistence: dict[str, Any]) -> str | None:
+    """What INFO shows that keeps this Redis from serving limits exactly, or None: writes
+    refused (full under noeviction, or its last AOF or RDB write failed: MISCONF), or an
+    evicting policy. Checks then answer degraded, which says why only check by check."""
+    used, most = int(memory.get("used_memory", 0)), int(memory.get("maxmemory", 0))
+    if 0 < most <= used and memory.get("maxmemory_policy", "noeviction") == "noeviction":
+        return f"full: used_memory {used} of maxmemory {most}; writes are refused (OOM)"
+    if persistence.get("aof_last_write_status", "ok") != "ok":
+        return "its last AOF write failed (a full disk?): writes are refused (MISCONF)"
+    if persistence.get("rdb_last_bgsave_status", "ok") != "ok":
+        return "its last RDB save failed: writes may be refused (MISCONF)"
+    return _evicting(memory)

@@ -37,6 +37,7 @@ async def get_cluster(request: web.Request) -> web.Response:
                 "endpoints": client.endpoint_states(),
                 "keys": node_stats.get("keys"),
                 "memory_bytes": node_stats.get("memory"),
+                "redis_problem": node_stats.get("redis_problem"),
                 "node_epoch": node_stats.get("epoch"),
                 "redis": node_stats.get("replication"),
                 "share": round(shares.get(spec.id, 0.0), 6),

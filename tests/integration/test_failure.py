@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import redis
 
 from cluster.local.redis_proc import RedisProcess
+from node.health.redis_stats import redis_problem
 from tests.conftest import RULES, Cluster, eventually, start_cluster, stop_cluster
 
 CALENDAR = {"algorithm": "calendar", "period": "day", "timezone": "UTC", "max_count": 100}
@@ -108,3 +111,38 @@ async def test_full_node_queue_answers_overloaded_and_consumes_nothing(cluster: 
         channel.queue_max = 1000
     status, body = await cluster.check({**payload, "cost": 0})
     assert status == 200 and body["limits"][0]["remaining"] == 100 - len(admitted)
+
+
+async def test_a_full_or_evicting_redis_is_named_in_the_cluster_view(cluster: Cluster) -> None:
+    """Its checks answer degraded one by one; /v1/cluster says why once, for the shard."""
+    direct = redis.Redis(port=cluster.redis[0].port)
+
+    async def problem_of_n1() -> Any:
+        status, info = await cluster.get("/v1/cluster")
+        assert status == 200
+        return {node["id"]: node["redis_problem"] for node in info["nodes"]}["n1"]
+
+    try:
+        assert await problem_of_n1() is None
+        used = int(direct.info("memory")["used_memory"])
+        direct.config_set("maxmemory", used)  # full: every write is refused (noeviction)
+        problem = await problem_of_n1()
+        assert problem.startswith("full: used_memory ") and problem.endswith("(OOM)"), problem
+        owner_n1 = next(
+            f"oom:{i}" for i in range(500) if cluster.router.view.owner(f"oom:{i}") == "n1"
+        )
+        _, body = await cluster.check({"key": owner_n1, "rule": "basic"})
+        assert body["degraded"] is True, body
+        direct.config_set("maxmemory-policy", "allkeys-lru")
+        assert "maxmemory-policy allkeys-lru" in await problem_of_n1()
+    finally:
+        direct.config_set("maxmemory", 0)
+        direct.config_set("maxmemory-policy", "noeviction")
+        direct.close()
+    assert await problem_of_n1() is None
+
+
+def test_a_failed_aof_write_is_a_redis_problem() -> None:
+    memory = {"used_memory": 10, "maxmemory": 0, "maxmemory_policy": "noeviction"}
+    assert redis_problem(memory, {"aof_last_write_status": "ok"}) is None
+    assert "AOF write failed" in str(redis_problem(memory, {"aof_last_write_status": "err"}))
