@@ -125,7 +125,7 @@ async def test_a_full_or_evicting_redis_is_named_in_the_cluster_view(cluster: Cl
     try:
         assert await problem_of_n1() is None
         used = int(direct.info("memory")["used_memory"])
-        direct.config_set("maxmemory", used)  # full: every write is refused (noeviction)
+        direct.config_set("maxmemory", used // 2)  # over it: every write is refused
         problem = await problem_of_n1()
         assert problem.startswith("full: used_memory ") and problem.endswith("(OOM)"), problem
         owner_n1 = next(
