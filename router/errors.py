@@ -42,6 +42,7 @@ class Reason(StrEnum):
     EXPIRED = "expired"  # the node refused to apply past the deadline, every time
     UNREPLICATED = "unreplicated"  # durability replica: no replica held it in time
     OVERLOADED = "overloaded"  # the node's queue in this router was full
+    REFUSED = "refused"  # the node's Redis refused to write (full, or cannot persist)
     ERROR = "error"  # the node answered, but not with a usable result
 
 

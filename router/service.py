@@ -15,6 +15,7 @@ import msgspec
 from cluster import wire
 from cluster.model import answers
 from router.channel.op_group import Outcome
+from router.channel.outcomes import result_failure
 from router.config import RouterConfig
 from router.control.cluster_view import Attempt, ClusterView, GroupAttempt
 from router.control.resharding import Resharder
@@ -25,7 +26,7 @@ from router.decide.leases import LeaseRequest, run_lease
 from router.decide.quota_adjust import AdjustRequest, run_adjust
 from router.decide.request_ids import reused_decision
 from router.decide.spread import Spread
-from router.errors import LeaseNotFound, NodeUnavailable, Reason, ReplayMismatch
+from router.errors import LeaseNotFound, NodeUnavailable, ReplayMismatch
 from router.metrics import DecisionTally, RouterMetrics
 from router.requests import CheckRequest, RefundRequest
 from router.rules.book import RuleBook
@@ -136,10 +137,8 @@ class Router:
             if request.rule.cache_denials and not outcome.allowed:
                 self.denials.remember(request, outcome.limits, body)
         else:
-            if isinstance(outcome, NodeUnavailable):
-                reason, detail = outcome.reason, str(outcome)
-            else:
-                reason, detail = Reason.ERROR, _not_expected(outcome)
+            failure = outcome if isinstance(outcome, NodeUnavailable) else result_failure(outcome)
+            reason, detail = failure.reason, str(failure)
             body = degraded_decision(request, node, f"{reason}: {detail}")
             self.metrics.degraded_decision(request, reason, body.allowed)
         return self._shadowed(request, body) if request.rule.shadow else body
@@ -169,7 +168,7 @@ class Router:
         finally:  # after the node: a denial cached meanwhile predates the refund
             self.denials.forget(request.rule.name, request.key)
         if not isinstance(result, wire.Refunded):
-            raise NodeUnavailable(_not_expected(result), Reason.ERROR)
+            raise result_failure(result)
         return result
 
     async def adjust_quota(self, request: AdjustRequest) -> answers.QuotaAdjusted:
@@ -304,7 +303,3 @@ def _resolved(outcome: Outcome) -> asyncio.Future[wire.Result]:
     else:
         future.set_result(outcome)
     return future
-
-
-def _not_expected(result: wire.Result) -> str:
-    return result.detail if isinstance(result, wire.Failed) else f"unexpected {result!r}"

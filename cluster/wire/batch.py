@@ -158,9 +158,11 @@ class Expired(msgspec.Struct, array_like=True, frozen=True, tag="expired"):
 
 
 class Failed(msgspec.Struct, array_like=True, frozen=True, tag="error"):
-    """A bad op or a script error."""
+    """A bad op or a script error. `refused`: the shard's Redis refused to write (full
+    under noeviction, or unable to persist), before the op changed anything."""
 
     detail: str
+    refused: bool = False
 
 
 class Reused(msgspec.Struct, array_like=True, frozen=True, tag="reused"):

@@ -37,6 +37,7 @@ from node.store.counter_store import (
     lease_result,
     refund_result,
 )
+from node.store.reply_errors import write_refusal
 from node.topology.ownership import Ownership, Role
 
 __all__ = ["MAX_OPS", "run_batch", "start_batch"]
@@ -328,7 +329,8 @@ def _result(op: Op, out: Any) -> wire.Result:
     if op.kind is CHECK and type(out) is list:
         return check_result(out)
     if isinstance(out, Exception):
-        return wire.Failed(str(out))
+        refusal = write_refusal(out)
+        return wire.Failed(str(out)) if refusal is None else wire.Failed(refusal, refused=True)
     moved_on = fenced_epoch(out)
     if moved_on:
         return wire.Moved(moved_on)

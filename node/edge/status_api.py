@@ -8,9 +8,9 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from cluster.web.problem import json_response
+from cluster.web.problem import json_response, problem
 from node.edge.internal import STATE, internal
-from node.health.redis_stats import redis_stats, rules_version
+from node.health.redis_stats import redis_stats, rules_version, unready_because
 from node.state import NodeState
 
 
@@ -52,6 +52,11 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
+    """Ready while the shard's Redis answers and takes writes: a full one (noeviction) or
+    one that cannot persist refuses every check that would consume."""
     state = request.app[STATE]
-    await state.redis.ping()
+    refusing = await unready_because(state.redis)
+    if refusing is not None:
+        detail = f"node {state.node_id}'s Redis: {refusing}"
+        return problem(503, "redis-refuses-writes", detail)
     return json_response({"status": "ready", "node": state.node_id, "epoch": state.epoch})

@@ -13,8 +13,9 @@ from cluster.model.keys import RULES_KEY
 from node.health.metrics import held_keys
 from node.health.replication import replication_status
 from node.store.connect import primary_address
+from node.store.reply_errors import write_refusal
 
-__all__ = ["eviction_warning", "redis_stats", "rules_version"]
+__all__ = ["eviction_warning", "redis_stats", "rules_version", "unready_because"]
 
 
 async def redis_stats(client: aioredis.Redis, failovers: int) -> dict[str, Any]:
@@ -63,15 +64,42 @@ def _evicting(memory: dict[str, Any]) -> str | None:
     )
 
 
-def redis_problem(memory: dict[str, Any], persistence: dict[str, Any]) -> str | None:
-    """What INFO shows that keeps this Redis from serving limits exactly, or None: writes
-    refused (full under noeviction, or its last AOF or RDB write failed: MISCONF), or an
-    evicting policy. Checks then answer degraded, which says why only check by check."""
+async def unready_because(client: aioredis.Redis) -> str | None:
+    """None when this Redis answers and takes writes (the node's readiness), else why it
+    refuses them. Raises RedisError when it does not answer."""
+    async with client.pipeline(transaction=False) as pipe:
+        pipe.ping()
+        pipe.info("memory")
+        pipe.info("persistence")
+        pong, memory, persistence = await pipe.execute(raise_on_error=False)
+    for reply in (memory, persistence):
+        if isinstance(reply, Exception):
+            raise reply
+    refusing = _refusing_writes(memory, persistence)
+    if refusing is None and isinstance(pong, Exception):
+        # While it cannot persist (MISCONF), Redis refuses PING with the writes.
+        if write_refusal(pong) is None:
+            raise pong
+        return f"refusing writes: {pong}"
+    return refusing
+
+
+def _refusing_writes(memory: dict[str, Any], persistence: dict[str, Any]) -> str | None:
     used, most = int(memory.get("used_memory", 0)), int(memory.get("maxmemory", 0))
     if 0 < most <= used and memory.get("maxmemory_policy", "noeviction") == "noeviction":
         return f"full: used_memory {used} of maxmemory {most}; writes are refused (OOM)"
     if persistence.get("aof_last_write_status", "ok") != "ok":
         return "its last AOF write failed (a full disk?): writes are refused (MISCONF)"
+    return None
+
+
+def redis_problem(memory: dict[str, Any], persistence: dict[str, Any]) -> str | None:
+    """What INFO shows that keeps this Redis from serving limits exactly, or None: writes
+    refused (full under noeviction, or its last AOF or RDB write failed: MISCONF), or an
+    evicting policy. Checks then answer degraded (`refused`), and the node is not ready."""
+    refusing = _refusing_writes(memory, persistence)
+    if refusing is not None:
+        return refusing
     if persistence.get("rdb_last_bgsave_status", "ok") != "ok":
         return "its last RDB save failed: writes may be refused (MISCONF)"
     return _evicting(memory)

@@ -32,7 +32,7 @@ from redis.exceptions import (
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-__all__ = ["reply_error"]
+__all__ = ["reply_error", "write_refusal"]
 
 # A ConnectionError of its own from redis-py 8.2 on, a plain one before.
 _MAX_CLIENTS: type[RedisError] = getattr(
@@ -85,3 +85,29 @@ def reply_error(reply: str) -> RedisError:
     if kind is None:
         return ResponseError(reply)
     return kind(reply[len(prefix) + 1 :])
+
+
+# What Redis says when it refuses a write, as its own reply (7.0) or inside a script
+# error's text (6.2: "ERR Error running script ...: -OOM command not allowed ..."), and
+# what that means for the shard. A script is refused at its first write, so a refused
+# op changed nothing.
+_REFUSALS: tuple[tuple[str, str], ...] = (
+    (
+        "command not allowed when used memory > 'maxmemory'",
+        "the shard's Redis is full (used memory over maxmemory, policy noeviction)",
+    ),
+    (
+        "MISCONF",
+        "the shard's Redis cannot persist (its last AOF or RDB write failed)",
+    ),
+)
+
+
+def write_refusal(error: BaseException) -> str | None:
+    """Why Redis refused to write, in the shard's terms, when `error` is such a refusal
+    (out of memory, or unable to persist); None for any other error."""
+    text = str(error)
+    for needle, meaning in _REFUSALS:
+        if needle in text:
+            return f"{meaning}: it refused the write, and nothing was consumed"
+    return None

@@ -21,20 +21,23 @@ async def healthz(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     view = router_of(request).view
 
-    async def probe(node_id: str) -> tuple[str, bool]:
+    async def probe(node_id: str) -> tuple[str, str | None]:
+        """The node and why it is not ready (None: it is)."""
         try:
             await view.clients[node_id].get("/readyz", timeout_s=0.5)
-        except NodeUnavailable:
-            return node_id, False
-        return node_id, True
+        except NodeUnavailable as exc:
+            return node_id, str(exc)
+        return node_id, None
 
-    states = dict(await asyncio.gather(*(probe(n) for n in view.clients)))
-    down = sorted(n for n, ok in states.items() if not ok)
+    unready = dict(await asyncio.gather(*(probe(n) for n in view.clients)))
+    down = {n: why for n, why in sorted(unready.items()) if why is not None}
     body = {
         "status": "degraded" if down else "ready",
         "epoch": view.topology.epoch,
-        "nodes": {n: ("up" if ok else "down") for n, ok in sorted(states.items())},
+        "nodes": {n: ("down" if n in down else "up") for n in sorted(unready)},
     }
+    if down:
+        body["why"] = down  # a node's own readiness answer: unreachable, or its Redis
     return json_response(body, status=503 if down else 200)
 
 

@@ -16,6 +16,16 @@ from router.channel.watchdog import Watchdog
 from router.errors import NodeUnavailable, Reason
 
 
+def result_failure(result: wire.Result, context: str = "") -> NodeUnavailable:
+    """Why a node's result is not the answer its op asks for: its Redis refused to write
+    (`refused`: full or unable to persist, nothing consumed), a script error or a result
+    of another kind (`error`)."""
+    if isinstance(result, wire.Failed):
+        reason = Reason.REFUSED if result.refused else Reason.ERROR
+        return NodeUnavailable(context + result.detail, reason)
+    return NodeUnavailable(f"{context}unexpected {result!r}", Reason.ERROR)
+
+
 def _ignore(_value: float) -> None:
     pass
 

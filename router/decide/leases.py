@@ -21,8 +21,9 @@ from cluster.model import answers
 from cluster.model.errors import Problems
 from cluster.model.lease_ids import parse_lease_id
 from cluster.model.limits import MAX_LEASE_MS, parse_duration
+from router.channel.outcomes import result_failure
 from router.control.cluster_view import ClusterView
-from router.errors import LeaseNotFound, NodeUnavailable, Reason
+from router.errors import LeaseNotFound
 from router.requests import named_rule, parse_key
 from router.rules.book import Rule, RuleBook
 
@@ -122,8 +123,7 @@ async def run_lease(
     may be sent again; a release that was applied but not answered is then not found)."""
     _node, result = await view.execute(request.key, lease_op(request, quota_ttl_ms))
     if not isinstance(result, wire.Leased):
-        detail = result.detail if isinstance(result, wire.Failed) else f"unexpected {result!r}"
-        raise NodeUnavailable(detail, Reason.ERROR)
+        raise result_failure(result)
     if result.status == wire.LeaseStatus.NOT_HELD:
         raise LeaseNotFound(
             f"lease {request.lease_id!r} of key {request.key!r} under rule "

@@ -28,6 +28,7 @@ from cluster.model.limits import (
     parse_decimal,
     to_minor_units,
 )
+from router.channel.outcomes import result_failure
 from router.control.cluster_view import ClusterView
 from router.errors import AdjustRefused
 from router.requests import named_rule, parse_key
@@ -159,6 +160,8 @@ async def run_adjust(
     outcomes = await asyncio.gather(*(view.execute(op.key, op) for op in ops))
     results = [result for _node, result in outcomes]
     for result in results:
+        if isinstance(result, wire.Failed) and result.refused:
+            raise result_failure(result)
         if not isinstance(result, wire.Adjusted):
             detail = result.detail if isinstance(result, wire.Failed) else repr(result)
             raise AdjustRefused("error", detail)

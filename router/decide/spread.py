@@ -38,8 +38,9 @@ from cluster import wire
 from cluster.model.algorithms import NONE
 from cluster.model.keys import sub_key
 from cluster.wire import Checked, LimitRow
+from router.channel.outcomes import result_failure
 from router.control.cluster_view import ClusterView
-from router.errors import NodeUnavailable, Reason
+from router.errors import NodeUnavailable
 from router.requests import CheckRequest, RefundRequest
 
 SEEN_MAX = 100_000
@@ -196,7 +197,7 @@ class Spread:
         sub = self._sub_op(request, op, index)
         _node, result = await self.view.execute(sub.key, sub)
         if not isinstance(result, Checked):
-            raise NodeUnavailable(f"sub-counter {index}: {result!r}", Reason.ERROR)
+            raise result_failure(result, f"sub-counter {index}: ")
         return result.limits
 
     async def read(self, request: CheckRequest, op: wire.Op) -> NodeAnswer:
@@ -227,7 +228,7 @@ class Spread:
             sub = self._sub_op(request, op, index)
             _node, result = await self.view.execute(sub.key, sub)
             if not isinstance(result, wire.Refunded):
-                raise NodeUnavailable(f"sub-counter {index}: {result!r}", Reason.ERROR)
+                raise result_failure(result, f"sub-counter {index}: ")
             if result.status in _FOUND:
                 return result
             statuses.append(result.status)

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+import redis.asyncio as aioredis
 
-from cluster.local.redis_proc import RedisProcess
-from node.health.redis_stats import redis_problem
+from cluster.local.redis_proc import RedisProcess, free_port
+from node.health.redis_stats import redis_problem, unready_because
+from node.store.reply_errors import write_refusal
 from tests.conftest import RULES, Cluster, eventually, start_cluster, stop_cluster
 
 CALENDAR = {"algorithm": "calendar", "period": "day", "timezone": "UTC", "max_count": 100}
@@ -113,36 +115,104 @@ async def test_full_node_queue_answers_overloaded_and_consumes_nothing(cluster: 
     assert status == 200 and body["limits"][0]["remaining"] == 100 - len(admitted)
 
 
-async def test_a_full_or_evicting_redis_is_named_in_the_cluster_view(cluster: Cluster) -> None:
-    """Its checks answer degraded one by one; /v1/cluster says why once, for the shard."""
+async def test_a_full_or_evicting_redis_is_named_and_refuses_checks(cluster: Cluster) -> None:
+    """A full Redis (noeviction): its checks answer degraded `refused`, consuming nothing;
+    its node and the routers are not ready, saying why; /v1/cluster names it for the
+    shard. An evicting policy is named too."""
     direct = redis.Redis(port=cluster.redis[0].port)
+    quota = {"algorithm": "fixed_window", "limit": 5, "window": "3660d"}
 
     async def problem_of_n1() -> Any:
         status, info = await cluster.get("/v1/cluster")
         assert status == 200
         return {node["id"]: node["redis_problem"] for node in info["nodes"]}["n1"]
 
+    async def node_ready() -> tuple[int, Any]:
+        async with cluster.http.get(cluster.node_urls["n1"] + "/readyz") as resp:
+            return resp.status, await resp.json(content_type=None)
+
+    owner_n1 = next(f"oom:{i}" for i in range(500) if cluster.router.view.owner(f"oom:{i}") == "n1")
     try:
         assert await problem_of_n1() is None
+        assert (await node_ready())[0] == 200
         used = int(direct.info("memory")["used_memory"])
         direct.config_set("maxmemory", used // 2)  # over it: every write is refused
         problem = await problem_of_n1()
         assert problem.startswith("full: used_memory ") and problem.endswith("(OOM)"), problem
-        owner_n1 = next(
-            f"oom:{i}" for i in range(500) if cluster.router.view.owner(f"oom:{i}") == "n1"
+        _, body = await cluster.check({"key": owner_n1, "limits": [quota]})
+        assert body["degraded"] is True and body["allowed"] is True, body  # fail open
+        assert body["degraded_reason"] == (
+            "refused: the shard's Redis is full (used memory over maxmemory, policy "
+            "noeviction): it refused the write, and nothing was consumed"
         )
-        _, body = await cluster.check({"key": owner_n1, "rule": "basic"})
-        assert body["degraded"] is True, body
+        assert (
+            cluster.router.metrics.count("shardlimit_degraded_decisions_total", reason="refused")
+            == 1
+        )
+        status, ready = await node_ready()
+        assert (status, ready["type"].rsplit("/", 1)[-1]) == (503, "redis-refuses-writes")
+        assert ready["detail"].startswith("node n1's Redis: full: used_memory "), ready
+        status, ready = await cluster.get("/readyz")
+        assert status == 503 and ready["nodes"]["n1"] == "down", ready
+        assert "full: used_memory" in ready["why"]["n1"] and set(ready["why"]) == {"n1"}
         direct.config_set("maxmemory-policy", "allkeys-lru")
         assert "maxmemory-policy allkeys-lru" in await problem_of_n1()
+        assert (await node_ready())[0] == 200  # evicting: it takes writes (and warns)
     finally:
         direct.config_set("maxmemory", 0)
         direct.config_set("maxmemory-policy", "noeviction")
         direct.close()
     assert await problem_of_n1() is None
+    assert (await cluster.get("/readyz"))[0] == 200
+    _, body = await cluster.check({"key": owner_n1, "limits": [quota], "cost": 0})
+    assert body["limits"][0]["remaining"] == 5, body  # the refused check consumed nothing
 
 
 def test_a_failed_aof_write_is_a_redis_problem() -> None:
     memory = {"used_memory": 10, "maxmemory": 0, "maxmemory_policy": "noeviction"}
     assert redis_problem(memory, {"aof_last_write_status": "ok"}) is None
     assert "AOF write failed" in str(redis_problem(memory, {"aof_last_write_status": "err"}))
+
+
+async def test_a_redis_that_cannot_persist_refuses_writes_and_is_not_ready(
+    tmp_path: Path,
+) -> None:
+    """A Redis told to save snapshots whose last one failed refuses writes and even PING
+    (MISCONF): readiness says why, and a script's refusal is told from other errors."""
+    server = RedisProcess(
+        port=free_port(), data_dir=tmp_path, aof=False, extra_args=["--dbfilename", "x.rdb"]
+    )
+    server.start()
+    client = aioredis.Redis(port=server.port)
+    try:
+        assert await unready_because(client) is None
+        await client.config_set("save", "3600 1")
+        await client.config_set("stop-writes-on-bgsave-error", "yes")
+        (tmp_path / "x.rdb").mkdir()  # the snapshot cannot take its name
+        await client.bgsave()
+
+        async def failed() -> bool:
+            info = await client.info("persistence")
+            return bool(info["rdb_last_bgsave_status"] == "err")
+
+        await eventually(failed)
+        why = await unready_because(client)
+        assert why is not None and why.startswith("refusing writes: MISCONF "), why
+        with pytest.raises(redis.exceptions.ResponseError) as refused:
+            await client.eval("return redis.call('set', KEYS[1], 1)", 1, "k")
+        assert write_refusal(refused.value) == (
+            "the shard's Redis cannot persist (its last AOF or RDB write failed): it refused "
+            "the write, and nothing was consumed"
+        )
+        assert write_refusal(redis.exceptions.ResponseError("WRONGTYPE Operation")) is None
+        (tmp_path / "x.rdb").rmdir()
+        await client.bgsave()
+        await eventually(lambda: _not(failed))
+        assert await unready_because(client) is None
+    finally:
+        await client.aclose()
+        server.stop()
+
+
+async def _not(condition: Callable[[], Awaitable[bool]]) -> bool:
+    return not await condition()

@@ -411,8 +411,11 @@ def paths() -> dict[str, Any]:
         },
         "/readyz": {
             "get": {
-                "summary": "All nodes reachable",
-                "responses": {"200": {"description": "ready"}, "503": {"description": "degraded"}},
+                "summary": "Every node ready: reachable, its Redis answering and taking writes",
+                "responses": {
+                    "200": {"description": "ready"},
+                    "503": {"description": "degraded: `why` names each node not ready"},
+                },
             }
         },
         "/metrics": {
