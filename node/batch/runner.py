@@ -21,6 +21,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final
 
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from cluster import wire
@@ -221,13 +222,41 @@ async def _run(state: NodeState, batch: _Prepared) -> None:
             return
         if unimported and not _drop_unimported(batch, unimported):
             return
+    await _run_in_redis(state, batch)
+
+
+async def _run_in_redis(state: NodeState, batch: _Prepared, sent: bool = False) -> None:
+    """The batch's ops run in Redis and their results filled in; `sent`: it was sent
+    once already, and its connection to Redis lost before the replies came."""
     acks = _replica_acks(state, batch)
-    outputs = await state.store.run(batch.runnable, batch.deadline_ms, acks, batch.epoch)
+    try:
+        outputs = await state.store.run(batch.runnable, batch.deadline_ms, acks, batch.epoch)
+    except RedisConnectionError as lost:
+        if sent or not _sent_again(batch, lost):
+            raise
+        await _run_in_redis(state, batch, sent=True)
+        return
     if acks is not None and acks.missing:
         state.metrics.replica_timeouts.inc()
         state.replicas.fell_short(acks.acked)
         outputs = await _take_back_durable(state, batch, outputs)
     await _settle(state, batch, outputs)
+
+
+def _sent_again(batch: _Prepared, lost: BaseException) -> bool:
+    """Whether a batch whose connection to Redis was lost after it was sent goes again:
+    whether it ran is unknown, so only when every op is a check with a request_id (one
+    that ran answers from its record, and counts once). Any other batch fails, and its
+    checks answer degraded although they may have consumed (docs/guarantees.md)."""
+    if not isinstance(lost, RedisConnectionError):
+        return False
+    if all(op.kind is CHECK and op.request_id is not None for op in batch.runnable):
+        log.warning(
+            "connection to Redis lost under a batch: its %d checks sent again by request_id",
+            len(batch.runnable),
+        )
+        return True
+    return False
 
 
 def _replica_acks(state: NodeState, batch: _Prepared) -> ReplicaAcks | None:
@@ -261,7 +290,13 @@ def start_batch(
     def replied(raw: list[Any] | Exception) -> None:
         assert plan is not None
         if isinstance(raw, Exception):
-            _spawn(state, batch, _raise(raw), answer)
+            again = _sent_again(batch, raw)
+            _spawn(
+                state,
+                batch,
+                _run_in_redis(state, batch, sent=True) if again else _raise(raw),
+                answer,
+            )
             return
         outputs = store.results_now(plan, raw)
         if outputs is None:

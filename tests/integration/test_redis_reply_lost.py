@@ -1,0 +1,157 @@
+"""A node's connection to its Redis lost after a batch ran there, before its reply came:
+whether the batch ran is unknown to the node. Checks that carry a request_id are sent
+again and answered from their record, counted once; the others answer degraded, and may
+have consumed (the documented ambiguous case)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from cluster import wire
+from cluster.local.redis_proc import RedisProcess
+from cluster.model.errors import Problems
+from cluster.model.limits import parse_limit
+from tests.conftest import Cluster, eventually, node_batch, start_cluster, stop_cluster
+
+QUOTA = {"algorithm": "fixed_window", "limit": 5, "window": "3660d"}
+
+
+class ReplyDropper:
+    """A TCP relay in front of a Redis. Once armed with a marker, the connection whose
+    request carries it is cut when Redis' next reply on it comes: the command ran, and its
+    reply never reaches the client."""
+
+    def __init__(self, redis_port: int) -> None:
+        self.redis_port = redis_port
+        self.marker: bytes | None = None
+        self.cut = 0
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        port: int = self.server.sockets[0].getsockname()[1]
+        return port
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+    async def _relay(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        redis_r, redis_w = await asyncio.open_connection("127.0.0.1", self.redis_port)
+        doomed = asyncio.Event()
+
+        async def to_redis() -> None:
+            while data := await client_r.read(65536):
+                if self.marker is not None and self.marker in data:
+                    self.marker = None
+                    doomed.set()  # before Redis can answer it
+                redis_w.write(data)
+                await redis_w.drain()
+            redis_w.close()
+
+        async def to_client() -> None:
+            while data := await redis_r.read(65536):
+                if doomed.is_set():
+                    self.cut += 1
+                    client_w.transport.abort()
+                    redis_w.transport.abort()
+                    return
+                client_w.write(data)
+                await client_w.drain()
+            client_w.close()
+
+        with contextlib.suppress(OSError):
+            await asyncio.gather(to_redis(), to_client())
+
+
+@pytest.fixture
+async def dropped(
+    redis_servers: list[RedisProcess], tmp_path: Path
+) -> AsyncIterator[tuple[Cluster, ReplyDropper]]:
+    dropper = ReplyDropper(redis_servers[0].port)
+    relayed = RedisProcess(port=await dropper.start(), data_dir=tmp_path / "relayed", aof=False)
+    cluster = await start_cluster([relayed, *redis_servers[1:]], tmp_path)
+    # The scripts loaded, the connections open: what is cut below is the check's reply.
+    _, warm = await cluster.check({"key": n1_key(cluster, "warm"), "limits": [QUOTA]})
+    assert warm["degraded"] is False, warm
+    try:
+        yield cluster, dropper
+    finally:
+        await stop_cluster(cluster)
+        await dropper.close()
+
+
+def n1_key(cluster: Cluster, prefix: str) -> str:
+    return next(k for i in range(1000) if cluster.router.view.owner(k := f"{prefix}:{i}") == "n1")
+
+
+async def test_checks_with_a_request_id_are_sent_again_and_count_once(
+    dropped: tuple[Cluster, ReplyDropper],
+) -> None:
+    cluster, dropper = dropped
+    key = n1_key(cluster, "lost-with-id")
+    dropper.marker = key.encode()
+    status, body = await cluster.check({"key": key, "limits": [QUOTA], "request_id": "r-1"})
+    assert dropper.cut == 1
+    # The first send ran: the second is answered from its record.
+    assert status == 200 and body["degraded"] is False and body["replayed"] is True, body
+    assert body["limits"][0]["remaining"] == 4
+    _, usage = await cluster.check({"key": key, "limits": [QUOTA], "cost": 0})
+    assert usage["limits"][0]["remaining"] == 4  # counted once
+
+
+async def test_checks_without_one_answer_degraded_having_consumed(
+    dropped: tuple[Cluster, ReplyDropper],
+) -> None:
+    cluster, dropper = dropped
+    key = n1_key(cluster, "lost-without-id")
+    dropper.marker = key.encode()
+    status, body = await cluster.check({"key": key, "limits": [QUOTA]})
+    assert dropper.cut == 1
+    assert status == 200 and body["degraded"] is True, body
+    assert body["degraded_reason"].startswith("unavailable: "), body
+
+    async def answered() -> bool:
+        _, usage = await cluster.check({"key": key, "limits": [QUOTA], "cost": 0})
+        return usage["degraded"] is False
+
+    await eventually(answered)  # the router marked n1 down on its 503, and saw it back
+    _, usage = await cluster.check({"key": key, "limits": [QUOTA], "cost": 0})
+    assert usage["limits"][0]["remaining"] == 4  # it ran: the known ambiguous case
+
+
+async def test_a_batch_of_such_checks_is_sent_again_on_the_batch_endpoint_too(
+    dropped: tuple[Cluster, ReplyDropper],
+) -> None:
+    """The node's other way in (its HTTP batch endpoint: the path of batches that pull
+    moving keys or wait for a replica) sends such a batch again the same way."""
+    cluster, dropper = dropped
+    spec = parse_limit(QUOTA, "limits[0]", Problems())
+    assert spec is not None
+    keys = [n1_key(cluster, "lost-batch"), n1_key(cluster, "lost-batch-2")]
+    ops = [
+        wire.Op(
+            "check",
+            key,
+            "~inline",
+            [spec.to_wire()],
+            [0],
+            cost=1,
+            request_id=f"b-{i}",
+            record_ttl_ms=600_000,
+        )
+        for i, key in enumerate(keys)
+    ]
+    dropper.marker = keys[0].encode()
+    results = await node_batch(cluster, "n1", ops)
+    assert dropper.cut == 1
+    for result in results:
+        assert isinstance(result, wire.Checked) and result.allowed and result.replayed, result
+    reads = [wire.Op("check", key, "~inline", [spec.to_wire()], [0], cost=0) for key in keys]
+    for read in await node_batch(cluster, "n1", reads):
+        assert isinstance(read, wire.Checked) and read.limits[0].remaining == 4, read  # once
