@@ -244,19 +244,28 @@ async def _run_in_redis(state: NodeState, batch: _Prepared, sent: bool = False) 
 
 
 def _sent_again(batch: _Prepared, lost: BaseException) -> bool:
-    """Whether a batch whose connection to Redis was lost after it was sent goes again:
-    whether it ran is unknown, so only when every op is a check with a request_id (one
-    that ran answers from its record, and counts once). Any other batch fails, and its
-    checks answer degraded although they may have consumed (docs/guarantees.md)."""
+    """Whether a batch whose connection to Redis was lost after it was sent goes again.
+    Whether it ran is unknown: its checks with a request_id go again (one that ran
+    answers from its record, and counts once); every other op is answered so, and may
+    have been applied (docs/guarantees.md). False, and nothing changed, when no op can
+    go again: the batch fails as a whole."""
     if not isinstance(lost, RedisConnectionError):
         return False
-    if all(op.kind is CHECK and op.request_id is not None for op in batch.runnable):
-        log.warning(
-            "connection to Redis lost under a batch: its %d checks sent again by request_id",
-            len(batch.runnable),
-        )
-        return True
-    return False
+    again = [i for i, op in enumerate(batch.runnable) if op.kind is CHECK and op.request_id]
+    if not again:
+        return False
+    undecided = wire.Failed(f"{lost}: this op may have been applied")
+    for index in batch.slots:
+        batch.results[index] = undecided
+    log.warning(
+        "connection to Redis lost under a batch: %d checks sent again by request_id, "
+        "%d other ops answered undecided",
+        len(again),
+        len(batch.slots) - len(again),
+    )
+    batch.runnable = [batch.runnable[i] for i in again]
+    batch.slots = [batch.slots[i] for i in again]
+    return True
 
 
 def _replica_acks(state: NodeState, batch: _Prepared) -> ReplicaAcks | None:

@@ -1,7 +1,8 @@
 """A node's connection to its Redis lost after a batch ran there, before its reply came:
 whether the batch ran is unknown to the node. Checks that carry a request_id are sent
-again and answered from their record, counted once; the others answer degraded, and may
-have consumed (the documented ambiguous case)."""
+again and answered from their record, counted once; the other ops are answered
+undecided (checks: degraded), and may have been applied (the documented ambiguous case).
+A batch with nothing to send again fails whole, as when Redis is gone."""
 
 from __future__ import annotations
 
@@ -125,15 +126,16 @@ async def test_checks_without_one_answer_degraded_having_consumed(
     assert usage["limits"][0]["remaining"] == 4  # it ran: the known ambiguous case
 
 
-async def test_a_batch_of_such_checks_is_sent_again_on_the_batch_endpoint_too(
+async def test_a_mixed_batch_sends_again_only_its_checks_with_a_request_id(
     dropped: tuple[Cluster, ReplyDropper],
 ) -> None:
-    """The node's other way in (its HTTP batch endpoint: the path of batches that pull
-    moving keys or wait for a replica) sends such a batch again the same way."""
+    """Through the node's HTTP batch endpoint (the path of batches that pull moving keys
+    or wait for a replica): the checks with a request_id are answered from their record,
+    the other op is answered undecided, one by one."""
     cluster, dropper = dropped
     spec = parse_limit(QUOTA, "limits[0]", Problems())
     assert spec is not None
-    keys = [n1_key(cluster, "lost-batch"), n1_key(cluster, "lost-batch-2")]
+    keys = [n1_key(cluster, f"lost-batch-{i}") for i in range(3)]
     ops = [
         wire.Op(
             "check",
@@ -142,16 +144,18 @@ async def test_a_batch_of_such_checks_is_sent_again_on_the_batch_endpoint_too(
             [spec.to_wire()],
             [0],
             cost=1,
-            request_id=f"b-{i}",
+            request_id=f"b-{i}" if i < 2 else None,
             record_ttl_ms=600_000,
         )
         for i, key in enumerate(keys)
     ]
     dropper.marker = keys[0].encode()
-    results = await node_batch(cluster, "n1", ops)
+    *sent_again, undecided = await node_batch(cluster, "n1", ops)
     assert dropper.cut == 1
-    for result in results:
+    for result in sent_again:
         assert isinstance(result, wire.Checked) and result.allowed and result.replayed, result
+    assert isinstance(undecided, wire.Failed) and not undecided.refused, undecided
+    assert undecided.detail.endswith("this op may have been applied"), undecided
     reads = [wire.Op("check", key, "~inline", [spec.to_wire()], [0], cost=0) for key in keys]
     for read in await node_batch(cluster, "n1", reads):
         assert isinstance(read, wire.Checked) and read.limits[0].remaining == 4, read  # once
