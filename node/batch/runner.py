@@ -246,12 +246,18 @@ async def _run_in_redis(state: NodeState, batch: _Prepared, sent: bool = False) 
 def _sent_again(batch: _Prepared, lost: BaseException) -> bool:
     """Whether a batch whose connection to Redis was lost after it was sent goes again.
     Whether it ran is unknown: its checks with a request_id go again (one that ran
-    answers from its record, and counts once); every other op is answered so, and may
-    have been applied (docs/guarantees.md). False, and nothing changed, when no op can
-    go again: the batch fails as a whole."""
+    answers from its record, and counts once), but for `durability: replica` ones; every
+    other op is answered so, and may have been applied (docs/guarantees.md). False, and
+    nothing changed, when no op can go again: the batch fails as a whole."""
     if not isinstance(lost, RedisConnectionError):
         return False
-    again = [i for i, op in enumerate(batch.runnable) if op.kind is CHECK and op.request_id]
+    # Not a durable check: a replay writes nothing, and the WAIT after it would not cover
+    # the first send's write, which may never have reached a replica.
+    again = [
+        i
+        for i, op in enumerate(batch.runnable)
+        if op.kind is CHECK and op.request_id and not op.durable
+    ]
     if not again:
         return False
     undecided = wire.Failed(f"{lost}: this op may have been applied")
