@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 import pytest
+import redis
 
 from cluster.local.redis_proc import RedisProcess
 from cluster.model.nodes import NodeSpec
@@ -180,6 +181,21 @@ async def test_page_shows_a_node_down(cluster: Cluster, browser: Browser) -> Non
     assert shown["n2"]["keys"] == "\u2013"  # en dash: unknown
     assert await page.evaluate("document.getElementById('status').dataset.ok") == "true"
     await assert_layout_drawn(page, cluster)
+    assert page.errors == []
+
+
+async def test_page_names_a_full_redis(cluster: Cluster, browser: Browser) -> None:
+    page = await open_page(browser, cluster, nodes=3)
+    direct = redis.Redis(port=cluster.redis[0].port)
+    try:
+        used = int(direct.info("memory")["used_memory"])
+        direct.config_set("maxmemory", used // 2)
+        error = "document.querySelector('.node-card[data-node-id=\"n1\"] .error').textContent"
+        await page.wait_for(f"{error}.startsWith('Redis: full: used_memory ')")
+    finally:
+        direct.config_set("maxmemory", 0)
+        direct.close()
+    await page.wait_for(f"{error} === ''")
     assert page.errors == []
 
 

@@ -199,8 +199,14 @@ function updateCard(n, counts, leaving) {
   q(".redis").textContent = redis.text;
   q(".redis").title = redis.title;
   c.dataset.replicas = redis.marker;
-  q(".error").textContent = n.state === "down" && n.last_error ? n.last_error : "";
+  q(".error").textContent = cardError(n);
   return c;
+}
+
+// Why a node cannot serve: it is down, or its Redis refuses writes or would evict counters.
+function cardError(n) {
+  if (n.state === "down" && n.last_error) return n.last_error;
+  return n.redis_problem ? `Redis: ${n.redis_problem}` : "";
 }
 
 // A shard served from several endpoints: the one this router sends to, and how many are up.
