@@ -122,6 +122,15 @@ def problem_body(
     return orjson.dumps(body)
 
 
+def problem_detail(raw: bytes) -> str:
+    """What a peer's error answer says: a problem's `detail`, else its first 200 bytes."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw[:200].decode(errors="replace")
+    return str(body.get("detail", body)) if isinstance(body, dict) else str(body)[:200]
+
+
 def internal_error() -> Problem:
     """The answer to an error nothing translates (logged where it is caught)."""
     return Problem(500, "internal", "internal error; the request may be retried")

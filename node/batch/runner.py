@@ -380,7 +380,10 @@ def _result(op: Op, out: Any) -> wire.Result:
         return check_result(out)
     if isinstance(out, Exception):
         refusal = write_refusal(out)
-        return wire.Failed(str(out)) if refusal is None else wire.Failed(refusal, refused=True)
+        if refusal is None:
+            return wire.Failed(str(out))
+        why = f"the shard's Redis {refusal}: it refused the write, and nothing was consumed"
+        return wire.Failed(why, refused=True)
     moved_on = fenced_epoch(out)
     if moved_on:
         return wire.Moved(moved_on)

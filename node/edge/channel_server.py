@@ -23,6 +23,7 @@ from redis.exceptions import RedisError
 from cluster import wire
 from cluster.web.serve import CannotListenError
 from node.batch.runner import MAX_OPS, start_batch
+from node.edge.boundary import redis_failure
 from node.state import NodeState
 
 __all__ = ["ChannelServer"]
@@ -153,7 +154,8 @@ class _Peer(asyncio.Protocol):
             if isinstance(outcome, RedisConnectionError | OSError):
                 # Idle pooled connections are dead too (as node/edge/boundary.py does).
                 self.server.drop_idle_redis_connections()
-            self._write(wire.Reply(request_id, 503, detail=f"node redis unavailable: {outcome}"))
+            _slug, detail = redis_failure(state.node_id, outcome)
+            self._write(wire.Reply(request_id, 503, detail=detail))
         else:  # a bug: answer it, keep serving the connection
             log.error("batch failed", exc_info=outcome)
             detail = f"{type(outcome).__name__}: {outcome}"

@@ -19,6 +19,7 @@ import aiohttp
 import orjson
 
 from cluster import wire
+from cluster.web.problem import problem_detail
 from node.errors import PeerError
 
 __all__ = ["Endpoints", "PeerClient", "RedisAddress"]
@@ -96,7 +97,8 @@ class PeerClient:
                 body = await response.read()
                 if response.status != 200:
                     raise PeerError(
-                        f"{url} answered {response.status}: {body[:200]!r}", response.status
+                        f"{url} answered {response.status}: {problem_detail(body)}",
+                        response.status,
                     )
                 return orjson.loads(body)
         except (aiohttp.ClientConnectionError, TimeoutError, OSError) as exc:

@@ -94,20 +94,17 @@ def reply_error(reply: str) -> RedisError:
 _REFUSALS: tuple[tuple[str, str], ...] = (
     (
         "command not allowed when used memory > 'maxmemory'",
-        "the shard's Redis is full (used memory over maxmemory, policy noeviction)",
+        "is full (used memory over maxmemory, policy noeviction)",
     ),
-    (
-        "MISCONF",
-        "the shard's Redis cannot persist (its last AOF or RDB write failed)",
-    ),
+    ("MISCONF", "cannot persist (its last AOF or RDB write failed)"),
 )
 
 
 def write_refusal(error: BaseException) -> str | None:
-    """Why Redis refused to write, in the shard's terms, when `error` is such a refusal
-    (out of memory, or unable to persist); None for any other error."""
+    """Why Redis refused to write ("is full (...)", "cannot persist (...)"), when `error`
+    is such a refusal; None for any other error."""
     text = str(error)
     for needle, meaning in _REFUSALS:
         if needle in text:
-            return f"{meaning}: it refused the write, and nothing was consumed"
+            return meaning
     return None

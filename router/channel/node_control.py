@@ -7,18 +7,11 @@ from typing import Any
 
 import orjson
 
+from cluster.web.problem import problem_detail
 from cluster.wire import HEALTH_PATH
 from router.channel.control_client import HttpPool
 from router.channel.liveness import LivenessProbe
 from router.errors import NodeUnavailable, Reason
-
-
-def _detail(raw: bytes) -> str:
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return raw[:200].decode(errors="replace")
-    return str(body.get("detail", body)) if isinstance(body, dict) else str(body)[:200]
 
 
 class NodeControl:
@@ -47,7 +40,9 @@ class NodeControl:
         try:
             status, raw = await self.pool.request(method, path, data, timeout)
             if status != 200:
-                raise NodeUnavailable(f"node {self.node_id} answered {status}: {_detail(raw)}")
+                raise NodeUnavailable(
+                    f"node {self.node_id} answered {status}: {problem_detail(raw)}"
+                )
             return orjson.loads(raw)
         except TimeoutError as exc:
             raise NodeUnavailable(f"node {self.node_id}: timed out", Reason.TIMEOUT) from exc

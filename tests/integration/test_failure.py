@@ -12,9 +12,19 @@ import redis
 import redis.asyncio as aioredis
 
 from cluster.local.redis_proc import RedisProcess, free_port
+from cluster.web.problem import problem_body, problem_detail
+from node.edge.boundary import redis_failure
 from node.health.redis_stats import redis_problem, unready_because
 from node.store.reply_errors import write_refusal
-from tests.conftest import RULES, Cluster, eventually, start_cluster, stop_cluster
+from tests.conftest import (
+    ADMIN,
+    RULES,
+    Cluster,
+    add_spare_node,
+    eventually,
+    start_cluster,
+    stop_cluster,
+)
 
 CALENDAR = {"algorithm": "calendar", "period": "day", "timezone": "UTC", "max_count": 100}
 WINDOW = {"algorithm": "fixed_window", "limit": 100, "window": "1m"}
@@ -200,10 +210,7 @@ async def test_a_redis_that_cannot_persist_refuses_writes_and_is_not_ready(
         assert why is not None and why.startswith("refusing writes: MISCONF "), why
         with pytest.raises(redis.exceptions.ResponseError) as refused:
             await client.eval("return redis.call('set', KEYS[1], 1)", 1, "k")
-        assert write_refusal(refused.value) == (
-            "the shard's Redis cannot persist (its last AOF or RDB write failed): it refused "
-            "the write, and nothing was consumed"
-        )
+        assert write_refusal(refused.value) == ("cannot persist (its last AOF or RDB write failed)")
         assert write_refusal(redis.exceptions.ResponseError("WRONGTYPE Operation")) is None
         (tmp_path / "x.rdb").rmdir()
         await client.bgsave()
@@ -216,3 +223,39 @@ async def test_a_redis_that_cannot_persist_refuses_writes_and_is_not_ready(
 
 async def _not(condition: Callable[[], Awaitable[bool]]) -> bool:
     return not await condition()
+
+
+async def test_a_node_over_a_full_redis_is_refused_as_a_member(
+    cluster: Cluster, fourth_redis: RedisProcess
+) -> None:
+    """Joining would move keys into a Redis that refuses them: refused, saying why."""
+    n4_url = await add_spare_node(cluster, fourth_redis)
+    direct = redis.Redis(port=fourth_redis.port)
+    try:
+        direct.config_set("maxmemory", int(direct.info("memory")["used_memory"]) // 2)
+        status, body = await cluster.post("/v1/cluster/nodes", {"url": n4_url, "id": "n4"}, ADMIN)
+    finally:
+        direct.config_set("maxmemory", 0)
+        direct.close()
+    assert status == 422 and body["type"].endswith("/node-unreachable"), body
+    assert "node n4's Redis: full: used_memory " in body["detail"], body
+    assert (await cluster.get("/v1/cluster"))[1]["epoch"] == 1  # nothing changed
+
+
+def test_a_redis_failure_is_answered_saying_what_it_is() -> None:
+    oom = redis.exceptions.OutOfMemoryError(
+        "command not allowed when used memory > 'maxmemory'. script: 9b28, on @user_script:6."
+    )
+    assert redis_failure("n4", oom) == (
+        "redis-refuses-writes",
+        "node n4's Redis is full (used memory over maxmemory, policy noeviction): "
+        "it refused the write",
+    )
+    lost = redis.exceptions.ConnectionError("connection to Redis lost: closed")
+    assert redis_failure("n4", lost) == (
+        "redis-unavailable",
+        "node redis unavailable: connection to Redis lost: closed",
+    )
+    answer = problem_body(503, "redis-refuses-writes", "node n4's Redis is full")
+    assert problem_detail(answer) == "node n4's Redis is full"
+    assert problem_detail(b"<html>502</html>") == "<html>502</html>"
