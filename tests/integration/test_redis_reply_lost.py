@@ -1,8 +1,14 @@
-"""A node's connection to its Redis lost after a batch ran there, before its reply came:
-whether the batch ran is unknown to the node. Checks that carry a request_id are sent
+"""A batch's reply from Redis lost or late.
+
+Lost: the node's connection to its Redis closes after a batch ran there, before its
+reply came, and whether the batch ran is unknown to the node. Checks that carry a request_id are sent
 again and answered from their record, counted once; the other ops are answered
 undecided (checks: degraded), and may have been applied (the documented ambiguous case).
-A batch with nothing to send again fails whole, as when Redis is gone."""
+A batch with nothing to send again fails whole, as when Redis is gone.
+
+Late: a reply held up past the batch's deadline, while the router, having given up,
+sends the check again and is answered from its record. The first consumption then
+stands: it is not taken back when its own reply finally comes."""
 
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ from cluster import wire
 from cluster.local.redis_proc import RedisProcess
 from cluster.model.errors import Problems
 from cluster.model.limits import parse_limit
+from node.app import STATE
 from tests.conftest import Cluster, eventually, node_batch, start_cluster, stop_cluster
 
 QUOTA = {"algorithm": "fixed_window", "limit": 5, "window": "3660d"}
@@ -25,12 +32,15 @@ QUOTA = {"algorithm": "fixed_window", "limit": 5, "window": "3660d"}
 class ReplyDropper:
     """A TCP relay in front of a Redis. Once armed with a marker, the connection whose
     request carries it is cut when Redis' next reply on it comes: the command ran, and its
-    reply never reaches the client."""
+    reply never reaches the client. With `stall_s`, that reply (and what follows it on
+    the connection) is held up that long instead: the link stalls, nothing is lost."""
 
     def __init__(self, redis_port: int) -> None:
         self.redis_port = redis_port
         self.marker: bytes | None = None
+        self.stall_s = 0.0
         self.cut = 0
+        self.stalled = 0
         self.server: asyncio.Server | None = None
 
     async def start(self) -> int:
@@ -57,7 +67,11 @@ class ReplyDropper:
 
         async def to_client() -> None:
             while data := await redis_r.read(65536):
-                if doomed.is_set():
+                if doomed.is_set() and self.stall_s:
+                    doomed.clear()
+                    self.stalled += 1
+                    await asyncio.sleep(self.stall_s)  # the fault: a stalled link
+                elif doomed.is_set():
                     self.cut += 1
                     client_w.transport.abort()
                     redis_w.transport.abort()
@@ -159,3 +173,28 @@ async def test_a_mixed_batch_sends_again_only_its_checks_with_a_request_id(
     reads = [wire.Op("check", key, "~inline", [spec.to_wire()], [0], cost=0) for key in keys]
     for read in await node_batch(cluster, "n1", reads):
         assert isinstance(read, wire.Checked) and read.limits[0].remaining == 4, read  # once
+
+
+async def test_a_late_first_reply_is_not_taken_back_once_a_replay_answered(
+    dropped: tuple[Cluster, ReplyDropper],
+) -> None:
+    cluster, dropper = dropped
+    key = n1_key(cluster, "late")
+    node = cluster.runners[0].app[STATE]  # n1's
+    dropper.marker, dropper.stall_s = key.encode(), 3.0  # past the 2 s deadline + margin
+    body = {"key": key, "limits": [QUOTA], "request_id": "late-1"}
+    status, answer = await cluster.check(body)
+    assert dropper.stalled == 1
+    # The router gave up on the first send and sent the check again: its record answered.
+    assert status == 200 and answer["degraded"] is False and answer["replayed"] is True, answer
+    assert answer["limits"][0]["remaining"] == 4
+
+    async def late_reply_handled() -> bool:
+        return bool(node.expired_batches == 1)
+
+    await eventually(late_reply_handled)
+    assert node.undone_checks == 0  # the first send's consumption stands
+    _, usage = await cluster.check({"key": key, "limits": [QUOTA], "cost": 0})
+    assert usage["limits"][0]["remaining"] == 4  # counted once, as answered
+    _, again = await cluster.check(body)
+    assert again["replayed"] is True and again["limits"][0]["remaining"] == 4, again

@@ -46,6 +46,12 @@ local function check(first, c)
       -- A record from before fingerprints (or a check sent without one) replays as is.
       local fp = c[7] or ''
       if fp ~= '' and (record.fp or '') ~= '' and record.fp ~= fp then return { -3 } end
+      if record.replayed ~= 1 then
+        -- This answer may reach a client: the first one's consumption stands from now
+        -- on, even if its own answer comes too late (undo.lua leaves it).
+        record.replayed = 1
+        redis.call('SET', record_key, cmsgpack.pack(record), 'KEEPTTL')
+      end
       local out = record.result
       out[2] = 1
       return out

@@ -2,7 +2,9 @@
 -- (its results were ready only after the batch's deadline). Nothing of it stays:
 -- the counters get back what it consumed and its idempotency record (with its
 -- hold) is dropped, so the router may send the check again as a new decision. A check
--- with a record is given back only where its record is.
+-- with a record is given back only where its record is, and only while no replay of
+-- it was answered (a router that gave up on the first answer sends the check again,
+-- and that replay's answer may reach the client first).
 -- KEYS: counter key per limit, then (when has_record) the idempotency record key
 --       and the node's holds set.
 -- ARGV: offset_us, n, has_record (0/1), then per limit 8 values (algorithm code, amount, p1..p6),
@@ -13,12 +15,15 @@ local moved_on = fenced()
 if moved_on then return moved_on end
 local offset = tonumber(ARGV[1])
 local n = tonumber(ARGV[2])
-local stored = false
+local record = false
 if ARGV[3] == '1' then
   -- The record is written with the counts, in one script: without it, this Redis never
   -- held the check (it ran on a primary since failed over, before it replicated).
-  stored = redis.call('GET', KEYS[n + 1])
+  local stored = redis.call('GET', KEYS[n + 1])
   if not stored then return 0 end
+  record = cmsgpack.unpack(stored)
+  -- Replayed since (batch.lua): a client may hold that answer, so the check stands.
+  if record.replayed == 1 then return 0 end
 end
 local undo = cmsgpack.unpack(ARGV[4 + n * 8])
 local t = clock(offset)
@@ -32,8 +37,7 @@ for i = 1, n do
     end
   end
 end
-if stored then
-  local record = cmsgpack.unpack(stored)
+if record then
   if record.hold_entry then redis.call('ZREM', KEYS[n + 2], record.hold_entry) end
   redis.call('DEL', KEYS[n + 1])
 end
