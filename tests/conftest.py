@@ -130,14 +130,18 @@ class Cluster:
                 assert resp.status == 200, await resp.text()
 
 
-async def node_batch(cluster: Cluster, node: str, ops: list[wire.Op]) -> list[wire.Result]:
-    """Speak the node protocol the way a router does."""
-    return await batch_at(cluster, cluster.node_urls[node], ops)
+async def node_batch(
+    cluster: Cluster, node: str, ops: list[wire.Op], within_ms: int = 5000
+) -> list[wire.Result]:
+    """Speak the node protocol the way a router does (a deadline `within_ms` from now)."""
+    return await batch_at(cluster, cluster.node_urls[node], ops, within_ms)
 
 
-async def batch_at(cluster: Cluster, url: str, ops: list[wire.Op]) -> list[wire.Result]:
+async def batch_at(
+    cluster: Cluster, url: str, ops: list[wire.Op], within_ms: int = 5000
+) -> list[wire.Result]:
     """node_batch() to a node endpoint by its URL (one that is not a member yet, say)."""
-    batch = wire.Batch(int(time.time() * 1000) + 5000, ops)
+    batch = wire.Batch(int(time.time() * 1000) + within_ms, ops)
     async with cluster.http.post(
         url + wire.BATCH_PATH,
         data=wire.encode(batch),

@@ -38,6 +38,7 @@ from node.store.counter_store import (
     lease_result,
     refund_result,
 )
+from node.store.replies import is_expired
 from node.store.reply_errors import write_refusal
 from node.topology.ownership import Ownership, Role
 
@@ -46,6 +47,7 @@ __all__ = ["MAX_OPS", "run_batch", "start_batch"]
 log = logging.getLogger("shardlimit.node")
 MAX_OPS = 10_000
 UNREPLICATED: Final = wire.Expired(unreplicated=True)
+MAX_SENDS: Final = 3  # of a batch to Redis, when the connection is lost under it
 
 
 def _now_ms() -> int:
@@ -225,22 +227,34 @@ async def _run(state: NodeState, batch: _Prepared) -> None:
     await _run_in_redis(state, batch)
 
 
-async def _run_in_redis(state: NodeState, batch: _Prepared, sent: bool = False) -> None:
-    """The batch's ops run in Redis and their results filled in; `sent`: it was sent
-    once already, and its connection to Redis lost before the replies came."""
+async def _run_in_redis(state: NodeState, batch: _Prepared, sends: int = 1) -> None:
+    """The batch's ops run in Redis and their results filled in; `sends`: this is its
+    sends-th, its connection to Redis lost under each earlier one."""
     acks = _replica_acks(state, batch)
     try:
         outputs = await state.store.run(batch.runnable, batch.deadline_ms, acks, batch.epoch)
     except RedisConnectionError as lost:
-        if sent or not _sent_again(batch, lost):
+        if sends >= MAX_SENDS or not _sent_again(batch, lost):
             raise
-        await _run_in_redis(state, batch, sent=True)
+        await _run_in_redis(state, batch, sends + 1)
         return
+    if sends > 1:
+        await _take_back_expired(state, batch, outputs)
     if acks is not None and acks.missing:
         state.metrics.replica_timeouts.inc()
         state.replicas.fell_short(acks.acked)
         outputs = await _take_back_durable(state, batch, outputs)
     await _settle(state, batch, outputs)
+
+
+async def _take_back_expired(state: NodeState, batch: _Prepared, outputs: list[Any]) -> None:
+    """Checks sent again that the deadline has now refused may have run on an earlier
+    send: taken back by their records, so their `Expired` answer consumed nothing."""
+    expired = [op for op, out in zip(batch.runnable, outputs, strict=True) if is_expired(out)]
+    if expired:
+        taken_back = await state.store.take_back_recorded(expired)
+        state.undone_checks += taken_back
+        log.warning("checks sent again past their deadline: %d taken back", taken_back)
 
 
 def _sent_again(batch: _Prepared, lost: BaseException) -> bool:
@@ -309,7 +323,7 @@ def start_batch(
             _spawn(
                 state,
                 batch,
-                _run_in_redis(state, batch, sent=True) if again else _raise(raw),
+                _run_in_redis(state, batch, sends=2) if again else _raise(raw),
                 answer,
             )
             return

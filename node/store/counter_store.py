@@ -303,6 +303,21 @@ class CounterStore:
         results = replies_or_raise(await self._evalsha_all(calls))
         return sum(1 for r in results if isinstance(r, int) and r > 0)
 
+    async def take_back_recorded(self, ops: Sequence[StoreOp]) -> int:
+        """Take back checks by their records alone (what each consumed is kept there), in
+        one pipeline: a check sent again whose reply was lost may have run before. Checks
+        without a request_id are skipped (they have no record). How many gave back."""
+        now_ms = self._estimated_now_ms()
+        calls = [
+            self.calls.undo_call(op, b"", now_ms, NO_FENCE)
+            for op in ops
+            if op.kind is CHECK and op.request_id is not None
+        ]
+        if not calls:
+            return 0
+        results = replies_or_raise(await self._evalsha_all(calls))
+        return sum(1 for r in results if isinstance(r, int) and r > 0)
+
     async def _execute(self, calls: list[ScriptCall], acks: ReplicaAcks | None) -> list[Any]:
         commands = evalsha_commands(calls)
         if acks is None:

@@ -32,13 +32,16 @@ QUOTA = {"algorithm": "fixed_window", "limit": 5, "window": "3660d"}
 class ReplyDropper:
     """A TCP relay in front of a Redis. Once armed with a marker, the connection whose
     request carries it is cut when Redis' next reply on it comes: the command ran, and its
-    reply never reaches the client. With `stall_s`, that reply (and what follows it on
-    the connection) is held up that long instead: the link stalls, nothing is lost."""
+    reply never reaches the client. `stall_s` holds that reply (and what follows it on
+    the connection) up first; `cut_after` False passes it on then: the link stalled,
+    nothing was lost. `times`: how many requests carrying the marker meet the fault."""
 
     def __init__(self, redis_port: int) -> None:
         self.redis_port = redis_port
         self.marker: bytes | None = None
         self.stall_s = 0.0
+        self.cut_after = True
+        self.times = 1
         self.cut = 0
         self.stalled = 0
         self.server: asyncio.Server | None = None
@@ -59,7 +62,9 @@ class ReplyDropper:
         async def to_redis() -> None:
             while data := await client_r.read(65536):
                 if self.marker is not None and self.marker in data:
-                    self.marker = None
+                    self.times -= 1
+                    if self.times == 0:
+                        self.marker = None
                     doomed.set()  # before Redis can answer it
                 redis_w.write(data)
                 await redis_w.drain()
@@ -67,15 +72,16 @@ class ReplyDropper:
 
         async def to_client() -> None:
             while data := await redis_r.read(65536):
-                if doomed.is_set() and self.stall_s:
+                if doomed.is_set():
                     doomed.clear()
-                    self.stalled += 1
-                    await asyncio.sleep(self.stall_s)  # the fault: a stalled link
-                elif doomed.is_set():
-                    self.cut += 1
-                    client_w.transport.abort()
-                    redis_w.transport.abort()
-                    return
+                    if self.stall_s:
+                        self.stalled += 1
+                        await asyncio.sleep(self.stall_s)  # the fault: a stalled link
+                    if self.cut_after:
+                        self.cut += 1
+                        client_w.transport.abort()
+                        redis_w.transport.abort()
+                        return
                 client_w.write(data)
                 await client_w.drain()
             client_w.close()
@@ -182,6 +188,7 @@ async def test_a_late_first_reply_is_not_taken_back_once_a_replay_answered(
     key = n1_key(cluster, "late")
     node = cluster.runners[0].app[STATE]  # n1's
     dropper.marker, dropper.stall_s = key.encode(), 3.0  # past the 2 s deadline + margin
+    dropper.cut_after = False
     body = {"key": key, "limits": [QUOTA], "request_id": "late-1"}
     status, answer = await cluster.check(body)
     assert dropper.stalled == 1
@@ -198,3 +205,49 @@ async def test_a_late_first_reply_is_not_taken_back_once_a_replay_answered(
     assert usage["limits"][0]["remaining"] == 4  # counted once, as answered
     _, again = await cluster.check(body)
     assert again["replayed"] is True and again["limits"][0]["remaining"] == 4, again
+
+
+async def test_a_check_is_sent_again_after_a_second_lost_connection(
+    dropped: tuple[Cluster, ReplyDropper],
+) -> None:
+    cluster, dropper = dropped
+    key = n1_key(cluster, "lost-twice")
+    dropper.marker, dropper.times = key.encode(), 2
+    status, body = await cluster.check({"key": key, "limits": [QUOTA], "request_id": "r-2"})
+    assert dropper.cut == 2
+    assert status == 200 and body["degraded"] is False and body["replayed"] is True, body
+    _, usage = await cluster.check({"key": key, "limits": [QUOTA], "cost": 0})
+    assert usage["limits"][0]["remaining"] == 4  # counted once
+
+
+async def test_a_check_sent_again_past_its_deadline_is_taken_back_by_its_record(
+    dropped: tuple[Cluster, ReplyDropper],
+) -> None:
+    """The reply held past the batch's deadline, then lost: the node's second send is
+    refused by the deadline, and the first send's consumption is given back by the
+    check's record, so its `Expired` answer consumed nothing."""
+    cluster, dropper = dropped
+    node = cluster.runners[0].app[STATE]  # n1's
+    spec = parse_limit(QUOTA, "limits[0]", Problems())
+    assert spec is not None
+    key = n1_key(cluster, "lost-late")
+    op = wire.Op(
+        "check",
+        key,
+        "~inline",
+        [spec.to_wire()],
+        [0],
+        cost=1,
+        request_id="late-2",
+        record_ttl_ms=600_000,
+    )
+    dropper.marker, dropper.stall_s = key.encode(), 1.5
+    [result] = await node_batch(cluster, "n1", [op], within_ms=1000)
+    assert (dropper.stalled, dropper.cut) == (1, 1)
+    assert isinstance(result, wire.Expired), result
+    assert node.undone_checks == 1
+    read = wire.Op("check", key, "~inline", [spec.to_wire()], [0], cost=0)
+    [after] = await node_batch(cluster, "n1", [read])
+    assert isinstance(after, wire.Checked) and after.limits[0].remaining == 5, after
+    [again] = await node_batch(cluster, "n1", [op])  # a new decision: its record is gone
+    assert isinstance(again, wire.Checked) and not again.replayed, again

@@ -8,7 +8,8 @@
 -- KEYS: counter key per limit, then (when has_record) the idempotency record key
 --       and the node's holds set.
 -- ARGV: offset_us, n, has_record (0/1), then per limit 8 values (algorithm code, amount, p1..p6),
---       then the undo entries batch.lua returned (cmsgpack).
+--       then the undo entries batch.lua returned (cmsgpack), or "" to take them from the
+--       record (the node lost the reply that carried them).
 -- Returns the number of counters given back to.
 -- Last KEY and ARGV: the shard's epoch fence (common.lua `fenced`, which answers instead).
 local moved_on = fenced()
@@ -25,7 +26,13 @@ if ARGV[3] == '1' then
   -- Replayed since (batch.lua): a client may hold that answer, so the check stands.
   if record.replayed == 1 then return 0 end
 end
-local undo = cmsgpack.unpack(ARGV[4 + n * 8])
+local packed = ARGV[4 + n * 8]
+local undo
+if packed == '' then
+  undo = record and record.undo or {}
+else
+  undo = cmsgpack.unpack(packed)
+end
 local t = clock(offset)
 local given = 0
 for i = 1, n do
