@@ -26,7 +26,9 @@ from redis.exceptions import RedisError
 
 from cluster import wire
 from cluster.wire import OpKind
+from node.batch.lost_reply import MAX_SENDS, keep_resendable, take_back_expired
 from node.batch.ops import CHECK, Op, parse_op
+from node.batch.prepared import PreparedBatch
 from node.errors import BadOp, PeerError
 from node.state import NodeState
 from node.store.counter_store import (
@@ -38,7 +40,6 @@ from node.store.counter_store import (
     lease_result,
     refund_result,
 )
-from node.store.replies import is_expired
 from node.store.reply_errors import write_refusal
 from node.topology.ownership import Ownership, Role
 
@@ -47,47 +48,15 @@ __all__ = ["MAX_OPS", "run_batch", "start_batch"]
 log = logging.getLogger("shardlimit.node")
 MAX_OPS = 10_000
 UNREPLICATED: Final = wire.Expired(unreplicated=True)
-MAX_SENDS: Final = 3  # of a batch to Redis, when the connection is lost under it
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class _Prepared:
-    """A batch checked against this node's topology: what is left to run in Redis."""
-
-    __slots__ = (
-        "deadline_ms",
-        "epoch",
-        "failovers",
-        "importing",
-        "imports",
-        "moved_on",
-        "ownership",
-        "results",
-        "runnable",
-        "slots",
-    )
-
-    def __init__(
-        self, deadline_ms: int, size: int, ownership: Ownership | None, failovers: int
-    ) -> None:
-        self.deadline_ms = deadline_ms
-        self.failovers = failovers  # the node's count of followed promotions when it began
-        self.ownership = ownership  # what the ops were placed by (imports come from it)
-        self.epoch = ownership.epoch if ownership is not None else 0
-        self.results: list[wire.Result] = [wire.Expired()] * size
-        self.runnable: list[Op] = []
-        self.slots: list[int] = []
-        self.imports: dict[str, list[str]] | None = None  # moving keys, by previous owner
-        self.importing: dict[int, str] | None = None  # runnable place -> its previous owner
-        self.moved_on = 0  # the shard's newer epoch, when its Redis refused some op
-
-
 def _prepare(
     state: NodeState, deadline_ms: int, ops: list[wire.Op], layout: int = 0
-) -> _Prepared | list[wire.Result]:
+) -> PreparedBatch | list[wire.Result]:
     """Parse and place the ops; the final results instead when nothing is left to run
     (the batch came past its deadline, or no op is for this node). Ops the router placed
     by this node's layout, outside a migration, are served as placed (wire.Request: the
@@ -97,7 +66,7 @@ def _prepare(
         state.expired_batches += 1
         return [wire.Expired()] * len(ops)
     ownership = state.current.ownership
-    batch = _Prepared(deadline_ms, len(ops), ownership, state.failovers)
+    batch = PreparedBatch(deadline_ms, len(ops), ownership, state.failovers)
     no_replica = state.store.replicated and state.replicas.absent
     results, runnable, slots = batch.results, batch.runnable, batch.slots
     placed = (
@@ -131,14 +100,14 @@ def _prepare(
     return batch if runnable else results
 
 
-def _fill(batch: _Prepared, outputs: list[Any]) -> bool:
+def _fill(batch: PreparedBatch, outputs: list[Any]) -> bool:
     """Results from Redis' raw outputs; False when they came too late to count."""
     for index, op, out in zip(batch.slots, batch.runnable, outputs, strict=True):
         batch.results[index] = _result(op, out)
     return _now_ms() <= batch.deadline_ms
 
 
-async def _too_late(state: NodeState, batch: _Prepared, outputs: list[Any]) -> None:
+async def _too_late(state: NodeState, batch: PreparedBatch, outputs: list[Any]) -> None:
     """The router may have given up on this answer: take back what it consumed."""
     taken_back = await state.store.undo(
         list(zip(batch.runnable, outputs, strict=True)),
@@ -152,7 +121,9 @@ async def _too_late(state: NodeState, batch: _Prepared, outputs: list[Any]) -> N
             batch.results[index] = wire.Expired()
 
 
-async def _take_back_durable(state: NodeState, batch: _Prepared, outputs: list[Any]) -> list[Any]:
+async def _take_back_durable(
+    state: NodeState, batch: PreparedBatch, outputs: list[Any]
+) -> list[Any]:
     """No replica held the batch in time: its `durability: replica` checks could be lost
     to a failover, so they are taken back and answered degraded. The rest stands; the
     outputs of the rest are returned, and the batch keeps only them."""
@@ -171,18 +142,20 @@ async def _take_back_durable(state: NodeState, batch: _Prepared, outputs: list[A
     return [outputs[i] for i in keep]
 
 
-async def _outputs_in(state: NodeState, batch: _Prepared, outputs: Awaitable[list[Any]]) -> None:
+async def _outputs_in(
+    state: NodeState, batch: PreparedBatch, outputs: Awaitable[list[Any]]
+) -> None:
     """The results once Redis' outputs are in, taken back if they came too late."""
     await _settle(state, batch, await outputs)
 
 
-async def _settle(state: NodeState, batch: _Prepared, outputs: list[Any]) -> None:
+async def _settle(state: NodeState, batch: PreparedBatch, outputs: list[Any]) -> None:
     batch.moved_on = max(map(fenced_epoch, outputs), default=0)
     if not _fill(batch, outputs):
         await _too_late(state, batch, outputs)
 
 
-async def _catch_up(state: NodeState, batch: _Prepared) -> None:
+async def _catch_up(state: NodeState, batch: PreparedBatch) -> None:
     """Some ops were refused: the shard is at a newer topology. Adopt it before the
     `Moved` answers go out (the router asks this node for it next). Called once the
     batch no longer counts as work of its epoch: the adoption waits for that work."""
@@ -208,7 +181,7 @@ async def run_batch(state: NodeState, deadline_ms: int, ops: list[wire.Op]) -> l
     return batch.results
 
 
-async def _run(state: NodeState, batch: _Prepared) -> None:
+async def _run(state: NodeState, batch: PreparedBatch) -> None:
     ownership = batch.ownership
     if batch.imports and ownership is not None:
         # This node took the topology before its work of the older one drained: a copy
@@ -227,19 +200,19 @@ async def _run(state: NodeState, batch: _Prepared) -> None:
     await _run_in_redis(state, batch)
 
 
-async def _run_in_redis(state: NodeState, batch: _Prepared, sends: int = 1) -> None:
+async def _run_in_redis(state: NodeState, batch: PreparedBatch, sends: int = 1) -> None:
     """The batch's ops run in Redis and their results filled in; `sends`: this is its
     sends-th, its connection to Redis lost under each earlier one."""
     acks = _replica_acks(state, batch)
     try:
         outputs = await state.store.run(batch.runnable, batch.deadline_ms, acks, batch.epoch)
     except RedisConnectionError as lost:
-        if sends >= MAX_SENDS or not _sent_again(batch, lost):
+        if sends >= MAX_SENDS:
             raise
-        await _run_in_redis(state, batch, sends + 1)
+        await _after_lost(state, batch, lost, sends)
         return
     if sends > 1:
-        await _take_back_expired(state, batch, outputs)
+        await take_back_expired(state, batch, outputs)
     if acks is not None and acks.missing:
         state.metrics.replica_timeouts.inc()
         state.replicas.fell_short(acks.acked)
@@ -247,48 +220,19 @@ async def _run_in_redis(state: NodeState, batch: _Prepared, sends: int = 1) -> N
     await _settle(state, batch, outputs)
 
 
-async def _take_back_expired(state: NodeState, batch: _Prepared, outputs: list[Any]) -> None:
-    """Checks sent again that the deadline has now refused may have run on an earlier
-    send: taken back by their records, so their `Expired` answer consumed nothing."""
-    expired = [op for op, out in zip(batch.runnable, outputs, strict=True) if is_expired(out)]
-    if expired:
-        taken_back = await state.store.take_back_recorded(expired)
-        state.undone_checks += taken_back
-        log.warning("checks sent again past their deadline: %d taken back", taken_back)
+async def _after_lost(
+    state: NodeState, batch: PreparedBatch, lost: RedisConnectionError, sends: int
+) -> None:
+    """The connection to Redis was lost under the batch's `sends`-th send (node/batch/
+    lost_reply.py). With nothing to send again, its ops stand answered as possibly
+    applied while Redis answers; when it does not, the batch fails (503, as a Redis gone)."""
+    if keep_resendable(batch, lost):
+        await _run_in_redis(state, batch, sends + 1)
+    else:
+        await state.redis.ping()
 
 
-def _sent_again(batch: _Prepared, lost: BaseException) -> bool:
-    """Whether a batch whose connection to Redis was lost after it was sent goes again.
-    Whether it ran is unknown: its checks with a request_id go again (one that ran
-    answers from its record, and counts once), but for `durability: replica` ones; every
-    other op is answered so, and may have been applied (docs/guarantees.md). False, and
-    nothing changed, when no op can go again: the batch fails as a whole."""
-    if not isinstance(lost, RedisConnectionError):
-        return False
-    # Not a durable check: a replay writes nothing, and the WAIT after it would not cover
-    # the first send's write, which may never have reached a replica.
-    again = [
-        i
-        for i, op in enumerate(batch.runnable)
-        if op.kind is CHECK and op.request_id and not op.durable
-    ]
-    if not again:
-        return False
-    undecided = wire.Failed(f"{lost}: this op may have been applied")
-    for index in batch.slots:
-        batch.results[index] = undecided
-    log.warning(
-        "connection to Redis lost under a batch: %d checks sent again by request_id, "
-        "%d other ops answered undecided",
-        len(again),
-        len(batch.slots) - len(again),
-    )
-    batch.runnable = [batch.runnable[i] for i in again]
-    batch.slots = [batch.slots[i] for i in again]
-    return True
-
-
-def _replica_acks(state: NodeState, batch: _Prepared) -> ReplicaAcks | None:
+def _replica_acks(state: NodeState, batch: PreparedBatch) -> ReplicaAcks | None:
     """A WAIT for the batch when the shard has replicas and an op asks for one. It waits
     half the time left, so the rest of a batch whose WAIT times out is still answered
     by the deadline."""
@@ -319,13 +263,10 @@ def start_batch(
     def replied(raw: list[Any] | Exception) -> None:
         assert plan is not None
         if isinstance(raw, Exception):
-            again = _sent_again(batch, raw)
-            _spawn(
-                state,
-                batch,
-                _run_in_redis(state, batch, sends=2) if again else _raise(raw),
-                answer,
-            )
+            if isinstance(raw, RedisConnectionError):
+                _spawn(state, batch, _after_lost(state, batch, raw, 1), answer)
+            else:
+                _spawn(state, batch, _raise(raw), answer)
             return
         outputs = store.results_now(plan, raw)
         if outputs is None:
@@ -348,7 +289,7 @@ _background: set[asyncio.Task[None]] = set()
 
 
 def _spawn(
-    state: NodeState, batch: _Prepared, work: Coroutine[Any, Any, None], answer: Answer
+    state: NodeState, batch: PreparedBatch, work: Coroutine[Any, Any, None], answer: Answer
 ) -> None:
     """The rest of a batch as a task (the uncommon cases); it releases the batch's epoch."""
 
@@ -427,7 +368,7 @@ async def _pull(
     return unimported
 
 
-def _drop_unimported(batch: _Prepared, unimported: dict[str, str]) -> bool:
+def _drop_unimported(batch: PreparedBatch, unimported: dict[str, str]) -> bool:
     """The ops whose keys' previous owner could not hand them over are answered so, one by
     one (the batch's other ops run: this node is fine); False when none is left to run."""
     kept: list[int] = []

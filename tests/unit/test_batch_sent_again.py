@@ -1,24 +1,24 @@
 """Which ops of a batch go again once the connection to Redis was lost under it
-(node/batch/runner.py; the whole path, with a real relay cutting a real Redis'
+(node/batch/lost_reply.py; the whole path, with a real relay cutting a real Redis'
 replies, is tests/integration/test_redis_reply_lost.py)."""
 
 from __future__ import annotations
 
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
 
 from cluster import wire
 from cluster.model.errors import Problems
 from cluster.model.limits import parse_limit
+from node.batch.lost_reply import keep_resendable
 from node.batch.ops import parse_op
-from node.batch.runner import _Prepared, _sent_again
+from node.batch.prepared import PreparedBatch
 
 LIMIT = {"algorithm": "fixed_window", "limit": 5, "window": "1h"}
 LOST = RedisConnectionError("connection to Redis lost: closed")
 
 
-def _batch(*ops: wire.Op) -> _Prepared:
-    batch = _Prepared(deadline_ms=1, size=len(ops), ownership=None, failovers=0)
+def _batch(*ops: wire.Op) -> PreparedBatch:
+    batch = PreparedBatch(deadline_ms=1, size=len(ops), ownership=None, failovers=0)
     batch.runnable = [parse_op(op) for op in ops]
     batch.slots = list(range(len(ops)))
     return batch
@@ -34,7 +34,7 @@ def _check(key: str, request_id: str | None = None, durable: bool = False) -> wi
 def test_only_checks_with_a_request_id_go_again_and_not_durable_ones() -> None:
     refund = wire.Op("refund", "d", "~inline", _check("d").limits, [0], 1, "r-4")
     batch = _batch(_check("a", "r-1"), _check("b"), _check("c", "r-3", durable=True), refund)
-    assert _sent_again(batch, LOST)
+    assert keep_resendable(batch, LOST)
     assert [op.key for op in batch.runnable] == ["a"] and batch.slots == [0]
     for index in (1, 2, 3):
         result = batch.results[index]
@@ -42,13 +42,8 @@ def test_only_checks_with_a_request_id_go_again_and_not_durable_ones() -> None:
         assert result.detail == "connection to Redis lost: closed: this op may have been applied"
 
 
-def test_a_batch_with_nothing_to_send_again_fails_whole_unchanged() -> None:
+def test_with_nothing_to_send_again_every_op_is_answered_undecided() -> None:
     batch = _batch(_check("a"), _check("b", "r-2", durable=True))
-    assert not _sent_again(batch, LOST)
-    assert len(batch.runnable) == 2 and all(isinstance(r, wire.Expired) for r in batch.results)
-
-
-def test_an_error_reply_is_not_a_lost_connection() -> None:
-    batch = _batch(_check("a", "r-1"))
-    assert not _sent_again(batch, ResponseError("ERR something"))
-    assert len(batch.runnable) == 1
+    assert not keep_resendable(batch, LOST)
+    assert batch.runnable == [] and batch.slots == []
+    assert all(isinstance(r, wire.Failed) for r in batch.results)
