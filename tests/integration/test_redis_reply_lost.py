@@ -17,11 +17,14 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import msgspec
 import pytest
+import redis
 
 from cluster import wire
 from cluster.local.redis_proc import RedisProcess
 from cluster.model.errors import Problems
+from cluster.model.keys import INLINE_SCOPE, record_key
 from cluster.model.limits import parse_limit
 from node.app import STATE
 from tests.conftest import Cluster, eventually, node_batch, start_cluster, stop_cluster
@@ -249,3 +252,25 @@ async def test_a_check_sent_again_past_its_deadline_is_taken_back_by_its_record(
     assert isinstance(after, wire.Checked) and after.limits[0].remaining == 5, after
     [again] = await node_batch(cluster, "n1", [op])  # a new decision: its record is gone
     assert isinstance(again, wire.Checked) and not again.replayed, again
+
+
+async def test_a_replay_marks_its_record_once_and_a_dry_run_writes_nothing(
+    dropped: tuple[Cluster, ReplyDropper],
+) -> None:
+    cluster, dropper = dropped
+    key = n1_key(cluster, "marked")
+    stored = redis.Redis(port=dropper.redis_port)  # n1's Redis itself
+    record = record_key(INLINE_SCOPE, "m-1", key)
+    body = {"key": key, "limits": [QUOTA], "request_id": "m-1"}
+    await cluster.check(body)
+    first = stored.get(record)
+    await cluster.check({**body, "dry_run": True})
+    assert stored.get(record) == first  # a dry run writes nothing
+    _, replay = await cluster.check(body)
+    assert replay["replayed"] is True
+    marked = stored.get(record)
+    assert isinstance(marked, bytes) and marked != first
+    assert msgspec.msgpack.decode(marked)["replayed"] == 1
+    await cluster.check(body)
+    assert stored.get(record) == marked  # marked once
+    stored.close()

@@ -46,9 +46,10 @@ local function check(first, c)
       -- A record from before fingerprints (or a check sent without one) replays as is.
       local fp = c[7] or ''
       if fp ~= '' and (record.fp or '') ~= '' and record.fp ~= fp then return { -3 } end
-      if record.replayed ~= 1 then
+      if record.replayed ~= 1 and not dry_run then
         -- This answer may reach a client: the first one's consumption stands from now
-        -- on, even if its own answer comes too late (undo.lua leaves it).
+        -- on, even if its own answer comes too late (undo.lua leaves it). A dry run
+        -- writes nothing.
         record.replayed = 1
         redis.call('SET', record_key, cmsgpack.pack(record), 'KEEPTTL')
       end
