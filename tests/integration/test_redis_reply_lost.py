@@ -110,6 +110,15 @@ async def dropped(
         await dropper.close()
 
 
+def check_op(key: str, cost: int, request_id: str | None = None) -> wire.Op:
+    """A check of QUOTA as a router sends it to a node."""
+    spec = parse_limit(QUOTA, "limits[0]", Problems())
+    assert spec is not None
+    return wire.Op(
+        "check", key, "~inline", [spec.to_wire()], [0], cost, request_id, record_ttl_ms=600_000
+    )
+
+
 def n1_key(cluster: Cluster, prefix: str) -> str:
     return next(k for i in range(1000) if cluster.router.view.owner(k := f"{prefix}:{i}") == "n1")
 
@@ -154,22 +163,8 @@ async def test_a_mixed_batch_sends_again_only_its_checks_with_a_request_id(
     or wait for a replica): the checks with a request_id are answered from their record,
     the other op is answered undecided, one by one."""
     cluster, dropper = dropped
-    spec = parse_limit(QUOTA, "limits[0]", Problems())
-    assert spec is not None
     keys = [n1_key(cluster, f"lost-batch-{i}") for i in range(3)]
-    ops = [
-        wire.Op(
-            "check",
-            key,
-            "~inline",
-            [spec.to_wire()],
-            [0],
-            cost=1,
-            request_id=f"b-{i}" if i < 2 else None,
-            record_ttl_ms=600_000,
-        )
-        for i, key in enumerate(keys)
-    ]
+    ops = [check_op(key, 1, f"b-{i}" if i < 2 else None) for i, key in enumerate(keys)]
     dropper.marker = keys[0].encode()
     *sent_again, undecided = await node_batch(cluster, "n1", ops)
     assert dropper.cut == 1
@@ -177,7 +172,7 @@ async def test_a_mixed_batch_sends_again_only_its_checks_with_a_request_id(
         assert isinstance(result, wire.Checked) and result.allowed and result.replayed, result
     assert isinstance(undecided, wire.Failed) and not undecided.refused, undecided
     assert undecided.detail.endswith("this op may have been applied"), undecided
-    reads = [wire.Op("check", key, "~inline", [spec.to_wire()], [0], cost=0) for key in keys]
+    reads = [check_op(key, 0) for key in keys]
     for read in await node_batch(cluster, "n1", reads):
         assert isinstance(read, wire.Checked) and read.limits[0].remaining == 4, read  # once
 
@@ -229,25 +224,14 @@ async def test_a_check_sent_again_past_its_deadline_is_taken_back_by_its_record(
     check's record, so its `Expired` answer consumed nothing."""
     cluster, dropper = dropped
     node = cluster.runners[0].app[STATE]  # n1's
-    spec = parse_limit(QUOTA, "limits[0]", Problems())
-    assert spec is not None
     key = n1_key(cluster, "lost-late")
-    op = wire.Op(
-        "check",
-        key,
-        "~inline",
-        [spec.to_wire()],
-        [0],
-        cost=1,
-        request_id="late-2",
-        record_ttl_ms=600_000,
-    )
+    op = check_op(key, 1, "late-2")
     dropper.marker, dropper.stall_s = key.encode(), 1.5
     [result] = await node_batch(cluster, "n1", [op], within_ms=1000)
     assert (dropper.stalled, dropper.cut) == (1, 1)
     assert isinstance(result, wire.Expired), result
     assert node.undone_checks == 1
-    read = wire.Op("check", key, "~inline", [spec.to_wire()], [0], cost=0)
+    read = check_op(key, 0)
     [after] = await node_batch(cluster, "n1", [read])
     assert isinstance(after, wire.Checked) and after.limits[0].remaining == 5, after
     [again] = await node_batch(cluster, "n1", [op])  # a new decision: its record is gone
