@@ -76,6 +76,18 @@ def _up(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _refused_config(tmp_path: Path, config_text: str) -> str:
+    """What `up --config` of `config_text` says on stderr; it must have refused (exit 2,
+    nothing on stdout) before making its data directory."""
+    config = tmp_path / "cluster.yaml"
+    config.write_text(config_text)
+    data_dir = tmp_path / "data"
+    done = _up("--config", str(config), "--data-dir", str(data_dir))
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    assert not data_dir.exists()
+    return done.stderr
+
+
 @pytest.mark.parametrize(
     ("text", "says"), BAD_RULES, ids=["timezone", "unit", "float", "not-yaml", "twice", "0x10"]
 )
@@ -84,25 +96,15 @@ def test_up_refuses_a_rules_file_the_router_would_refuse_before_starting_anythin
 ) -> None:
     rules = tmp_path / "rules.yaml"
     rules.write_text(text)
-    config = tmp_path / "cluster.yaml"
-    config.write_text("router: {rules_file: rules.yaml}\n")
-    data_dir = tmp_path / "data"
-    done = _up("--config", str(config), "--data-dir", str(data_dir))
-    assert (done.returncode, done.stdout, done.stderr) == (2, "", f"shardlimit up: {rules}{says}\n")
-    assert not data_dir.exists()
+    stderr = _refused_config(tmp_path, "router: {rules_file: rules.yaml}\n")
+    assert stderr == f"shardlimit up: {rules}{says}\n"
 
 
 def test_up_refuses_a_rules_file_that_does_not_exist(tmp_path: Path) -> None:
-    config = tmp_path / "cluster.yaml"
-    config.write_text("router: {rules_file: gone.yaml}\n")
-    data_dir = tmp_path / "data"
-    done = _up("--config", str(config), "--data-dir", str(data_dir))
-    assert (done.returncode, done.stdout, done.stderr) == (
-        2,
-        "",
-        f"shardlimit up: cannot read {tmp_path / 'gone.yaml'}: the rules file does not exist\n",
+    stderr = _refused_config(tmp_path, "router: {rules_file: gone.yaml}\n")
+    assert stderr == (
+        f"shardlimit up: cannot read {tmp_path / 'gone.yaml'}: the rules file does not exist\n"
     )
-    assert not data_dir.exists()
 
 
 @pytest.mark.parametrize(
@@ -153,15 +155,9 @@ def test_serve_router_refuses_envoy_descriptors_with_a_key_given_twice(tmp_path:
 def test_up_refuses_tls_settings_before_starting_anything(tmp_path: Path) -> None:
     """Its nodes serve plain HTTP, which a router with TLS settings would refuse only
     once Redis and the nodes were up."""
-    config = tmp_path / "cluster.yaml"
-    config.write_text("router: {tls_cert: router.pem, tls_key: router.key}\n")
-    data_dir = tmp_path / "data"
-    done = _up("--config", str(config), "--data-dir", str(data_dir))
-    assert (done.returncode, done.stdout, done.stderr) == (
-        2,
-        "",
-        f"shardlimit up: {config}: router.tls_cert, router.tls_key: a local cluster runs "
-        "without TLS; start a TLS cluster with `shardlimit serve node` and `serve router` "
-        "(docs/tls.md)\n",
+    stderr = _refused_config(tmp_path, "router: {tls_cert: router.pem, tls_key: router.key}\n")
+    assert stderr == (
+        f"shardlimit up: {tmp_path / 'cluster.yaml'}: router.tls_cert, router.tls_key: a local "
+        "cluster runs without TLS; start a TLS cluster with `shardlimit serve node` and "
+        "`serve router` (docs/tls.md)\n"
     )
-    assert not data_dir.exists()
