@@ -298,10 +298,7 @@ class CounterStore:
             packed = undo_entries(op, raw)
             if packed is not None:
                 calls.append(self.calls.undo_call(op, packed, now_ms, NO_FENCE))
-        if not calls:
-            return 0
-        results = replies_or_raise(await self._evalsha_all(calls))
-        return sum(1 for r in results if isinstance(r, int) and r > 0)
+        return await self._given_back(calls)
 
     async def take_back_recorded(self, ops: Sequence[StoreOp]) -> int:
         """Take back checks by their records alone (what each consumed is kept there), in
@@ -313,6 +310,10 @@ class CounterStore:
             for op in ops
             if op.kind is CHECK and op.request_id is not None
         ]
+        return await self._given_back(calls)
+
+    async def _given_back(self, calls: list[ScriptCall]) -> int:
+        """undo.lua calls in one pipeline: how many gave something back."""
         if not calls:
             return 0
         results = replies_or_raise(await self._evalsha_all(calls))
